@@ -1,0 +1,17 @@
+/**
+ * The only surface the HTTP ingestion endpoint sees of the embedded runtime.
+ * Keeping it this narrow lets the server be tested with a fake and lets the
+ * runtime own durability: the server answers 202 only after `offer` said ok.
+ */
+
+/** Result of offering a batch: accepted as a whole, or refused as a whole with a retry delay. */
+export type OfferResult = { ok: true } | { ok: false; retryAfterMs: number };
+
+export interface IngestTarget {
+  /** Names of the job's ingestion streams. */
+  streams(): readonly string[];
+  /** Validate one event for a stream; return an error message (which field, expected, received) or undefined. */
+  validate(stream: string, event: unknown): string | undefined;
+  /** Enqueue valid events atomically (all or none). Returns accepted, or saturated with a retry delay. Never partially enqueues. */
+  offer(stream: string, events: readonly unknown[]): OfferResult;
+}
