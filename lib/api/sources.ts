@@ -1,0 +1,50 @@
+/** Source definitions: where a job's input comes from and how its event time is read. */
+import type { ZodType } from 'zod';
+import type { WatermarkStrategy } from './types.ts';
+
+export type SourceBinding<T> =
+  /** A named ingestion stream: events arrive at the HTTP endpoint (or `sluice run --input`). */
+  | { readonly kind: 'ingest' }
+  /** A bounded JSON-lines file. */
+  | { readonly kind: 'file'; readonly path: string }
+  /** Event n is generate(n); bounded when count is set; paced when ratePerSec is set. */
+  | {
+      readonly kind: 'generator';
+      readonly generate: (n: number) => T;
+      readonly count?: number;
+      readonly ratePerSec?: number;
+    }
+  /** A bounded list held in memory (tests, examples). */
+  | { readonly kind: 'items'; readonly items: readonly T[] };
+
+export interface SourceOptions<T> {
+  /** Event time of an event. Default: the processing time at which the source read it. */
+  readonly timestamp?: (event: T) => number;
+  /** Default: bounded out-of-orderness of 0 ms with a 5 s idle timeout. */
+  readonly watermark?: WatermarkStrategy;
+  /** Source partitions. Default: the job's parallelism. */
+  readonly parallelism?: number;
+  /** Validates each incoming event (ingestion endpoint, files); invalid events are rejected with the schema's message. */
+  readonly schema?: ZodType<T>;
+}
+
+export interface SourceDef<T = unknown> {
+  readonly name: string;
+  readonly binding: SourceBinding<T>;
+  readonly timestamp?: (event: T) => number;
+  readonly watermark: WatermarkStrategy;
+  readonly schema?: ZodType<T>;
+}
+
+/** Turn a schema failure into "field: expected ..., received ..." text. */
+export function validateWithSchema<T>(schema: ZodType<T> | undefined, event: unknown): string | undefined {
+  if (!schema) return undefined;
+  const result = schema.safeParse(event);
+  if (result.success) return undefined;
+  return result.error.issues
+    .map((issue) => {
+      const path = issue.path.length ? issue.path.join('.') : '(event)';
+      return `${path}: ${issue.message}`;
+    })
+    .join('; ');
+}

@@ -1,0 +1,115 @@
+/**
+ * The logical job graph the API builds: operators (nodes) and the edges between
+ * them. The compiler (compile.ts) turns it into stages. Pure data plus user functions.
+ */
+import type {
+  AggregateFunction,
+  CoGroupFunction,
+  IntervalJoinFunction,
+  JoinFunction,
+  KeyedCoProcessFunction,
+  KeyedProcessFunction,
+  ProcessWindowFunction,
+  ReduceFunction,
+  WindowResultFunction,
+} from '../api/functions.ts';
+import type { Sink } from '../api/sinks.ts';
+import type { SourceDef } from '../api/sources.ts';
+import type { KeySelector } from '../api/types.ts';
+import type { WindowAssigner } from '../api/windows.ts';
+
+export const MAIN_PORT = 'main';
+
+export type Partitioning = { readonly kind: 'forward' } | { readonly kind: 'hash'; readonly key: KeySelector<any> };
+
+export interface LogicalInput {
+  readonly node: number;
+  /** Output port of the upstream node: MAIN_PORT or a side-output tag id. */
+  readonly port: string;
+  readonly partitioning: Partitioning;
+}
+
+export type WindowFunctionSpec =
+  | { readonly kind: 'aggregate'; readonly agg: AggregateFunction<any, any, any>; readonly project?: WindowResultFunction<any, any, any> }
+  | { readonly kind: 'reduce'; readonly reduce: ReduceFunction<any>; readonly project?: WindowResultFunction<any, any, any> }
+  | { readonly kind: 'process'; readonly process: ProcessWindowFunction<any, any, any> };
+
+export type NodeSpec =
+  | { readonly kind: 'source'; readonly source: SourceDef<any> }
+  | { readonly kind: 'map'; readonly fn: (value: any) => unknown }
+  | { readonly kind: 'filter'; readonly fn: (value: any) => boolean }
+  | { readonly kind: 'flatMap'; readonly fn: (value: any) => Iterable<unknown> }
+  | { readonly kind: 'union' }
+  | { readonly kind: 'keyedProcess'; readonly fn: KeyedProcessFunction<any, any, any, any> }
+  | {
+      readonly kind: 'window';
+      readonly assigner: WindowAssigner;
+      readonly allowedLatenessMs: number;
+      readonly lateTag?: string;
+      readonly fn: WindowFunctionSpec;
+    }
+  | {
+      readonly kind: 'windowJoin';
+      readonly assigner: WindowAssigner;
+      readonly fn: { readonly kind: 'pairs'; readonly join: JoinFunction<any, any, any> } | { readonly kind: 'coGroup'; readonly coGroup: CoGroupFunction<any, any, any, any> };
+    }
+  | { readonly kind: 'intervalJoin'; readonly lowerMs: number; readonly upperMs: number; readonly fn: IntervalJoinFunction<any, any, any, any> }
+  | { readonly kind: 'coProcess'; readonly fn: KeyedCoProcessFunction<any, any, any, any, any> }
+  | { readonly kind: 'sink'; readonly sink: Sink<any> };
+
+export type NodeKind = NodeSpec['kind'];
+
+/** Operators that need keyed (hash-partitioned) inputs. */
+export const KEYED_KINDS: ReadonlySet<NodeKind> = new Set(['keyedProcess', 'window', 'windowJoin', 'intervalJoin', 'coProcess']);
+
+export interface LogicalNode {
+  readonly id: number;
+  name: string;
+  /** True when the user named it; only user names must be unique across the job... and all names are. */
+  userNamed: boolean;
+  readonly spec: NodeSpec;
+  readonly inputs: readonly LogicalInput[];
+  parallelism?: number;
+}
+
+export interface JobOptions {
+  /** Partitions per stage. Default: 2. */
+  readonly parallelism?: number;
+  /** Number of key groups; fixed for the life of the job's state. Default: 128. */
+  readonly maxParallelism?: number;
+}
+
+export class JobGraph {
+  readonly nodes: LogicalNode[] = [];
+  readonly parallelism: number;
+  readonly maxParallelism: number;
+
+  constructor(
+    readonly name: string,
+    options: JobOptions = {},
+  ) {
+    this.parallelism = options.parallelism ?? 2;
+    this.maxParallelism = options.maxParallelism ?? 128;
+  }
+
+  addNode(spec: NodeSpec, inputs: LogicalInput[], name?: string): LogicalNode {
+    const id = this.nodes.length;
+    const node: LogicalNode = {
+      id,
+      name: name ?? `${spec.kind}-${id}`,
+      userNamed: name !== undefined,
+      spec,
+      inputs,
+    };
+    this.nodes.push(node);
+    return node;
+  }
+
+  sources(): LogicalNode[] {
+    return this.nodes.filter((n) => n.spec.kind === 'source');
+  }
+
+  sinks(): LogicalNode[] {
+    return this.nodes.filter((n) => n.spec.kind === 'sink');
+  }
+}

@@ -1,0 +1,48 @@
+/**
+ * The contract between the partition runtime and operators. An operator instance
+ * lives in one partition; the runtime sets the current key before calling it for a
+ * keyed record or timer, and routes what it emits (same stage: a direct call; other
+ * stages: the outbox). All calls are synchronous; I/O happens around the batch.
+ */
+import type { Clock, Key, StreamRecord } from '../api/types.ts';
+import type { LogicalNode } from '../graph/logical.ts';
+
+export type TimeDomain = 'event' | 'processing';
+
+export interface OperatorContext {
+  readonly node: LogicalNode;
+  readonly partition: number;
+  readonly parallelism: number;
+  readonly clock: Clock;
+  /** The partition's current input watermark. */
+  watermark(): number;
+
+  /** Keyed operators only: the key of the record or timer being processed. */
+  currentKey(): Key;
+  /** Switch the current key (operators that fan out over keys, rarely needed). */
+  setCurrentKey(key: Key): void;
+
+  /** Raw keyed state of the current key: fields are the operator's own naming. */
+  stateGet(field: string): unknown;
+  stateSet(field: string, value: unknown): void;
+  stateDelete(field: string): void;
+  /** Live fields of the current key whose names start with prefix, sorted by name. */
+  stateFields(prefix: string): [string, unknown][];
+
+  /** Timers of the current key; registering an existing timer is a no-op. ns separates an operator's uses. */
+  registerTimer(domain: TimeDomain, time: number, ns?: string): void;
+  deleteTimer(domain: TimeDomain, time: number, ns?: string): void;
+
+  /** Emit to the main output or a side-output port. */
+  emit(value: unknown, timestamp: number, port?: string): void;
+}
+
+export interface StreamOperator {
+  processElement(record: StreamRecord, input: number): void;
+  /** A timer of the current key fired. */
+  onTimer?(domain: TimeDomain, time: number, ns: string): void;
+  /** Called after every event-time timer at or before wm has fired. */
+  onWatermark?(wm: number): void;
+}
+
+export type OperatorFactory = (ctx: OperatorContext) => StreamOperator;

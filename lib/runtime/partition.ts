@@ -1,0 +1,513 @@
+/**
+ * The runtime core: one partition of one stage processing a batch of envelopes.
+ * The same code runs in the embedded runtime and in the Lambda operator handler.
+ *
+ * A batch: drop envelopes at or below each channel's high-water mark; push records
+ * through the stage's operator chain; advance the watermark (min over input
+ * channels, idle ones excluded) and fire timers; then commit state writes, timer
+ * changes, progress and the outbox in one atomic commit. Any failure leaves the
+ * committed state as it was: the caller discards this object and reopens.
+ */
+import { type Clock, type Key, keyFromString, keyToString, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
+import { InvariantError, UserCodeError } from '../errors.ts';
+import { channelId, channelsInto, type PhysicalPlan, type StagePlan, type StageEdge, type Successor } from '../graph/compile.ts';
+import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
+import { KEYED_KINDS, type LogicalNode, MAIN_PORT } from '../graph/logical.ts';
+import { createOperator } from '../operators/registry.ts';
+import type { PartitionProgress, PartitionScope, StateBackend, TimerEntry } from '../state/backend.ts';
+import { StateTxn } from '../state/txn.ts';
+import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import type { OperatorContext, StreamOperator, TimeDomain } from './operator.ts';
+import { TimerQueue } from './timers.ts';
+
+export interface PartitionDeps {
+  readonly plan: PhysicalPlan;
+  readonly stage: number;
+  readonly partition: number;
+  readonly backend: StateBackend;
+  readonly clock: Clock;
+}
+
+/** Where a record sits in the input, so that a failing one can be parked alone. */
+export interface RecordLocation {
+  readonly channel: string;
+  readonly seq: number;
+  readonly index: number;
+}
+
+export function locationId(l: RecordLocation): string {
+  return `${l.channel}#${l.seq}#${l.index}`;
+}
+
+/** User code threw on a record; carries where, so a retry can skip it into the dead-letter queue. */
+export class RecordFailedError extends UserCodeError {
+  constructor(
+    operator: string,
+    record: unknown,
+    cause: unknown,
+    readonly location: RecordLocation | undefined,
+  ) {
+    super(operator, record, cause);
+  }
+}
+
+export interface BatchResult {
+  /** Outputs committed with this batch; deliver them, then call outboxDelivered(version). */
+  readonly outbox: OutboxEntry[];
+  readonly version: number;
+  readonly recordsIn: number;
+  readonly duplicatesDropped: number;
+  readonly committed: boolean;
+}
+
+interface NodeRuntime {
+  readonly node: LogicalNode;
+  readonly ctx: NodeContext;
+  op: StreamOperator;
+  readonly routes: Map<string, Successor[]>;
+  readonly timers: { event: TimerQueue; processing: TimerQueue };
+  recordsIn: number;
+}
+
+export interface OperatorStats {
+  readonly name: string;
+  readonly recordsIn: number;
+}
+
+export class PartitionRuntime {
+  readonly scope: PartitionScope;
+  readonly stage: StagePlan;
+  private version = 0;
+  private progress!: { inputs: PartitionProgress['inputs']; outputs: Record<string, number>; outputWatermark: number; outputIdle: boolean };
+  private readonly txn: StateTxn;
+  private readonly nodes = new Map<number, NodeRuntime>();
+  private readonly order: NodeRuntime[] = [];
+  private readonly expectedChannels: string[] = [];
+  private inputWatermark = MIN_WATERMARK;
+  /** Per (edge, target partition): records to send this batch. */
+  private outBuffers = new Map<string, StreamRecord[]>();
+  private sinkBuffers = new Map<string, unknown[]>();
+  private deadLetters: DeadLetter[] = [];
+  private watermarkMoved = false;
+  /** Outbox committed before a crash, to deliver again first. */
+  recoveredOutbox: OutboxEntry[] = [];
+  private current: RecordLocation | undefined;
+
+  private constructor(private readonly deps: PartitionDeps) {
+    this.stage = deps.plan.stages[deps.stage];
+    this.scope = { job: deps.plan.job.name, stage: deps.stage, partition: deps.partition };
+    this.txn = new StateTxn(deps.backend, this.scope);
+    for (const e of this.stage.inputs) this.expectedChannels.push(...channelsInto(deps.plan, deps.plan.edges[e], deps.partition));
+  }
+
+  static async open(deps: PartitionDeps): Promise<PartitionRuntime> {
+    const rt = new PartitionRuntime(deps);
+    await rt.recover();
+    return rt;
+  }
+
+  private async recover(): Promise<void> {
+    const rec = await this.deps.backend.recover(this.scope);
+    this.version = rec.version;
+    this.progress = structuredClone(rec.progress) as typeof this.progress;
+    this.recoveredOutbox = [...rec.outbox];
+    for (const id of this.stage.nodes) this.createNode(this.deps.plan.job.nodes[id]);
+    for (const t of rec.timers) this.nodes.get(t.node)?.timers[t.domain].load(t);
+    this.inputWatermark = this.computeInputWatermark();
+  }
+
+  private createNode(node: LogicalNode): void {
+    const routes = new Map<string, Successor[]>();
+    for (const s of this.deps.plan.successors[node.id]) {
+      const list = routes.get(s.port) ?? [];
+      list.push(s);
+      routes.set(s.port, list);
+    }
+    const rt: NodeRuntime = {
+      node,
+      ctx: undefined as unknown as NodeContext,
+      op: undefined as unknown as StreamOperator,
+      routes,
+      timers: { event: new TimerQueue(), processing: new TimerQueue() },
+      recordsIn: 0,
+    };
+    (rt as { ctx: NodeContext }).ctx = new NodeContext(this, rt, this.deps.plan.job.maxParallelism);
+    rt.op = createOperator(rt.ctx);
+    this.nodes.set(node.id, rt);
+    this.order.push(rt);
+  }
+
+  get currentVersion(): number {
+    return this.version;
+  }
+
+  get watermark(): number {
+    return this.inputWatermark;
+  }
+
+  operatorStats(): OperatorStats[] {
+    return this.order.map((n) => ({ name: n.node.name, recordsIn: n.recordsIn }));
+  }
+
+  /** Process envelopes and commit. `skip`: records (by locationId) to park in the dead-letter queue instead. */
+  async process(envelopes: readonly Envelope[], skip?: ReadonlyMap<string, { error: string; attempts: number }>): Promise<BatchResult> {
+    const fresh: Envelope[] = [];
+    const seen = new Map<string, number>();
+    let dups = 0;
+    for (const env of envelopes) {
+      const last = seen.get(env.channel) ?? this.progress.inputs[env.channel]?.seq ?? 0;
+      if (env.seq <= last) {
+        dups++;
+        continue;
+      }
+      if (env.seq !== last + 1) {
+        throw new InvariantError(`channel ${env.channel} into ${this.scope.job}/${this.stage.name}#${this.scope.partition}: expected seq ${last + 1}, received ${env.seq} (a gap means lost messages)`);
+      }
+      seen.set(env.channel, env.seq);
+      fresh.push(env);
+    }
+    if (fresh.length === 0 && dups > 0) {
+      return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false };
+    }
+    if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
+
+    let recordsIn = 0;
+    for (const env of fresh) {
+      const edge = this.deps.plan.edges[env.edge];
+      const target = this.nodes.get(edge.toNode)!;
+      const keyed = KEYED_KINDS.has(target.node.spec.kind);
+      const records = env.records;
+      for (let i = 0; i < records.length; i++) {
+        const rec = records[i];
+        this.current = { channel: env.channel, seq: env.seq, index: i };
+        if (skip) {
+          const parked = skip.get(locationId(this.current));
+          if (parked) {
+            this.deadLetters.push({ operator: target.node.name, ...this.current, record: rec, error: parked.error, attempts: parked.attempts });
+            continue;
+          }
+        }
+        if (keyed) target.ctx.setCurrentKey(rec.key as Key);
+        this.dispatch(target, rec, edge.toInput);
+      }
+      recordsIn += records.length;
+      this.current = undefined;
+      const ch = (this.progress.inputs[env.channel] ??= { seq: 0, watermark: MIN_WATERMARK, idle: false });
+      ch.seq = env.seq;
+      if (env.watermark > ch.watermark) ch.watermark = env.watermark;
+      ch.idle = env.idle === true;
+      this.advanceWatermark();
+    }
+    this.fireProcessingTimers();
+    const result = await this.commit(recordsIn);
+    return { ...result, duplicatesDropped: dups };
+  }
+
+  /** Fire due processing-time timers (a periodic tick when no input arrives). */
+  async tick(): Promise<BatchResult> {
+    this.fireProcessingTimers();
+    return { ...(await this.commit(0)), duplicatesDropped: 0 };
+  }
+
+  /** The earliest pending processing-time timer (for scheduling ticks). */
+  nextProcessingTime(): number {
+    let t = MAX_WATERMARK;
+    for (const n of this.order) t = Math.min(t, n.timers.processing.peekTime());
+    return t;
+  }
+
+  async outboxDelivered(version: number): Promise<void> {
+    await this.deps.backend.clearOutbox(this.scope, version);
+  }
+
+  private computeInputWatermark(): number {
+    if (this.expectedChannels.length === 0) return MAX_WATERMARK;
+    let wm = MAX_WATERMARK;
+    let active = 0;
+    for (const c of this.expectedChannels) {
+      const ch = this.progress.inputs[c];
+      if (ch?.idle) continue;
+      active++;
+      const w = ch ? ch.watermark : MIN_WATERMARK;
+      if (w < wm) wm = w;
+    }
+    return active === 0 ? this.inputWatermark : wm;
+  }
+
+  private allInputsIdle(): boolean {
+    return this.expectedChannels.length > 0 && this.expectedChannels.every((c) => this.progress.inputs[c]?.idle);
+  }
+
+  private advanceWatermark(): void {
+    const idle = this.allInputsIdle();
+    if (idle !== this.progress.outputIdle) {
+      this.progress.outputIdle = idle;
+      this.watermarkMoved = true;
+    }
+    const wm = this.computeInputWatermark();
+    if (wm <= this.inputWatermark) return;
+    this.inputWatermark = wm;
+    for (const n of this.order) {
+      for (let t = n.timers.event.pollUpTo(wm); t; t = n.timers.event.pollUpTo(wm)) this.fireTimer(n, t);
+      if (n.op.onWatermark) this.guard(n, undefined, () => n.op.onWatermark!(wm));
+    }
+    this.progress.outputWatermark = wm;
+    this.watermarkMoved = true;
+  }
+
+  private fireProcessingTimers(): void {
+    const now = this.deps.clock.now();
+    for (const n of this.order) {
+      for (let t = n.timers.processing.pollUpTo(now); t; t = n.timers.processing.pollUpTo(now)) this.fireTimer(n, t);
+    }
+  }
+
+  private fireTimer(n: NodeRuntime, t: TimerEntry): void {
+    n.ctx.setCurrentKeyString(t.key, t.kg);
+    this.guard(n, undefined, () => n.op.onTimer?.(t.domain, t.time, t.ns));
+  }
+
+  /** Run operator code; attribute a throw to the operator and the input record. */
+  private guard(n: NodeRuntime, rec: StreamRecord | undefined, f: () => void): void {
+    try {
+      f();
+    } catch (e) {
+      if (e instanceof UserCodeError) throw e;
+      throw new RecordFailedError(n.node.name, rec?.value, e, this.current);
+    }
+  }
+
+  /** @internal Deliver a record to a node of this stage. */
+  dispatch(n: NodeRuntime, rec: StreamRecord, input: number): void {
+    n.recordsIn++;
+    try {
+      n.op.processElement(rec, input);
+    } catch (e) {
+      if (e instanceof UserCodeError) throw e;
+      throw new RecordFailedError(n.node.name, rec.value, e, this.current);
+    }
+  }
+
+  /** @internal Route an emitted record to the node's successors. */
+  route(n: NodeRuntime, value: unknown, timestamp: number, port: string): void {
+    if (n.node.spec.kind === 'sink') {
+      let buf = this.sinkBuffers.get(n.node.name);
+      if (!buf) this.sinkBuffers.set(n.node.name, (buf = []));
+      buf.push(value);
+      return;
+    }
+    const succ = n.routes.get(port);
+    if (!succ) return;
+    for (const s of succ) {
+      if (s.kind === 'local') {
+        this.dispatch(this.nodes.get(s.node)!, { value, timestamp }, s.input);
+      } else {
+        this.sendOnEdge(this.deps.plan.edges[s.edge], value, timestamp);
+      }
+    }
+  }
+
+  private sendOnEdge(edge: StageEdge, value: unknown, timestamp: number): void {
+    const target = this.deps.plan.stages[edge.toStage];
+    let rec: StreamRecord;
+    let p: number;
+    if (edge.partitioning === 'hash') {
+      const key = edge.key!(value);
+      const maxP = this.deps.plan.job.maxParallelism;
+      p = partitionOfKeyGroup(keyGroupOfString(keyToString(key), maxP), target.parallelism, maxP);
+      rec = { value, timestamp, key };
+    } else {
+      p = this.scope.partition % target.parallelism;
+      rec = { value, timestamp };
+    }
+    const id = `${edge.id}>${p}`;
+    let buf = this.outBuffers.get(id);
+    if (!buf) this.outBuffers.set(id, (buf = []));
+    buf.push(rec);
+  }
+
+  /** @internal */
+  get stateTxn(): StateTxn {
+    return this.txn;
+  }
+
+  /** @internal */
+  get clock(): Clock {
+    return this.deps.clock;
+  }
+
+  private async prefetchFor(envelopes: readonly Envelope[]): Promise<void> {
+    const want = new Map<string, { kg: number; entity: string }>();
+    const maxP = this.deps.plan.job.maxParallelism;
+    for (const env of envelopes) {
+      const node = this.deps.plan.job.nodes[this.deps.plan.edges[env.edge].toNode];
+      if (!KEYED_KINDS.has(node.spec.kind)) continue;
+      for (const r of env.records) {
+        const ks = keyToString(r.key as Key);
+        const entity = entityId(node.name, ks);
+        if (!want.has(entity)) want.set(entity, { kg: keyGroupOfString(ks, maxP), entity });
+      }
+    }
+    // Timers that may fire in this batch: all due processing timers and event timers up to the highest watermark offered.
+    const maxWm = envelopes.reduce((m, e) => Math.max(m, e.watermark), this.inputWatermark);
+    const now = this.deps.clock.now();
+    for (const n of this.order) {
+      for (const t of [...n.timers.event.liveUpTo(maxWm), ...n.timers.processing.liveUpTo(now)]) {
+        const entity = entityId(n.node.name, t.key);
+        if (!want.has(entity)) want.set(entity, { kg: t.kg, entity });
+      }
+    }
+    if (want.size) await this.deps.backend.prefetch(this.scope, [...want.values()]);
+  }
+
+  private async commit(recordsIn: number): Promise<Omit<BatchResult, 'duplicatesDropped'>> {
+    const outbox: OutboxEntry[] = [];
+    const self = this.scope.partition;
+    for (const eId of this.stage.outputs) {
+      const edge = this.deps.plan.edges[eId];
+      const targetP = this.deps.plan.stages[edge.toStage].parallelism;
+      for (let p = 0; p < targetP; p++) {
+        if (edge.partitioning !== 'hash' && p !== self % targetP) continue;
+        const id = `${eId}>${p}`;
+        const records = this.outBuffers.get(id);
+        if (!records?.length && !this.watermarkMoved) continue;
+        const seq = (this.progress.outputs[id] ?? 0) + 1;
+        this.progress.outputs[id] = seq;
+        outbox.push({
+          kind: 'channel',
+          envelope: {
+            channel: channelId(eId, self),
+            edge: eId,
+            toPartition: p,
+            seq,
+            records: records ?? [],
+            watermark: this.progress.outputWatermark,
+            idle: this.progress.outputIdle || undefined,
+          },
+        });
+      }
+    }
+    for (const [sink, records] of this.sinkBuffers) {
+      if (!records.length) continue;
+      const id = `sink:${sink}`;
+      const seq = (this.progress.outputs[id] ?? 0) + 1;
+      this.progress.outputs[id] = seq;
+      outbox.push({ kind: 'sink', delivery: { sink, producer: `${this.stage.id}:${self}`, seq, records } });
+    }
+    for (const d of this.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
+
+    const writes = this.txn.writes();
+    const timerAdds: TimerEntry[] = [];
+    const timerDeletes: TimerEntry[] = [];
+    for (const n of this.order) {
+      for (const q of [n.timers.event, n.timers.processing]) {
+        timerAdds.push(...q.added.values());
+        timerDeletes.push(...q.deleted.values());
+      }
+    }
+    const changed = recordsIn > 0 || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
+    if (changed) {
+      await this.deps.backend.commit({
+        scope: this.scope,
+        expectedVersion: this.version,
+        writes,
+        timerAdds,
+        timerDeletes,
+        progress: structuredClone(this.progress),
+        outbox,
+      });
+      this.version++;
+    }
+    this.txn.reset();
+    for (const n of this.order) {
+      n.timers.event.clearChanges();
+      n.timers.processing.clearChanges();
+    }
+    this.outBuffers = new Map();
+    this.sinkBuffers = new Map();
+    this.deadLetters = [];
+    this.watermarkMoved = false;
+    return { outbox, version: this.version, recordsIn, committed: changed };
+  }
+}
+
+export function entityId(operator: string, keyString: string): string {
+  return `${operator}\u0001${keyString}`;
+}
+
+/** The operator context: binds an operator to its partition, current key, state and timers. */
+class NodeContext implements OperatorContext {
+  private key: Key | undefined;
+  private keyString = '';
+  private kg = 0;
+  private entity = '';
+  readonly node: LogicalNode;
+  readonly partition: number;
+  readonly parallelism: number;
+  readonly clock: Clock;
+  private readonly maxP: number;
+
+  constructor(
+    private readonly rt: PartitionRuntime,
+    private readonly n: NodeRuntime,
+    maxParallelism: number,
+  ) {
+    this.maxP = maxParallelism;
+    this.node = n.node;
+    this.partition = rt.scope.partition;
+    this.parallelism = rt.stage.parallelism;
+    this.clock = rt.clock;
+  }
+
+  watermark(): number {
+    return this.rt.watermark;
+  }
+
+  currentKey(): Key {
+    if (this.key === undefined) throw new InvariantError(`operator "${this.node.name}" asked for a key outside a keyed context`);
+    return this.key;
+  }
+
+  setCurrentKey(key: Key): void {
+    if (key === this.key) return;
+    const ks = keyToString(key);
+    this.key = key;
+    this.keyString = ks;
+    this.kg = keyGroupOfString(ks, this.maxP);
+    this.entity = entityId(this.node.name, ks);
+  }
+
+  /** @internal From a timer: the key's string form and key group are stored with it. */
+  setCurrentKeyString(ks: string, kg: number): void {
+    if (ks === this.keyString && this.key !== undefined) return;
+    this.keyString = ks;
+    this.key = keyFromString(ks);
+    this.kg = kg;
+    this.entity = entityId(this.node.name, ks);
+  }
+
+  stateGet(field: string): unknown {
+    return this.rt.stateTxn.get(this.kg, this.entity, field);
+  }
+  stateSet(field: string, value: unknown): void {
+    this.rt.stateTxn.set(this.kg, this.entity, field, value);
+  }
+  stateDelete(field: string): void {
+    this.rt.stateTxn.delete(this.kg, this.entity, field);
+  }
+  stateFields(prefix: string): [string, unknown][] {
+    return this.rt.stateTxn.fields(this.kg, this.entity, prefix);
+  }
+
+  registerTimer(domain: TimeDomain, time: number, ns = ''): void {
+    this.n.timers[domain].register({ node: this.node.id, domain, time, kg: this.kg, key: this.keyString, ns });
+  }
+  deleteTimer(domain: TimeDomain, time: number, ns = ''): void {
+    this.n.timers[domain].delete({ node: this.node.id, domain, time, kg: this.kg, key: this.keyString, ns });
+  }
+
+  emit(value: unknown, timestamp: number, port: string = MAIN_PORT): void {
+    this.rt.route(this.n, value, timestamp, port);
+  }
+}
+

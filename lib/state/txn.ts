@@ -1,0 +1,94 @@
+/**
+ * The per-batch view of keyed state: reads fall through to the backend's committed
+ * values, writes stay in an overlay until the batch commits. Values read are copied,
+ * so a change counts only when written back (as with DynamoDB or RocksDB), and a
+ * crash before the commit leaves committed state untouched.
+ */
+import type { PartitionScope, StateBackend, StateWrite } from './backend.ts';
+
+const DELETED: unique symbol = Symbol('deleted');
+
+interface EntityOverlay {
+  readonly kg: number;
+  readonly values: Map<string, unknown>;
+  readonly dirty: Set<string>;
+}
+
+/** Copies JSON-like values (state must be JSON-serialisable to live in DynamoDB). */
+export function cloneValue<T>(v: T): T {
+  if (v === null || typeof v !== 'object') return v;
+  if (Array.isArray(v)) return v.map(cloneValue) as T;
+  const out: Record<string, unknown> = {};
+  for (const k in v) out[k] = cloneValue((v as Record<string, unknown>)[k]);
+  return out as T;
+}
+
+export class StateTxn {
+  private overlay = new Map<string, EntityOverlay>();
+
+  constructor(
+    private readonly backend: StateBackend,
+    private readonly scope: PartitionScope,
+  ) {}
+
+  private entityOverlay(kg: number, entity: string): EntityOverlay {
+    let o = this.overlay.get(entity);
+    if (!o) this.overlay.set(entity, (o = { kg, values: new Map(), dirty: new Set() }));
+    return o;
+  }
+
+  get(kg: number, entity: string, field: string): unknown {
+    const o = this.entityOverlay(kg, entity);
+    if (o.values.has(field)) {
+      const v = o.values.get(field);
+      return v === DELETED ? undefined : v;
+    }
+    const committed = this.backend.peek(this.scope, kg, entity)?.get(field);
+    const copy = cloneValue(committed);
+    o.values.set(field, copy === undefined ? DELETED : copy);
+    return copy;
+  }
+
+  set(kg: number, entity: string, field: string, value: unknown): void {
+    const o = this.entityOverlay(kg, entity);
+    o.values.set(field, value === undefined ? DELETED : value);
+    o.dirty.add(field);
+  }
+
+  delete(kg: number, entity: string, field: string): void {
+    this.set(kg, entity, field, undefined);
+  }
+
+  /** Every live field of an entity whose name starts with prefix (committed merged with the overlay). */
+  fields(kg: number, entity: string, prefix: string): [string, unknown][] {
+    const o = this.entityOverlay(kg, entity);
+    const out = new Map<string, unknown>();
+    const committed = this.backend.peek(this.scope, kg, entity);
+    if (committed) {
+      for (const [f, v] of committed) if (f.startsWith(prefix) && !o.values.has(f)) out.set(f, cloneValue(v));
+    }
+    for (const [f, v] of o.values) if (f.startsWith(prefix) && v !== DELETED) out.set(f, v);
+    return [...out].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  }
+
+  /** The writes to commit: every dirty field once, with its final value. */
+  writes(): StateWrite[] {
+    const out: StateWrite[] = [];
+    for (const [entity, o] of this.overlay) {
+      for (const field of o.dirty) {
+        const v = o.values.get(field);
+        out.push({ kg: o.kg, entity, field, value: v === DELETED ? undefined : v });
+      }
+    }
+    return out;
+  }
+
+  /** Entities touched in this batch (for incremental snapshots). */
+  touchedEntities(): number {
+    return this.overlay.size;
+  }
+
+  reset(): void {
+    this.overlay = new Map();
+  }
+}

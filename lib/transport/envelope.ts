@@ -1,0 +1,45 @@
+/**
+ * What travels between partitions. One envelope carries a batch of records from one
+ * producer partition to one consumer partition over one edge (a channel), with the
+ * producer's sequence number and watermark. Consumers drop any envelope at or below
+ * the channel's high-water mark, so redeliveries never count twice.
+ */
+import type { StreamRecord } from '../api/types.ts';
+
+export interface Envelope {
+  /** `${edge}:${fromPartition}`: unique per (edge, producer partition); the consumer's dedup scope. */
+  readonly channel: string;
+  readonly edge: number;
+  readonly toPartition: number;
+  /** 1, 2, 3, ... per (channel, consumer partition). */
+  readonly seq: number;
+  readonly records: readonly StreamRecord[];
+  /** The producer's watermark after these records. */
+  readonly watermark: number;
+  /** The producer has no data and does not hold event time back. */
+  readonly idle?: boolean;
+}
+
+/** A committed batch for a sink, named for idempotent delivery. */
+export interface SinkDelivery {
+  readonly sink: string;
+  readonly producer: string;
+  readonly seq: number;
+  readonly records: readonly unknown[];
+}
+
+/** A record that made user code throw past its retries, parked with its error. */
+export interface DeadLetter {
+  readonly operator: string;
+  readonly channel: string;
+  readonly seq: number;
+  readonly index: number;
+  readonly record: StreamRecord;
+  readonly error: string;
+  readonly attempts: number;
+}
+
+export type OutboxEntry =
+  | { readonly kind: 'channel'; readonly envelope: Envelope }
+  | { readonly kind: 'sink'; readonly delivery: SinkDelivery }
+  | { readonly kind: 'deadLetter'; readonly deadLetter: DeadLetter };
