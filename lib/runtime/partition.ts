@@ -26,6 +26,8 @@ export interface PartitionDeps {
   readonly partition: number;
   readonly backend: StateBackend;
   readonly clock: Clock;
+  /** Fault-injection hook: runs after processing, before the commit. */
+  readonly beforeCommit?: () => void;
 }
 
 /** Where a record sits in the input, so that a failing one can be parked alone. */
@@ -405,6 +407,7 @@ export class PartitionRuntime {
         timerDeletes.push(...q.deleted.values());
       }
     }
+    this.deps.beforeCommit?.();
     const changed = recordsIn > 0 || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
     if (changed) {
       await this.deps.backend.commit({

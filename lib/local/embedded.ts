@@ -1,0 +1,416 @@
+/**
+ * The embedded runtime: a whole job in one process. Each stage partition has a
+ * bounded FIFO input queue; a deterministic scheduler runs ready partitions
+ * downstream-first (so queues drain and memory stays bounded), then pulls sources
+ * while the first stages have room. Partitions commit every batch to the state
+ * backend (state + progress + outbox, atomically) before anything is delivered,
+ * so crashes and duplicate deliveries never change the results.
+ *
+ * Output order is a pure function of the job, its input and its configuration:
+ * the scheduler visits stages in reverse order and partitions in index order.
+ */
+import type { Sink } from '../api/sinks.ts';
+import type { SourceBinding, SourceDef } from '../api/sources.ts';
+import { type Clock, MAX_WATERMARK, systemClock } from '../api/types.ts';
+import type { Job } from '../api/stream.ts';
+import { BackPressureError, InjectedCrash, SluiceError } from '../errors.ts';
+import { compile, type PhysicalPlan } from '../graph/compile.ts';
+import { locationId, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
+import { InMemoryStateBackend } from '../state/memory.ts';
+import type { StateBackend } from '../state/backend.ts';
+import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import type { FaultInjector } from './faults.ts';
+import type { IngestTarget, OfferResult } from './ingest-target.ts';
+import { createReader, IngestBuffer, type RejectedInput, type SourceReader, SourcePartitioner, toRecord } from './sources.ts';
+
+export interface EmbeddedOptions {
+  /** Default: a fresh InMemoryStateBackend. */
+  readonly backend?: StateBackend;
+  /** Default: the system clock. */
+  readonly clock?: Clock;
+  /** Replace sinks by name (for example `sluice run --output`). */
+  readonly sinks?: Readonly<Record<string, Sink<any>>>;
+  /** Rebind sources by name (for example `sluice run --input`). */
+  readonly sources?: Readonly<Record<string, SourceBinding<any>>>;
+  /** Records per source envelope. Default 512. */
+  readonly sourceBatchSize?: number;
+  /** Envelopes per partition batch (one commit). Default 32. */
+  readonly maxEnvelopesPerBatch?: number;
+  /** Records a partition's input queue may hold before upstream waits. Default 65536. */
+  readonly queueCapacity?: number;
+  /** Attempts of a record whose user code throws before it is dead-lettered. Default 3. */
+  readonly maxAttempts?: number;
+  readonly faults?: FaultInjector;
+}
+
+interface Slot {
+  readonly stage: number;
+  readonly partition: number;
+  runtime: PartitionRuntime;
+  queue: Envelope[];
+  head: number;
+  queuedRecords: number;
+  readonly failures: Map<string, { error: string; attempts: number }>;
+  readonly skip: Map<string, { error: string; attempts: number }>;
+}
+
+interface SourceSlot {
+  readonly def: SourceDef<any>;
+  readonly reader: SourceReader;
+  readonly partitioner: SourcePartitioner;
+  readonly stage: number;
+  done: boolean;
+}
+
+export interface RuntimeStats {
+  readonly recordsIn: Record<string, number>;
+  readonly sourceRecords: number;
+  readonly watermarks: Record<string, number>;
+  readonly queuedRecords: number;
+  readonly deadLetters: number;
+  readonly rejectedInputs: number;
+  readonly duplicatesDropped: number;
+  readonly commits: number;
+  readonly recoveries: number;
+}
+
+export class EmbeddedRuntime implements IngestTarget {
+  readonly plan: PhysicalPlan;
+  readonly backend: StateBackend;
+  readonly clock: Clock;
+  readonly deadLetters: DeadLetter[] = [];
+  readonly rejectedInputs: RejectedInput[] = [];
+  private readonly slots: Slot[][] = [];
+  private readonly sources: SourceSlot[] = [];
+  private readonly sinks = new Map<string, Sink<any>>();
+  private readonly deadLetterIds = new Set<string>();
+  private readonly opts: Required<Pick<EmbeddedOptions, 'sourceBatchSize' | 'maxEnvelopesPerBatch' | 'queueCapacity' | 'maxAttempts'>>;
+  private started = false;
+  private stopping = false;
+  private wake?: () => void;
+  private counters = { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0 };
+
+  constructor(
+    readonly job: Job,
+    private readonly options: EmbeddedOptions = {},
+  ) {
+    this.plan = compile(job.graph);
+    this.backend = options.backend ?? new InMemoryStateBackend();
+    this.clock = options.clock ?? systemClock;
+    this.opts = {
+      sourceBatchSize: options.sourceBatchSize ?? 512,
+      maxEnvelopesPerBatch: options.maxEnvelopesPerBatch ?? 32,
+      queueCapacity: options.queueCapacity ?? 65536,
+      maxAttempts: options.maxAttempts ?? 3,
+    };
+    for (const node of this.plan.job.sinks()) {
+      if (node.spec.kind !== 'sink') continue;
+      this.sinks.set(node.name, options.sinks?.[node.name] ?? node.spec.sink);
+    }
+  }
+
+  /** Open partitions (recovering committed state), sinks and sources. */
+  async start(): Promise<void> {
+    if (this.started) return;
+    this.started = true;
+    for (const s of this.sinks.values()) await s.open?.();
+    for (const stage of this.plan.stages) {
+      const row: Slot[] = [];
+      for (let p = 0; p < stage.parallelism; p++) {
+        const runtime = await this.openPartition(stage.id, p);
+        row.push({ stage: stage.id, partition: p, runtime, queue: [], head: 0, queuedRecords: 0, failures: new Map(), skip: new Map() });
+      }
+      this.slots.push(row);
+    }
+    for (const row of this.slots) for (const slot of row) await this.deliver(slot.runtime.recoveredOutbox);
+    for (const edge of this.plan.edges) {
+      if (edge.from.kind !== 'source') continue;
+      const node = this.plan.job.nodes[edge.toNode];
+      if (node.spec.kind !== 'source') continue;
+      const def = node.spec.source;
+      const binding = this.options.sources?.[def.name] ?? def.binding;
+      this.sources.push({
+        def,
+        reader: createReader(binding, def.name, this.clock),
+        partitioner: new SourcePartitioner(def, edge.id, this.plan.stages[edge.toStage].parallelism, this.clock),
+        stage: edge.toStage,
+        done: false,
+      });
+    }
+  }
+
+  /** Run until every bounded source is exhausted and all results are out; then close sinks. */
+  async run(): Promise<RuntimeStats> {
+    await this.start();
+    if (this.sources.some((s) => !s.reader.bounded)) {
+      throw new BackPressureError(0, 'run() needs bounded sources; use start() + loop() for unbounded ones');
+    }
+    await this.loop(() => this.sources.every((s) => s.done) && this.idle());
+    await this.close();
+    return this.stats();
+  }
+
+  /** Run the scheduler until `until()` holds or stop() is called. */
+  async loop(until: () => boolean = () => false): Promise<void> {
+    await this.start();
+    while (!this.stopping) {
+      const progressed = await this.step();
+      if (until()) return;
+      if (!progressed) await this.waitForWork();
+    }
+  }
+
+  stop(): void {
+    this.stopping = true;
+    this.wake?.();
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sinks.values()) await s.close?.();
+    for (const s of this.sources) s.reader.close?.();
+  }
+
+  /** One scheduling round; true when anything happened. */
+  async step(): Promise<boolean> {
+    let progressed = false;
+    for (let s = this.slots.length - 1; s >= 0; s--) {
+      if (!this.downstreamHasRoom(s)) continue;
+      for (const slot of this.slots[s]) {
+        if (slot.head < slot.queue.length) {
+          await this.processSlot(slot);
+          progressed = true;
+        }
+      }
+    }
+    for (const src of this.sources) {
+      if (await this.pullSource(src)) progressed = true;
+    }
+    if (await this.tickTimers()) progressed = true;
+    return progressed;
+  }
+
+  private idle(): boolean {
+    return this.slots.every((row) => row.every((s) => s.head >= s.queue.length));
+  }
+
+  private async waitForWork(): Promise<void> {
+    const nextTimer = Math.min(...this.slots.flat().map((s) => s.runtime.nextProcessingTime()));
+    const delay = Math.max(1, Math.min(50, Number.isFinite(nextTimer) ? nextTimer - this.clock.now() : 50));
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, delay);
+      this.wake = () => {
+        clearTimeout(t);
+        resolve();
+      };
+    });
+    this.wake = undefined;
+  }
+
+  private downstreamHasRoom(stage: number): boolean {
+    for (const e of this.plan.stages[stage].outputs) {
+      const target = this.plan.edges[e].toStage;
+      if (this.slots[target].some((s) => s.queuedRecords >= this.opts.queueCapacity)) return false;
+    }
+    return true;
+  }
+
+  private async pullSource(src: SourceSlot): Promise<boolean> {
+    if (src.done) return false;
+    const room = this.slots[src.stage].every((s) => s.queuedRecords < this.opts.queueCapacity);
+    let progressed = false;
+    if (room) {
+      const batch = this.opts.sourceBatchSize;
+      const { events, done, rejected } = await src.reader.pull(batch * src.partitioner.partitions);
+      if (rejected?.length) this.rejectedInputs.push(...rejected);
+      for (let i = 0; i < events.length; i += batch) {
+        const records = [];
+        for (const e of events.slice(i, i + batch)) {
+          const r = toRecord(src.def, e, this.clock);
+          if (typeof r === 'string') this.rejectedInputs.push({ source: src.def.name, position: `event ${this.counters.sourceRecords + i}`, error: r });
+          else records.push(r);
+        }
+        this.counters.sourceRecords += records.length;
+        if (records.length) this.enqueue(src.partitioner.envelopeFor(records));
+      }
+      progressed = events.length > 0;
+      if (done) {
+        src.done = true;
+        for (const env of src.partitioner.finalEnvelopes()) this.enqueue(env);
+        return true;
+      }
+    }
+    for (const env of src.partitioner.idleEnvelopes()) {
+      this.enqueue(env);
+      progressed = true;
+    }
+    return progressed;
+  }
+
+  private async tickTimers(): Promise<boolean> {
+    const now = this.clock.now();
+    let progressed = false;
+    for (const row of this.slots) {
+      for (const slot of row) {
+        if (slot.runtime.nextProcessingTime() > now) continue;
+        await this.runBatch(slot, () => slot.runtime.tick(), 0);
+        progressed = true;
+      }
+    }
+    return progressed;
+  }
+
+  private enqueue(env: Envelope): void {
+    const slot = this.slots[this.plan.edges[env.edge].toStage][env.toPartition];
+    slot.queue.push(env);
+    slot.queuedRecords += env.records.length;
+  }
+
+  private async processSlot(slot: Slot): Promise<void> {
+    const end = Math.min(slot.queue.length, slot.head + this.opts.maxEnvelopesPerBatch);
+    const batch = slot.queue.slice(slot.head, end);
+    const skip = slot.skip.size ? slot.skip : undefined;
+    await this.runBatch(slot, () => slot.runtime.process(batch, skip), end - slot.head);
+  }
+
+  /** One batch with the crash-recovery policy: on any failure, reopen from committed state and let the queue redeliver. */
+  private async runBatch(slot: Slot, work: () => ReturnType<PartitionRuntime['process']>, envelopes: number): Promise<void> {
+    const faults = this.options.faults;
+    try {
+      const result = await work();
+      if (result.committed) this.counters.commits++;
+      this.counters.duplicatesDropped += result.duplicatesDropped;
+      faults?.maybeCrash('after-commit');
+      await this.deliver(result.outbox);
+      faults?.maybeCrash('after-deliver');
+      if (result.outbox.length) await slot.runtime.outboxDelivered(result.version);
+      faults?.maybeCrash('before-ack');
+      this.ack(slot, envelopes);
+    } catch (e) {
+      if (e instanceof RecordFailedError && e.location) {
+        const id = locationId(e.location);
+        const f = slot.failures.get(id) ?? { error: e.message, attempts: 0 };
+        f.attempts++;
+        slot.failures.set(id, f);
+        if (f.attempts >= this.opts.maxAttempts) slot.skip.set(id, f);
+      } else if (!(e instanceof InjectedCrash) && !(e instanceof SluiceError && e.retryable)) {
+        throw e;
+      }
+      await this.recover(slot);
+    }
+  }
+
+  private ack(slot: Slot, envelopes: number): void {
+    for (let i = 0; i < envelopes; i++) slot.queuedRecords -= slot.queue[slot.head + i].records.length;
+    slot.head += envelopes;
+    if (slot.head === slot.queue.length) {
+      slot.queue = [];
+      slot.head = 0;
+    } else if (slot.head > 1024) {
+      slot.queue = slot.queue.slice(slot.head);
+      slot.head = 0;
+    }
+  }
+
+  /** Crash recovery: a fresh runtime from committed state; its undelivered outbox goes out again. */
+  private async recover(slot: Slot): Promise<void> {
+    this.counters.recoveries++;
+    slot.runtime = await this.openPartition(slot.stage, slot.partition);
+    await this.deliver(slot.runtime.recoveredOutbox);
+    if (slot.runtime.recoveredOutbox.length) await slot.runtime.outboxDelivered(slot.runtime.currentVersion);
+  }
+
+  private openPartition(stage: number, partition: number): Promise<PartitionRuntime> {
+    return PartitionRuntime.open({
+      plan: this.plan,
+      stage,
+      partition,
+      backend: this.backend,
+      clock: this.clock,
+      beforeCommit: this.options.faults ? () => this.options.faults!.maybeCrash('before-commit') : undefined,
+    });
+  }
+
+  private async deliver(outbox: readonly OutboxEntry[]): Promise<void> {
+    const faults = this.options.faults;
+    for (const entry of outbox) {
+      const times = faults?.duplicate() ? 2 : 1;
+      for (let i = 0; i < times; i++) {
+        switch (entry.kind) {
+          case 'channel':
+            this.enqueue(entry.envelope);
+            break;
+          case 'sink':
+            await this.sinks.get(entry.delivery.sink)!.write(entry.delivery);
+            break;
+          case 'deadLetter': {
+            const d = entry.deadLetter;
+            const id = `${d.operator}/${d.channel}#${d.seq}#${d.index}`;
+            if (!this.deadLetterIds.has(id)) {
+              this.deadLetterIds.add(id);
+              this.deadLetters.push(d);
+            }
+            break;
+          }
+        }
+      }
+    }
+  }
+
+  // ---- ingestion (IngestTarget) ----
+
+  streams(): readonly string[] {
+    return this.sources.filter((s) => s.reader instanceof IngestBuffer).map((s) => s.def.name);
+  }
+
+  validate(stream: string, event: unknown): string | undefined {
+    const src = this.sources.find((s) => s.def.name === stream);
+    if (!src) return `stream: expected one of ${this.streams().join(', ')}, received ${stream}`;
+    const r = toRecord(src.def, event, this.clock);
+    return typeof r === 'string' ? r : undefined;
+  }
+
+  offer(stream: string, events: readonly unknown[]): OfferResult {
+    const src = this.sources.find((s) => s.def.name === stream && s.reader instanceof IngestBuffer);
+    if (!src) return { ok: false, retryAfterMs: 1000 };
+    const buffer = src.reader as IngestBuffer;
+    const queued = this.slots[src.stage].reduce((n, s) => n + s.queuedRecords, 0);
+    const capacity = this.opts.queueCapacity * src.partitioner.partitions;
+    if (buffer.size + queued + events.length > capacity) return { ok: false, retryAfterMs: 1000 };
+    buffer.push(events);
+    this.wake?.();
+    return { ok: true };
+  }
+
+  // ---- observability ----
+
+  stats(): RuntimeStats {
+    const recordsIn: Record<string, number> = {};
+    const watermarks: Record<string, number> = {};
+    for (const row of this.slots) {
+      let wm = MAX_WATERMARK;
+      for (const slot of row) {
+        for (const s of slot.runtime.operatorStats()) recordsIn[s.name] = (recordsIn[s.name] ?? 0) + s.recordsIn;
+        wm = Math.min(wm, slot.runtime.watermark);
+      }
+      watermarks[this.plan.stages[row[0].stage].name] = wm;
+    }
+    return {
+      recordsIn,
+      watermarks,
+      sourceRecords: this.counters.sourceRecords,
+      queuedRecords: this.slots.flat().reduce((n, s) => n + s.queuedRecords, 0),
+      deadLetters: this.deadLetters.length,
+      rejectedInputs: this.rejectedInputs.length,
+      duplicatesDropped: this.counters.duplicatesDropped,
+      commits: this.counters.commits,
+      recoveries: this.counters.recoveries,
+    };
+  }
+}
+
+/** Run a bounded job to completion on the embedded runtime. */
+export async function runJob(job: Job, options: EmbeddedOptions = {}): Promise<{ runtime: EmbeddedRuntime; stats: RuntimeStats }> {
+  const runtime = new EmbeddedRuntime(job, options);
+  const stats = await runtime.run();
+  return { runtime, stats };
+}

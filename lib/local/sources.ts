@@ -1,0 +1,206 @@
+/**
+ * Source readers for the embedded runtime and the partitioner that turns read
+ * events into envelopes: timestamps, per-partition watermarks (bounded
+ * out-of-orderness), idleness, and the final +infinity watermark of a bounded input.
+ */
+import { createReadStream } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { validateWithSchema, type SourceBinding, type SourceDef } from '../api/sources.ts';
+import { type Clock, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
+import { channelId } from '../graph/compile.ts';
+import type { Envelope } from '../transport/envelope.ts';
+
+/** An event a source could not turn into a record (bad line, bad timestamp). Counted and reported, never dropped silently. */
+export interface RejectedInput {
+  readonly source: string;
+  readonly position: string;
+  readonly error: string;
+}
+
+export interface SourceReader {
+  /** Up to `max` events; `done` once a bounded source is exhausted. */
+  pull(max: number): Promise<{ events: unknown[]; done: boolean; rejected?: RejectedInput[] }>;
+  readonly bounded: boolean;
+  close?(): void;
+}
+
+class ItemsReader implements SourceReader {
+  readonly bounded = true;
+  private i = 0;
+  constructor(private readonly items: readonly unknown[]) {}
+  async pull(max: number) {
+    const events = this.items.slice(this.i, this.i + max);
+    this.i += events.length;
+    return { events, done: this.i >= this.items.length };
+  }
+}
+
+class GeneratorReader implements SourceReader {
+  readonly bounded: boolean;
+  private n = 0;
+  private startedAt?: number;
+  constructor(
+    private readonly gen: { generate: (n: number) => unknown; count?: number; ratePerSec?: number },
+    private readonly clock: Clock,
+  ) {
+    this.bounded = gen.count !== undefined;
+  }
+  async pull(max: number) {
+    let limit = this.gen.count ?? Number.POSITIVE_INFINITY;
+    if (this.gen.ratePerSec) {
+      this.startedAt ??= this.clock.now();
+      limit = Math.min(limit, Math.floor(((this.clock.now() - this.startedAt) * this.gen.ratePerSec) / 1000));
+    }
+    const end = Math.min(limit, this.n + max);
+    const events: unknown[] = [];
+    for (; this.n < end; this.n++) events.push(this.gen.generate(this.n));
+    return { events, done: this.gen.count !== undefined && this.n >= this.gen.count };
+  }
+}
+
+class FileReader implements SourceReader {
+  readonly bounded = true;
+  private lines?: AsyncIterator<string>;
+  private lineNo = 0;
+  constructor(
+    private readonly path: string,
+    private readonly source: string,
+  ) {}
+  async pull(max: number) {
+    this.lines ??= createInterface({ input: createReadStream(this.path), crlfDelay: Infinity })[Symbol.asyncIterator]();
+    const events: unknown[] = [];
+    const rejected: RejectedInput[] = [];
+    while (events.length < max) {
+      const next = await this.lines.next();
+      if (next.done) return { events, done: true, rejected };
+      this.lineNo++;
+      const line = next.value.trim();
+      if (!line) continue;
+      try {
+        events.push(JSON.parse(line));
+      } catch (e) {
+        rejected.push({ source: this.source, position: `${this.path}:${this.lineNo}`, error: `expected one JSON value per line: ${(e as Error).message}` });
+      }
+    }
+    return { events, done: false, rejected };
+  }
+}
+
+/** Events accepted at the ingestion endpoint wait here until the scheduler pulls them. */
+export class IngestBuffer implements SourceReader {
+  readonly bounded = false;
+  private buffer: unknown[] = [];
+  private head = 0;
+  async pull(max: number) {
+    const events = this.buffer.slice(this.head, this.head + max);
+    this.head += events.length;
+    if (this.head > 4096 && this.head * 2 > this.buffer.length) {
+      this.buffer = this.buffer.slice(this.head);
+      this.head = 0;
+    }
+    return { events, done: false };
+  }
+  push(events: readonly unknown[]): void {
+    for (const e of events) this.buffer.push(e);
+  }
+  get size(): number {
+    return this.buffer.length - this.head;
+  }
+}
+
+export function createReader(binding: SourceBinding<unknown>, source: string, clock: Clock): SourceReader {
+  switch (binding.kind) {
+    case 'items':
+      return new ItemsReader(binding.items);
+    case 'generator':
+      return new GeneratorReader(binding, clock);
+    case 'file':
+      return new FileReader(binding.path, source);
+    case 'ingest':
+      return new IngestBuffer();
+  }
+}
+
+/** Validate an event and read its timestamp; an error message when it cannot become a record. */
+export function toRecord(def: SourceDef<any>, event: unknown, clock: Clock): StreamRecord | string {
+  const invalid = validateWithSchema(def.schema, event);
+  if (invalid) return invalid;
+  let timestamp: number;
+  try {
+    timestamp = def.timestamp ? def.timestamp(event) : clock.now();
+  } catch (e) {
+    return `timestamp: the extractor threw: ${(e as Error).message}`;
+  }
+  if (!Number.isFinite(timestamp)) return `timestamp: expected a finite number of epoch milliseconds, received ${String(timestamp)}`;
+  return { value: event, timestamp };
+}
+
+interface PartitionCursor {
+  seq: number;
+  maxTimestamp: number;
+  watermark: number;
+  lastDataAt: number;
+  idle: boolean;
+}
+
+/**
+ * Spreads a source's records over its partitions in chunks (chunk i goes to
+ * partition i mod P: deterministic), and stamps each envelope with the partition's
+ * watermark. A source partition is its own producer: channel = `${edge}:${p}`.
+ */
+export class SourcePartitioner {
+  private readonly cursors: PartitionCursor[];
+  private next = 0;
+
+  constructor(
+    readonly def: SourceDef<any>,
+    readonly edge: number,
+    readonly partitions: number,
+    private readonly clock: Clock,
+  ) {
+    const now = clock.now();
+    this.cursors = Array.from({ length: partitions }, () => ({ seq: 0, maxTimestamp: MIN_WATERMARK, watermark: MIN_WATERMARK, lastDataAt: now, idle: false }));
+  }
+
+  /** One envelope for the next partition in turn. */
+  envelopeFor(records: StreamRecord[]): Envelope {
+    const p = this.next;
+    this.next = (this.next + 1) % this.partitions;
+    const c = this.cursors[p];
+    for (const r of records) if (r.timestamp > c.maxTimestamp) c.maxTimestamp = r.timestamp;
+    const wm = c.maxTimestamp - this.def.watermark.maxOutOfOrdernessMs - 1;
+    if (wm > c.watermark) c.watermark = wm;
+    c.lastDataAt = this.clock.now();
+    c.idle = false;
+    return this.make(p, records);
+  }
+
+  /** Envelopes marking partitions idle that received nothing for the idle timeout. */
+  idleEnvelopes(): Envelope[] {
+    const timeout = this.def.watermark.idleTimeoutMs;
+    if (timeout === undefined) return [];
+    const now = this.clock.now();
+    const out: Envelope[] = [];
+    this.cursors.forEach((c, p) => {
+      if (!c.idle && c.watermark < MAX_WATERMARK && now - c.lastDataAt >= timeout) {
+        c.idle = true;
+        out.push(this.make(p, []));
+      }
+    });
+    return out;
+  }
+
+  /** End of a bounded input: every partition's watermark goes to +infinity, so every window fires. */
+  finalEnvelopes(): Envelope[] {
+    return this.cursors.map((c, p) => {
+      c.watermark = MAX_WATERMARK;
+      c.idle = false;
+      return this.make(p, []);
+    });
+  }
+
+  private make(p: number, records: StreamRecord[]): Envelope {
+    const c = this.cursors[p];
+    return { channel: channelId(this.edge, p), edge: this.edge, toPartition: p, seq: ++c.seq, records, watermark: c.watermark, idle: c.idle || undefined };
+  }
+}
