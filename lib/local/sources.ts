@@ -125,13 +125,13 @@ export function createReader(binding: SourceBinding<unknown>, source: string, cl
 export function toRecord(def: SourceDef<any>, event: unknown, clock: Clock): StreamRecord | string {
   const invalid = validateWithSchema(def.schema, event);
   if (invalid) return invalid;
-  let timestamp: number;
+  let timestamp: unknown;
   try {
     timestamp = def.timestamp ? def.timestamp(event) : clock.now();
   } catch (e) {
     return `timestamp: the extractor threw: ${(e as Error).message}`;
   }
-  if (!Number.isFinite(timestamp)) return `timestamp: expected a finite number of epoch milliseconds, received ${String(timestamp)}`;
+  if (typeof timestamp !== 'number' || !Number.isFinite(timestamp)) return `timestamp: expected a finite number of epoch milliseconds, received ${JSON.stringify(timestamp) ?? String(timestamp)} (${typeof timestamp})`;
   return { value: event, timestamp };
 }
 
