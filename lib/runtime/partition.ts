@@ -86,8 +86,8 @@ export class PartitionRuntime {
   private readonly order: NodeRuntime[] = [];
   private readonly expectedChannels: string[] = [];
   private inputWatermark = MIN_WATERMARK;
-  /** Per (edge, target partition): records to send this batch. */
-  private outBuffers = new Map<string, StreamRecord[]>();
+  /** Per edge, per target partition: records to send this batch. */
+  private outBuffers = new Map<number, StreamRecord[][]>();
   private sinkBuffers = new Map<string, unknown[]>();
   private deadLetters: DeadLetter[] = [];
   private watermarkMoved = false;
@@ -322,10 +322,9 @@ export class PartitionRuntime {
       p = this.scope.partition % target.parallelism;
       rec = { value, timestamp };
     }
-    const id = `${edge.id}>${p}`;
-    let buf = this.outBuffers.get(id);
-    if (!buf) this.outBuffers.set(id, (buf = []));
-    buf.push(rec);
+    let bufs = this.outBuffers.get(edge.id);
+    if (!bufs) this.outBuffers.set(edge.id, (bufs = []));
+    (bufs[p] ??= []).push(rec);
   }
 
   /** @internal */
@@ -371,7 +370,7 @@ export class PartitionRuntime {
       for (let p = 0; p < targetP; p++) {
         if (edge.partitioning !== 'hash' && p !== self % targetP) continue;
         const id = `${eId}>${p}`;
-        const records = this.outBuffers.get(id);
+        const records = this.outBuffers.get(eId)?.[p];
         if (!records?.length && !this.watermarkMoved) continue;
         const seq = (this.progress.outputs[id] ?? 0) + 1;
         this.progress.outputs[id] = seq;

@@ -25,6 +25,9 @@ export function cloneValue<T>(v: T): T {
 
 export class StateTxn {
   private overlay = new Map<string, EntityOverlay>();
+  /** Operators touch one key several times in a row: skip the map lookup then. */
+  private lastEntity?: string;
+  private lastOverlay?: EntityOverlay;
 
   constructor(
     private readonly backend: StateBackend,
@@ -32,8 +35,11 @@ export class StateTxn {
   ) {}
 
   private entityOverlay(kg: number, entity: string): EntityOverlay {
+    if (entity === this.lastEntity) return this.lastOverlay!;
     let o = this.overlay.get(entity);
     if (!o) this.overlay.set(entity, (o = { kg, values: new Map(), dirty: new Set() }));
+    this.lastEntity = entity;
+    this.lastOverlay = o;
     return o;
   }
 
@@ -90,5 +96,7 @@ export class StateTxn {
 
   reset(): void {
     this.overlay = new Map();
+    this.lastEntity = undefined;
+    this.lastOverlay = undefined;
   }
 }
