@@ -1,0 +1,123 @@
+/**
+ * `sluice dev <job>`: the job on the embedded runtime with its HTTP ingestion
+ * endpoint, and once a second a compact table on stderr (stdout stays for the
+ * job's own stdout sinks). Ctrl-C stops the runtime, the server and the sinks.
+ */
+import { z } from 'zod';
+import { MAX_WATERMARK, MIN_WATERMARK } from '../api/types.ts';
+import { EmbeddedRuntime, type RuntimeStats } from '../local/embedded.ts';
+import { startIngestServer } from '../local/ingest-server.ts';
+import { loadJob, parseParams } from './load-job.ts';
+import { fmt, validateFlags } from './options.ts';
+
+export interface DevCommandOptions {
+  port?: string | number;
+  host?: string;
+  param?: string[];
+  /** Table refresh period; tests shorten it. */
+  intervalMs?: number;
+}
+
+const DevFlags = z.object({
+  port: z.coerce.number().int().min(0).max(65535),
+  host: z.string().min(1),
+});
+
+/** Renders the live table from successive stats snapshots. */
+export class LiveTable {
+  private prev?: { at: number; stats: RuntimeStats };
+  /** Last time each stage's first operator saw input, for the "no input" hint. */
+  private lastInput = new Map<string, number>();
+
+  constructor(private readonly runtime: EmbeddedRuntime) {}
+
+  render(now = Date.now()): string[] {
+    const stats = this.runtime.stats();
+    const dt = this.prev ? (now - this.prev.at) / 1000 : 0;
+    const lines = [`-- ${new Date(now).toISOString().slice(11, 19)}  sources ${fmt.int(stats.sourceRecords)} records, queued ${fmt.int(stats.queuedRecords)}` +
+      `, rejected ${fmt.int(stats.rejectedInputs)}, dead letters ${fmt.int(stats.deadLetters)}`];
+    lines.push(`   ${'operator'.padEnd(24)} ${'records in'.padStart(12)} ${'records/s'.padStart(10)}`);
+    for (const [name, n] of Object.entries(stats.recordsIn)) {
+      const before = this.prev?.stats.recordsIn[name] ?? 0;
+      const rate = dt > 0 ? (n - before) / dt : 0;
+      lines.push(`   ${name.padEnd(24)} ${fmt.int(n).padStart(12)} ${fmt.int(rate).padStart(10)}`);
+    }
+    lines.push(`   ${'stage'.padEnd(24)} ${'watermark'.padStart(24)}  lag`);
+    for (const stage of this.runtime.plan.stages) {
+      const wm = stats.watermarks[stage.name];
+      const firstOp = this.runtime.plan.job.nodes[stage.nodes[0]].name;
+      if ((stats.recordsIn[firstOp] ?? 0) !== (this.prev?.stats.recordsIn[firstOp] ?? 0) || !this.lastInput.has(stage.name)) this.lastInput.set(stage.name, now);
+      const quietMs = now - this.lastInput.get(stage.name)!;
+      let shown: string;
+      let lag: string;
+      if (wm === undefined || wm === MIN_WATERMARK) [shown, lag] = ['-', '-'];
+      else if (wm === MAX_WATERMARK) [shown, lag] = ['end of input', '-'];
+      else [shown, lag] = [new Date(wm).toISOString(), fmt.span(now - wm)];
+      if (quietMs >= 5000) lag += ` (idle: no input for ${fmt.span(quietMs)})`;
+      lines.push(`   ${stage.name.padEnd(24)} ${shown.padStart(24)}  ${lag}`);
+    }
+    this.prev = { at: now, stats };
+    return lines;
+  }
+}
+
+export async function devCommand(jobPath: string, opts: DevCommandOptions, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<void> {
+  const flags = validateFlags(DevFlags, { port: opts.port ?? 8080, host: opts.host ?? '127.0.0.1' }, {
+    port: { flag: '--port', expected: 'an integer from 0 to 65535 (0 = any free port)' },
+    host: { flag: '--host', expected: 'a host name or IP address to listen on' },
+  });
+  const job = await loadJob(jobPath, parseParams(opts.param));
+  const runtime = new EmbeddedRuntime(job);
+  await runtime.start();
+  const server = await startIngestServer(runtime, { port: flags.port, host: flags.host });
+
+  log(`sluice dev: job "${job.name}" on the embedded runtime`);
+  log(`ingestion endpoint ${server.url}  (GET ${server.url}/healthz)`);
+  const streams = runtime.streams();
+  for (const s of streams) log(`  stream "${s}": POST ${server.url}/streams/${encodeURIComponent(s)}/events   (JSON array or JSON lines)`);
+  if (streams.length === 0) log('  (the job has no ingestion streams)');
+  if (streams[0]) log(`publish a file: sluice publish ${streams[0]} events.jsonl --url ${server.url}`);
+  log('Ctrl-C to stop');
+
+  const table = new LiveTable(runtime);
+  table.render();
+  const interval = opts.intervalMs ?? 1000;
+  let nextTick = Date.now() + interval;
+  const tick = () => {
+    const now = Date.now();
+    if (now < nextTick) return false;
+    nextTick = now + interval;
+    for (const line of table.render(now)) log(line);
+    return false;
+  };
+  // The loop polls tick() after every step, so the table keeps coming even when the runtime never idles.
+  const timer = setInterval(tick, interval);
+  const running = runtime.loop(tick);
+
+  let stopping = false;
+  await new Promise<void>((resolveStop) => {
+    const stop = (signal: string) => {
+      if (stopping) {
+        log(`${signal} again: exiting without closing sinks`);
+        process.exit(130);
+      }
+      stopping = true;
+      log(`${signal}: stopping...`);
+      resolveStop();
+    };
+    process.on('SIGINT', () => stop('SIGINT'));
+    process.on('SIGTERM', () => stop('SIGTERM'));
+    running.catch((err) => {
+      log(`runtime failed: ${(err as Error).message}`);
+      process.exitCode = 1;
+      resolveStop();
+    });
+  });
+  clearInterval(timer);
+  runtime.stop();
+  await running.catch(() => undefined);
+  await server.close();
+  await runtime.close();
+  const s = runtime.stats();
+  log(`stopped: ${fmt.int(s.sourceRecords)} records ingested, ${fmt.int(s.rejectedInputs)} rejected, ${fmt.int(s.deadLetters)} dead letters`);
+}
