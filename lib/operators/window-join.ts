@@ -1,6 +1,77 @@
+/**
+ * Windowed join of two keyed inputs (input 0 = left, 1 = right) on equal keys.
+ * Both sides are buffered per window (fields `l${windowKey}` / `r${windowKey}`, in
+ * arrival order); when the watermark reaches end - 1 the window fires with timestamp
+ * end - 1 and its buffers are purged:
+ * - 'pairs': join(left, right, {key, window}) for every pair, left order then right order;
+ * - 'coGroup': coGroup(lefts, rights, info, out) once per window with a record on either side.
+ * Tumbling and sliding windows only. There is no allowed lateness: a record late for
+ * all its windows (end - 1 <= watermark) is dropped and counted in `droppedLate`.
+ */
+import type { Collector, WindowInfo } from '../api/functions.ts';
+import type { Key, StreamRecord } from '../api/types.ts';
+import { JobDefinitionError } from '../errors.ts';
 import type { NodeSpec } from '../graph/logical.ts';
-import type { OperatorContext, StreamOperator } from '../runtime/operator.ts';
-// Placeholder until the window join operator lands (same session).
-export function windowJoinOperator(_ctx: OperatorContext, _spec: Extract<NodeSpec, { kind: 'windowJoin' }>): StreamOperator {
-  throw new Error('window join operator not implemented yet');
+import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
+import type { WindowOperator } from './window.ts';
+import { checkTimestamp, decodeWindowKey, firstWindowStart, type FixedWindows, WindowKeyCache } from './window-state.ts';
+
+export function windowJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec, { kind: 'windowJoin' }>): WindowOperator {
+  const a = spec.assigner;
+  if (a.kind === 'session') {
+    throw new JobDefinitionError(ctx.node.name, 'a tumbling or sliding window for a window join', 'session windows (merging windows are not supported in joins)');
+  }
+  const w: FixedWindows = { size: a.size, slide: a.kind === 'tumbling' ? a.size : a.slide, offset: a.offset };
+  const cache = new WindowKeyCache(w.size, ['l', 'r']);
+  const fn = spec.fn;
+
+  const op = {
+    droppedLate: 0,
+
+    processElement(r: StreamRecord, input: number): void {
+      const t = r.timestamp;
+      checkTimestamp(t);
+      const wm = ctx.watermark();
+      const first = firstWindowStart(t, w);
+      let live = 0;
+      for (let start = first; start <= t; start += w.slide) {
+        const fireAt = start + w.size - 1;
+        if (fireAt <= wm) continue;
+        live++;
+        const names = cache.get(start);
+        const field = input === 0 ? names[1] : names[2];
+        const list = ctx.stateGet(field) as unknown[] | undefined;
+        if (list === undefined) {
+          ctx.stateSet(field, [r.value]);
+          // At most twice per window (once per side); registering again is a no-op.
+          ctx.registerTimer('event', fireAt, names[0]);
+        } else {
+          list.push(r.value);
+          ctx.stateSet(field, list);
+        }
+      }
+      if (live === 0 && first <= t) op.droppedLate++;
+    },
+
+    onTimer(domain: TimeDomain, _time: number, ns: string): void {
+      if (domain !== 'event') return;
+      const lf = 'l' + ns;
+      const rf = 'r' + ns;
+      const lefts = (ctx.stateGet(lf) as unknown[] | undefined) ?? [];
+      const rights = (ctx.stateGet(rf) as unknown[] | undefined) ?? [];
+      if (lefts.length === 0 && rights.length === 0) return;
+      const window = decodeWindowKey(ns);
+      const ts = window.end - 1;
+      const info: WindowInfo<Key> = { key: ctx.currentKey(), window };
+      if (fn.kind === 'pairs') {
+        for (const l of lefts) for (const r of rights) ctx.emit(fn.join(l, r, info), ts);
+      } else {
+        const out: Collector<unknown> = { emit: (value, timestamp) => ctx.emit(value, timestamp ?? ts) };
+        fn.coGroup(lefts, rights, info, out);
+      }
+      ctx.stateDelete(lf);
+      ctx.stateDelete(rf);
+    },
+  };
+  return op;
 }

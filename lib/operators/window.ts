@@ -1,6 +1,103 @@
+/**
+ * The keyed window operator: tumbling, sliding and session windows with an
+ * incremental (aggregate, reduce) or full (process) window function.
+ *
+ * Semantics (Flink's event-time windows with EventTimeTrigger):
+ * - state lives per (key, window): an aggregate keeps only its accumulator, a reduce
+ *   the reduced value, a process function the list of elements (see window-state.ts);
+ * - a window fires when the watermark reaches end - 1; its results carry timestamp
+ *   end - 1; only windows that received a record exist, so empty windows never fire;
+ * - one key's windows that fire at the same watermark fire by end, then start;
+ * - a record is late for a window when end - 1 + allowedLateness <= watermark. It is
+ *   added to every window it is not late for. With allowed lateness, a window's state
+ *   is kept until end - 1 + lateness, and a record arriving after the window fired
+ *   fires it again at once: that late firing emits the window's full updated result,
+ *   an update of the earlier one, not a delta;
+ * - a record late for all its windows goes to the late-data side output when one is
+ *   set, otherwise it is dropped and counted in `droppedLate`.
+ */
+import type { StreamRecord } from '../api/types.ts';
+import type { TimeWindow } from '../api/windows.ts';
 import type { NodeSpec } from '../graph/logical.ts';
-import type { OperatorContext, StreamOperator } from '../runtime/operator.ts';
-// Placeholder until the window operator lands (same session).
-export function windowOperator(_ctx: OperatorContext, _spec: Extract<NodeSpec, { kind: 'window' }>): StreamOperator {
-  throw new Error('window operator not implemented yet');
+import type { OperatorContext, StreamOperator, TimeDomain } from '../runtime/operator.ts';
+import { sessionWindowOperator } from './window-session.ts';
+import { checkTimestamp, decodeWindowKey, firstWindowStart, type FixedWindows, windowContents, WindowKeyCache } from './window-state.ts';
+
+export type WindowSpec = Extract<NodeSpec, { kind: 'window' }>;
+
+export interface WindowOperator extends StreamOperator {
+  /**
+   * Records dropped because they were late for every window they belong to and no
+   * late-data side output was set. Counts this operator instance (one partition,
+   * since it was opened): a metric, not state, so a recovery starts it again at 0.
+   */
+  readonly droppedLate: number;
+}
+
+export function windowOperator(ctx: OperatorContext, spec: WindowSpec): WindowOperator {
+  const a = spec.assigner;
+  if (a.kind === 'session') return sessionWindowOperator(ctx, spec);
+  return fixedWindowOperator(ctx, spec, { size: a.size, slide: a.kind === 'tumbling' ? a.size : a.slide, offset: a.offset });
+}
+
+/** Tumbling and sliding windows: a record's windows are known from its timestamp alone. */
+function fixedWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: FixedWindows): WindowOperator {
+  const contents = windowContents(ctx, spec.fn, spec.allowedLatenessMs > 0);
+  const lateness = spec.allowedLatenessMs;
+  const lateTag = spec.lateTag;
+  const cache = new WindowKeyCache(w.size, ['w']);
+
+  const fire = (contentsValue: unknown, window: TimeWindow) => contents.fire(contentsValue, ctx.currentKey(), window);
+
+  const op = {
+    droppedLate: 0,
+
+    processElement(r: StreamRecord): void {
+      const t = r.timestamp;
+      checkTimestamp(t);
+      const wm = ctx.watermark();
+      const first = firstWindowStart(t, w);
+      let live = 0;
+      // Ascending start: late firings of several windows come out by end, then start.
+      for (let start = first; start <= t; start += w.slide) {
+        const end = start + w.size;
+        const fireAt = end - 1;
+        if (fireAt + lateness <= wm) continue;
+        live++;
+        const [k, field] = cache.get(start);
+        const prev = ctx.stateGet(field);
+        const next = prev === undefined ? contents.first(r.value) : contents.add(prev, r.value);
+        ctx.stateSet(field, next);
+        if (fireAt > wm) {
+          // One timer per window, registered with its first element.
+          if (prev === undefined) ctx.registerTimer('event', fireAt, k);
+        } else {
+          // The window already fired (or would have): fire the update now, keep it until cleanup.
+          fire(next, { start, end });
+          ctx.registerTimer('event', fireAt + lateness, k);
+        }
+      }
+      if (live === 0 && first <= t) {
+        if (lateTag !== undefined) ctx.emit(r.value, t, lateTag);
+        else op.droppedLate++;
+      }
+    },
+
+    onTimer(domain: TimeDomain, time: number, ns: string): void {
+      if (domain !== 'event') return;
+      const field = 'w' + ns;
+      const state = ctx.stateGet(field);
+      if (state === undefined) return;
+      const window = decodeWindowKey(ns);
+      if (time === window.end - 1) {
+        fire(state, window);
+        if (lateness === 0) ctx.stateDelete(field);
+        else ctx.registerTimer('event', time + lateness, ns);
+      } else {
+        // The cleanup timer at end - 1 + lateness.
+        ctx.stateDelete(field);
+      }
+    },
+  };
+  return op;
 }

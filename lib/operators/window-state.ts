@@ -1,0 +1,165 @@
+/**
+ * Shared pieces of the window operators: an order-preserving encoding of times and
+ * windows into state field names and timer namespaces, window enumeration without
+ * allocation, and the per-function "window contents" (what is stored per window and
+ * how a firing turns it into output).
+ *
+ * Field layout of a window operator's keyed state (one entity per key):
+ * - `w${windowKey}`: the window's contents (accumulator, reduced value, or element list);
+ * - `i`: session windows only, the key's open sessions as a flat [start, end, ...] array sorted by start;
+ * - window joins: `l${windowKey}` / `r${windowKey}`, the left / right elements of a window;
+ * - interval joins: `L${time}` / `R${time}`, the left / right elements with that timestamp.
+ * A window's timers use windowKey as namespace, so the runtime's (time, key, ns) order
+ * fires the windows of one key by end, then start.
+ */
+import type { Collector, WindowInfo } from '../api/functions.ts';
+import type { Key } from '../api/types.ts';
+import type { TimeWindow } from '../api/windows.ts';
+import { InputRejectedError, JobDefinitionError } from '../errors.ts';
+import type { WindowFunctionSpec } from '../graph/logical.ts';
+import type { OperatorContext } from '../runtime/operator.ts';
+import { cloneValue } from '../state/txn.ts';
+
+const BIAS = 2 ** 53;
+const TIME_WIDTH = 17;
+const CHAR_P = 'p'.charCodeAt(0);
+
+/**
+ * Fixed-width time encoding whose lexical order is numeric order, negatives included
+ * ('n' sorts before 'p'): timer namespaces and field names must sort like times.
+ */
+export function encodeTime(t: number): string {
+  if (!Number.isSafeInteger(t)) throw new InputRejectedError('timestamp', 'an integer number of milliseconds within ±2^53', String(t));
+  return t >= 0 ? 'p' + String(t).padStart(16, '0') : 'n' + String(BIAS + t).padStart(16, '0');
+}
+
+export function decodeTime(s: string, at: number): number {
+  const n = Number(s.slice(at + 1, at + TIME_WIDTH));
+  return s.charCodeAt(at) === CHAR_P ? n : n - BIAS;
+}
+
+/** End first, then start: the order in which one key's windows must fire. */
+export function windowKey(start: number, end: number): string {
+  return encodeTime(end) + encodeTime(start);
+}
+
+export function decodeWindowKey(k: string): TimeWindow {
+  return { start: decodeTime(k, TIME_WIDTH), end: decodeTime(k, 0) };
+}
+
+/** Event times must be integer milliseconds: window bounds go into fixed-width names. */
+export function checkTimestamp(t: number): void {
+  if (!Number.isSafeInteger(t)) throw new InputRejectedError('timestamp', 'an integer number of epoch milliseconds', String(t));
+}
+
+/** Tumbling and sliding windows as (size, slide, offset); tumbling is slide = size. */
+export interface FixedWindows {
+  readonly size: number;
+  readonly slide: number;
+  readonly offset: number;
+}
+
+/**
+ * The earliest start of a window containing t (t - size < start <= t, start aligned to
+ * slide + offset); iterate `for (s = first; s <= t; s += slide)`. When slide > size a
+ * record may fall in no window: then first > t.
+ */
+export function firstWindowStart(t: number, w: FixedWindows): number {
+  const x = t - w.size;
+  const rem = (x - w.offset) % w.slide;
+  return x - (rem < 0 ? rem + w.slide : rem) + w.slide;
+}
+
+/** Window key (and prefixed field names) by window start: the hot path computes each only once. */
+export class WindowKeyCache {
+  private readonly map = new Map<number, string[]>();
+  constructor(
+    private readonly size: number,
+    private readonly prefixes: readonly string[],
+  ) {}
+
+  /** [windowKey, ...prefix + windowKey]. */
+  get(start: number): string[] {
+    let e = this.map.get(start);
+    if (e === undefined) {
+      // Windows advance with event time: a full cache is mostly stale, so start over.
+      if (this.map.size >= 4096) this.map.clear();
+      const k = windowKey(start, start + this.size);
+      e = [k, ...this.prefixes.map((p) => p + k)];
+      this.map.set(start, e);
+    }
+    return e;
+  }
+}
+
+/** What one window stores and how it becomes output. */
+export interface WindowContents {
+  /** The contents after the window's first element. */
+  first(value: unknown): unknown;
+  /** Add an element; may update in place, returns the new contents. */
+  add(contents: unknown, value: unknown): unknown;
+  /** Contents of two merged (session) windows, `a` the earlier one. */
+  merge(a: unknown, b: unknown): unknown;
+  /** Emit the window's result(s) with timestamp end - 1. */
+  fire(contents: unknown, key: Key, window: TimeWindow): void;
+}
+
+/**
+ * `retained`: the window outlives its firing (allowed lateness). Its result is then
+ * computed from a copy, so that neither the user function nor a downstream operator
+ * holding the emitted record can change the stored contents.
+ */
+export function windowContents(ctx: OperatorContext, fn: WindowFunctionSpec, retained: boolean): WindowContents {
+  const c = windowContentsOf(ctx, fn);
+  if (!retained) return c;
+  const fire = c.fire;
+  return { ...c, fire: (contents, key, window) => fire(cloneValue(contents), key, window) };
+}
+
+function windowContentsOf(ctx: OperatorContext, fn: WindowFunctionSpec): WindowContents {
+  switch (fn.kind) {
+    case 'aggregate': {
+      const { agg, project } = fn;
+      return {
+        first: (v) => agg.add(v, agg.createAccumulator()),
+        add: (acc, v) => agg.add(v, acc),
+        merge: (a, b) => {
+          if (!agg.merge) throw new JobDefinitionError(ctx.node.name, 'an AggregateFunction with merge() for session windows', 'no merge()');
+          return agg.merge(a, b);
+        },
+        fire: (acc, key, window) => {
+          const result = agg.getResult(acc);
+          ctx.emit(project ? project(result, { key, window }) : result, window.end - 1);
+        },
+      };
+    }
+    case 'reduce': {
+      const { reduce, project } = fn;
+      return {
+        // A copy: a reduce function that updates its first argument in place must not
+        // change the input record, which sliding windows share between windows.
+        first: (v) => cloneValue(v),
+        add: (acc, v) => reduce(acc, v),
+        merge: (a, b) => reduce(a, b),
+        fire: (acc, key, window) => ctx.emit(project ? project(acc, { key, window }) : acc, window.end - 1),
+      };
+    }
+    case 'process': {
+      const { process } = fn;
+      return {
+        first: (v) => [v],
+        add: (list, v) => {
+          (list as unknown[]).push(v);
+          return list;
+        },
+        merge: (a, b) => (a as unknown[]).concat(b as unknown[]),
+        fire: (list, key, window) => {
+          const ts = window.end - 1;
+          const out: Collector<unknown> = { emit: (value, timestamp) => ctx.emit(value, timestamp ?? ts) };
+          const info: WindowInfo<Key> = { key, window };
+          process(list as unknown[], info, out);
+        },
+      };
+    }
+  }
+}
