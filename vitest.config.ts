@@ -6,5 +6,7 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 120_000,
     pool: 'forks',
+    // DynamoDB Local and fauxqs, once per run; endpoints reach tests through inject().
+    globalSetup: ['test/support/global-setup.ts'],
   },
 });

@@ -1,0 +1,370 @@
+/**
+ * The DynamoDB state backend: the same commit semantics as InMemoryStateBackend
+ * (version-fenced, all-or-nothing, outbox kept until delivered), on one table per job.
+ *
+ * Key layout (pk, sk are strings; every value is JSON text with tags, see dynamodb-layout.ts):
+ *
+ *   state   pk `${job}#s#${stage}#${kg}`          sk entityKey(entity) + U+0001 + field    v, [e], [f]
+ *   version pk `${job}#p#${stage}#${partition}`    sk `#`                                   ver, prog, [pend, pn]
+ *   timer   (same pk)                              sk `t#${timerId}`                         v
+ *   outbox  (same pk)                              sk `o#${version:16}#${chunk:4}`           v
+ *   redo    (same pk)                              sk `x#${commitId}#${chunk:4}`             v, expires (TTL)
+ *
+ * State lives per (stage, key group), so one Query reads a key group and rescaling only
+ * moves routing. One item per field (map entries too), so large map states are not
+ * bound by the 400 KB item limit. entityKey() escapes U+0001/U+0002 so that
+ * begins_with(entityKey(E) + U+0001) matches E's fields and never those of an entity
+ * that merely starts with E; very long entities or fields are hashed (full name in e/f).
+ * Control items sit under one pk per partition: `#` sorts before `o#` and `t#`, and
+ * recover() reads it first, so a writer that moves the version later fails our fence.
+ *
+ * Commit: one TransactWriteItems holding the version item (condition: `ver = expected`
+ * and no pending redo, or attribute_not_exists for version 0; ALL_OLD on failure, so
+ * the conflict names the stored version), the state Puts/Deletes, timer Puts/Deletes
+ * and the outbox chunks, with a ClientRequestToken so the SDK's own retries are idempotent.
+ *
+ * Batches over 100 items or ~3.5 MB use a redo log, so they stay atomic for every
+ * reader that goes through recover() (the partition runtime always does):
+ *   1. write the batch's operations as log chunks `x#${uuid}#n` (invisible to readers);
+ *   2. flip the version item with the same fence, recording `pend = uuid`: the commit
+ *      point; a stale writer fails here and leaves only TTL-collected log items;
+ *   3. apply the logged operations in transactions of <= 99 items, each with a
+ *      ConditionCheck that `pend` is still this uuid (a zombie cannot re-apply old
+ *      writes after the new owner finished), then remove `pend` and the log.
+ * A crash after step 2 is finished by the next recover(); normal commits require
+ * `pend` absent, so nothing commits on top of a half-applied batch.
+ * A single value over 400 KB is rejected (StateItemTooLargeError) before anything is written.
+ */
+import { randomUUID } from 'node:crypto';
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { CommitConflictError, InvariantError, type SluiceError } from '../errors.ts';
+import type { CommitBatch, PartitionScope, RecoveredPartition, StateBackend, StateWrite, TimerEntry } from '../state/backend.ts';
+import { emptyProgress, scopeId } from '../state/backend.ts';
+import type { OutboxEntry } from '../transport/envelope.ts';
+import { AwsAccounting } from './accounting.ts';
+import * as L from './dynamodb-layout.ts';
+import { DynamoDbTable, kb, pool } from './dynamodb-table.ts';
+import { CommitRollForwardError, mapDynamoDbError, StateEncodingError, StateItemTooLargeError, StateNotPrefetchedError } from './errors.ts';
+
+export { createStateTable } from './dynamodb-table.ts';
+
+type Attrs = Record<string, string | number>;
+/** One item operation of a commit: a Put (item) or a Delete. */
+interface Op {
+  readonly pk: string;
+  readonly sk: string;
+  readonly item?: Attrs;
+  readonly bytes: number;
+}
+
+export interface DynamoDbStateBackendOptions {
+  readonly client: DynamoDBClient;
+  readonly tableName: string;
+  readonly accounting?: AwsAccounting;
+  /** Queries in flight during prefetch (default 16). */
+  readonly readConcurrency?: number;
+  /** Transactions in flight while applying a logged batch (default 4). */
+  readonly writeConcurrency?: number;
+  /** Entities kept in the read cache between batches (default 10,000). */
+  readonly maxCachedEntities?: number;
+  /** Lifetime of redo-log items that nothing cleaned up (default 7 days). */
+  readonly logTtlSeconds?: number;
+}
+
+export class DynamoDbStateBackend implements StateBackend {
+  readonly needsPrefetch = true;
+  readonly accounting: AwsAccounting;
+  private readonly db: DynamoDbTable;
+  private readonly table: string;
+  private readonly readConcurrency: number;
+  private readonly writeConcurrency: number;
+  private readonly maxCached: number;
+  private readonly logTtl: number;
+  /**
+   * LRU (Map order) of committed entities: cacheKey -> fields, and the partition that
+   * loaded them. Valid while this process is the only writer; the version fence catches
+   * the rest, and recover() drops what its partition loaded.
+   */
+  private readonly cache = new Map<string, { partition: number; fields: Map<string, unknown> }>();
+  /** Commits applied (for tests and metrics), as in the in-memory backend. */
+  commits = 0;
+
+  constructor(options: DynamoDbStateBackendOptions) {
+    this.table = options.tableName;
+    this.accounting = options.accounting ?? new AwsAccounting();
+    this.db = new DynamoDbTable(options.client, options.tableName, this.accounting);
+    this.readConcurrency = options.readConcurrency ?? 16;
+    this.writeConcurrency = options.writeConcurrency ?? 4;
+    this.maxCached = options.maxCachedEntities ?? 10_000;
+    this.logTtl = options.logTtlSeconds ?? 7 * 24 * 3600;
+  }
+
+  // ---- reads -------------------------------------------------------------------------
+
+  async recover(scope: PartitionScope): Promise<RecoveredPartition> {
+    this.forgetPartition(scope);
+    const ctrl = L.controlPk(scope);
+    const head = await this.db.get(ctrl, L.VERSION_SK);
+    if (head?.pend !== undefined) await this.finishLogged(scope, String(head.pend), Number(head.pn));
+    const items = await this.db.query('#pk = :pk AND #sk BETWEEN :a AND :b', { ':pk': ctrl, ':a': L.OUTBOX_PREFIX, ':b': 't$' });
+    const timers: TimerEntry[] = [];
+    const outboxText = new Map<number, string>();
+    for (const it of items) {
+      const sk = String(it.sk);
+      if (sk.startsWith(L.TIMER_PREFIX)) timers.push(L.decodeValue(String(it.v)) as TimerEntry);
+      else {
+        const v = L.versionOfOutboxSk(sk);
+        outboxText.set(v, (outboxText.get(v) ?? '') + String(it.v));
+      }
+    }
+    const outbox: OutboxEntry[] = [];
+    for (const text of outboxText.values()) outbox.push(...(L.decodeValue(text) as OutboxEntry[]));
+    return {
+      version: head ? Number(head.ver) : 0,
+      progress: head ? (L.decodeValue(String(head.prog)) as RecoveredPartition['progress']) : emptyProgress(),
+      timers,
+      outbox,
+    };
+  }
+
+  async prefetch(scope: PartitionScope, entities: ReadonlyArray<{ kg: number; entity: string }>): Promise<void> {
+    const wanted = new Set<string>();
+    const missing: { kg: number; entity: string; key: string }[] = [];
+    for (const { kg, entity } of entities) {
+      const key = cacheKey(scope, kg, entity);
+      if (wanted.has(key)) continue;
+      wanted.add(key);
+      const hit = this.cache.get(key);
+      if (hit) {
+        this.cache.delete(key); // move to the LRU's young end
+        this.cache.set(key, hit);
+      } else missing.push({ kg, entity, key });
+    }
+    await pool(missing, this.readConcurrency, async ({ kg, entity, key }) => {
+      const items = await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': L.statePk(scope, kg), ':p': L.entityPrefix(entity) });
+      const fields = new Map<string, unknown>();
+      for (const it of items) fields.set(L.fieldOfItem(entity, it as { sk: string; f?: string }), L.decodeValue(String(it.v)));
+      this.cache.set(key, { partition: scope.partition, fields });
+    });
+    for (const key of this.cache.keys()) {
+      if (this.cache.size <= this.maxCached || wanted.has(key)) break;
+      this.cache.delete(key);
+    }
+  }
+
+  peek(scope: PartitionScope, kg: number, entity: string): ReadonlyMap<string, unknown> | undefined {
+    const hit = this.cache.get(cacheKey(scope, kg, entity));
+    if (!hit) throw new StateNotPrefetchedError(scopeId(scope), kg, entity);
+    return hit.fields.size ? hit.fields : undefined;
+  }
+
+  // ---- commit ------------------------------------------------------------------------
+
+  async commit(batch: CommitBatch): Promise<void> {
+    const { scope } = batch;
+    const next = batch.expectedVersion + 1;
+    const ops = this.plan(batch, next);
+    const head: Attrs = { pk: L.controlPk(scope), sk: L.VERSION_SK, ver: next, prog: L.encodeValue(batch.progress) };
+    const headBytes = L.itemBytes(head);
+    if (headBytes > L.MAX_ITEM_BYTES) throw new StateItemTooLargeError(`(progress of ${scopeId(scope)})`, 'prog', headBytes, L.MAX_ITEM_BYTES);
+    const total = ops.reduce((n, o) => n + o.bytes, headBytes);
+    try {
+      if (ops.length + 1 <= L.MAX_TX_ITEMS && total <= L.MAX_TX_BYTES) await this.commitOne(batch, head, ops);
+      else await this.commitLogged(batch, head, ops);
+    } catch (e) {
+      // Outcome unknown or rejected: drop what the cache may now get wrong.
+      for (const w of batch.writes) this.cache.delete(cacheKey(scope, w.kg, w.entity));
+      throw e;
+    }
+    for (const w of batch.writes) {
+      const fields = this.cache.get(cacheKey(scope, w.kg, w.entity))?.fields;
+      if (!fields) continue; // never read: the next prefetch loads it whole
+      if (w.value === undefined) fields.delete(w.field);
+      else fields.set(w.field, w.value);
+    }
+    this.commits++;
+  }
+
+  /** The batch as distinct item operations (last write wins, timer adds after deletes, as in memory). Validates sizes first. */
+  private plan(batch: CommitBatch, next: number): Op[] {
+    const ops = new Map<string, Op>();
+    const add = (op: Op) => ops.set(`${op.pk}\u0000${op.sk}`, op);
+    const ctrl = L.controlPk(batch.scope);
+    for (const w of batch.writes) add(stateOp(batch.scope, w));
+    for (const t of batch.timerDeletes) add(deleteOp(ctrl, L.timerSk(t)));
+    for (const t of batch.timerAdds) add(putOp({ pk: ctrl, sk: L.timerSk(t), v: L.encodeValue(t) }, `(timer of ${scopeId(batch.scope)})`, t.key));
+    if (batch.outbox.length) {
+      L.splitText(L.encodeValue(batch.outbox)).forEach((chunk, i) => add(putOp({ pk: ctrl, sk: L.outboxSk(next, i), v: chunk }, '(outbox)', String(i))));
+    }
+    return [...ops.values()];
+  }
+
+  private async commitOne(batch: CommitBatch, head: Attrs, ops: readonly Op[]): Promise<void> {
+    try {
+      await this.db.transact([{ Put: { TableName: this.table, Item: head, ...fence(batch.expectedVersion), ReturnValuesOnConditionCheckFailure: 'ALL_OLD' } }, ...ops.map((o) => this.txOp(o))]);
+    } catch (e) {
+      throw this.commitError(e, batch, 'TransactWriteItems');
+    }
+  }
+
+  private async commitLogged(batch: CommitBatch, head: Attrs, ops: readonly Op[]): Promise<void> {
+    const id = randomUUID();
+    const ctrl = String(head.pk);
+    const chunks = L.splitText(JSON.stringify(ops.map((o) => (o.item ? { p: o.item } : { d: [o.pk, o.sk] }))));
+    const expires = Math.floor(Date.now() / 1000) + this.logTtl;
+    try {
+      await this.db.batchWrite(chunks.map((v, i) => ({ PutRequest: { Item: { pk: ctrl, sk: L.logSk(id, i), v, expires } } })));
+    } catch (e) {
+      // Nothing is visible before the flip: the commit did not land, whatever the error.
+      throw mapDynamoDbError(e, { operation: 'BatchWriteItem', table: this.table, write: false });
+    }
+    const flip = { ...head, pend: id, pn: chunks.length };
+    try {
+      await this.db.send('PutItem', 'write', new PutCommand({ TableName: this.table, Item: flip, ...fence(batch.expectedVersion), ReturnValuesOnConditionCheckFailure: 'ALL_OLD', ReturnConsumedCapacity: 'TOTAL' }), 1, 2 * kb(L.itemBytes(flip)));
+    } catch (e) {
+      const err = this.commitError(e, batch, 'PutItem');
+      if (err instanceof CommitConflictError) void this.deleteLog(ctrl, id, chunks.length).catch(() => undefined);
+      throw err;
+    }
+    try {
+      await this.rollForward(ctrl, id, ops, chunks.length);
+    } catch (e) {
+      throw new CommitRollForwardError(scopeId(batch.scope), Number(head.ver), e);
+    }
+  }
+
+  /** Apply a flipped batch's operations; idempotent, and harmless when another process finishes it first. */
+  private async rollForward(ctrl: string, id: string, ops: readonly Op[], logChunks: number): Promise<void> {
+    const groups: Op[][] = [];
+    let cur: Op[] = [];
+    let bytes = 0;
+    for (const op of ops) {
+      if (cur.length === L.MAX_TX_ITEMS - 1 || bytes + op.bytes > L.MAX_TX_BYTES) {
+        groups.push(cur);
+        cur = [];
+        bytes = 0;
+      }
+      cur.push(op);
+      bytes += op.bytes;
+    }
+    if (cur.length) groups.push(cur);
+    const check = { ConditionCheck: { TableName: this.table, Key: { pk: ctrl, sk: L.VERSION_SK }, ConditionExpression: '#pend = :id', ExpressionAttributeNames: { '#pend': 'pend' }, ExpressionAttributeValues: { ':id': id } } };
+    let done = false;
+    await pool(groups, this.writeConcurrency, async (g) => {
+      if (done) return;
+      try {
+        await this.db.transact([check, ...g.map((o) => this.txOp(o))]);
+      } catch (e) {
+        // `pend` moved: whoever cleared it applied everything first.
+        if (cancelCode(e, 0) === 'ConditionalCheckFailed') done = true;
+        else throw mapDynamoDbError(e, { operation: 'TransactWriteItems', table: this.table, write: true });
+      }
+    });
+    if (!done) {
+      try {
+        await this.db.send('UpdateItem', 'write', new UpdateCommand({ TableName: this.table, Key: { pk: ctrl, sk: L.VERSION_SK }, UpdateExpression: 'REMOVE #pend, #pn', ConditionExpression: '#pend = :id', ExpressionAttributeNames: { '#pend': 'pend', '#pn': 'pn' }, ExpressionAttributeValues: { ':id': id }, ReturnConsumedCapacity: 'TOTAL' }), 1, 1);
+      } catch (e) {
+        if ((e as { name?: string }).name !== 'ConditionalCheckFailedException') throw mapDynamoDbError(e, { operation: 'UpdateItem', table: this.table, write: true });
+      }
+    }
+    // Best effort: TTL removes what this misses.
+    await this.deleteLog(ctrl, id, logChunks).catch(() => undefined);
+  }
+
+  /** recover(): a batch flipped but not fully applied (the writer crashed): apply it from its log. */
+  private async finishLogged(scope: PartitionScope, id: string, count: number): Promise<void> {
+    const ctrl = L.controlPk(scope);
+    const items = await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': ctrl, ':p': `${L.LOG_PREFIX}${id}#` });
+    if (items.length !== count) {
+      throw new InvariantError(`redo log ${id} of ${scopeId(scope)} has ${items.length} of ${count} chunks (expired by TTL?): the committed batch cannot be applied`);
+    }
+    const logged = JSON.parse(items.map((it) => String(it.v)).join('')) as ({ p: Attrs } | { d: [string, string] })[];
+    const ops = logged.map((o) => ('p' in o ? { pk: String(o.p.pk), sk: String(o.p.sk), item: o.p, bytes: L.itemBytes(o.p) } : { pk: o.d[0], sk: o.d[1], bytes: 0 }));
+    await this.rollForward(ctrl, id, ops, count);
+  }
+
+  private commitError(e: unknown, batch: CommitBatch, operation: string): SluiceError {
+    // The version item is always first in the transaction, so reason 0 is the fence.
+    const single = (e as { name?: string }).name === 'ConditionalCheckFailedException';
+    if (single || cancelCode(e, 0) === 'ConditionalCheckFailed') {
+      const old = single ? (e as { Item?: Record<string, unknown> }).Item : (e as { CancellationReasons?: { Item?: Record<string, unknown> }[] }).CancellationReasons?.[0]?.Item;
+      const stored = old ? attrNumber(old.ver) : 0;
+      const pending = old?.pend !== undefined ? ', a logged batch is still being applied' : '';
+      return new CommitConflictError(scopeId(batch.scope), batch.expectedVersion, `stored version is ${stored}${pending}`);
+    }
+    return mapDynamoDbError(e, { operation, table: this.table, write: true });
+  }
+
+  async clearOutbox(scope: PartitionScope, version: number): Promise<void> {
+    const ctrl = L.controlPk(scope);
+    const items = await this.db.query('#pk = :pk AND #sk BETWEEN :a AND :b', { ':pk': ctrl, ':a': L.OUTBOX_PREFIX, ':b': L.outboxSkUpTo(version) }, 'sk');
+    await this.db.batchWrite(items.map((it) => ({ DeleteRequest: { Key: { pk: ctrl, sk: it.sk } } })));
+  }
+
+  private txOp(o: Op): Record<string, unknown> {
+    return o.item ? { Put: { TableName: this.table, Item: o.item } } : { Delete: { TableName: this.table, Key: { pk: o.pk, sk: o.sk } } };
+  }
+
+  private async deleteLog(ctrl: string, id: string, count: number): Promise<void> {
+    await this.db.batchWrite(Array.from({ length: count }, (_, i) => ({ DeleteRequest: { Key: { pk: ctrl, sk: L.logSk(id, i) } } })));
+  }
+
+  /** Other partitions of the stage keep their entries: their key groups are theirs, and they may be mid-batch. */
+  private forgetPartition(scope: PartitionScope): void {
+    const prefix = stagePrefix(scope);
+    for (const [key, hit] of [...this.cache]) if (hit.partition === scope.partition && key.startsWith(prefix)) this.cache.delete(key);
+  }
+}
+
+function stagePrefix(scope: PartitionScope): string {
+  return `${scope.job.length}:${scope.job}/${scope.stage}/`;
+}
+
+/** State is shared by the partitions of a stage, as in the in-memory backend. */
+function cacheKey(scope: PartitionScope, kg: number, entity: string): string {
+  return `${stagePrefix(scope)}${kg}/${entity}`;
+}
+
+function stateOp(scope: PartitionScope, w: StateWrite): Op {
+  const pk = L.statePk(scope, w.kg);
+  const { sk, entityAttr, fieldAttr } = L.stateSortKey(w.entity, w.field);
+  if (w.value === undefined) return deleteOp(pk, sk);
+  let v: string;
+  try {
+    v = L.encodeValue(w.value);
+  } catch (e) {
+    throw new StateEncodingError(w.entity, w.field, e);
+  }
+  const item: Attrs = { pk, sk, v };
+  if (entityAttr !== undefined) item.e = entityAttr;
+  if (fieldAttr !== undefined) item.f = fieldAttr;
+  return putOp(item, w.entity, w.field);
+}
+
+function putOp(item: Attrs, entity: string, field: string): Op {
+  const bytes = L.itemBytes(item);
+  if (bytes > L.MAX_ITEM_BYTES) throw new StateItemTooLargeError(entity, field, bytes, L.MAX_ITEM_BYTES);
+  return { pk: String(item.pk), sk: String(item.sk), item, bytes };
+}
+
+function deleteOp(pk: string, sk: string): Op {
+  return { pk, sk, bytes: L.itemBytes({ pk, sk }) };
+}
+
+/** The version fence: the stored version is the expected one and no logged batch is half applied. */
+function fence(expected: number): { ConditionExpression: string; ExpressionAttributeNames: Record<string, string>; ExpressionAttributeValues?: Record<string, number> } {
+  if (expected === 0) return { ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': 'pk' } };
+  return { ConditionExpression: '#ver = :e AND attribute_not_exists(#pend)', ExpressionAttributeNames: { '#ver': 'ver', '#pend': 'pend' }, ExpressionAttributeValues: { ':e': expected } };
+}
+
+function cancelCode(e: unknown, index: number): string | undefined {
+  const err = e as { name?: string; CancellationReasons?: { Code?: string }[] };
+  return err?.name === 'TransactionCanceledException' ? err.CancellationReasons?.[index]?.Code : undefined;
+}
+
+/** An attribute as returned raw in errors ({ N: '3' }) or unmarshalled (3). */
+function attrNumber(v: unknown): number {
+  if (v && typeof v === 'object' && 'N' in v) return Number((v as { N: string }).N);
+  return Number(v ?? 0);
+}
