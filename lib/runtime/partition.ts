@@ -91,6 +91,8 @@ export class PartitionRuntime {
   private sinkBuffers = new Map<string, unknown[]>();
   private deadLetters: DeadLetter[] = [];
   private watermarkMoved = false;
+  /** Envelopes sealed during this batch, in order. */
+  private pendingEnvelopes: OutboxEntry[] = [];
   /** Outbox committed before a crash, to deliver again first. */
   recoveredOutbox: OutboxEntry[] = [];
   private current: RecordLocation | undefined;
@@ -201,14 +203,14 @@ export class PartitionRuntime {
       this.advanceWatermark();
     }
     this.fireProcessingTimers();
-    const result = await this.commit(recordsIn);
+    const result = await this.commit(recordsIn, fresh.length);
     return { ...result, duplicatesDropped: dups };
   }
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */
   async tick(): Promise<BatchResult> {
     this.fireProcessingTimers();
-    return { ...(await this.commit(0)), duplicatesDropped: 0 };
+    return { ...(await this.commit(0, 0)), duplicatesDropped: 0 };
   }
 
   /** The earliest pending processing-time timer (for scheduling ticks). */
@@ -248,6 +250,8 @@ export class PartitionRuntime {
     }
     const wm = this.computeInputWatermark();
     if (wm <= this.inputWatermark) return;
+    // Records emitted so far travel with the old watermark; what the timers emit, with the new one.
+    this.flushChannels();
     this.inputWatermark = wm;
     for (const n of this.order) {
       for (let t = n.timers.event.pollUpTo(wm); t; t = n.timers.event.pollUpTo(wm)) this.fireTimer(n, t);
@@ -361,20 +365,25 @@ export class PartitionRuntime {
     if (want.size) await this.deps.backend.prefetch(this.scope, [...want.values()]);
   }
 
-  private async commit(recordsIn: number): Promise<Omit<BatchResult, 'duplicatesDropped'>> {
-    const outbox: OutboxEntry[] = [];
+  /**
+   * Seal the records buffered so far into envelopes carrying the current output
+   * watermark. Called before every watermark advance, so the envelopes a partition
+   * sends depend only on its input, never on how many envelopes one batch held.
+   */
+  private flushChannels(): void {
     const self = this.scope.partition;
     for (const eId of this.stage.outputs) {
       const edge = this.deps.plan.edges[eId];
       const targetP = this.deps.plan.stages[edge.toStage].parallelism;
+      const bufs = this.outBuffers.get(eId);
       for (let p = 0; p < targetP; p++) {
         if (edge.partitioning !== 'hash' && p !== self % targetP) continue;
-        const id = `${eId}>${p}`;
-        const records = this.outBuffers.get(eId)?.[p];
+        const records = bufs?.[p];
         if (!records?.length && !this.watermarkMoved) continue;
+        const id = `${eId}>${p}`;
         const seq = (this.progress.outputs[id] ?? 0) + 1;
         this.progress.outputs[id] = seq;
-        outbox.push({
+        this.pendingEnvelopes.push({
           kind: 'channel',
           envelope: {
             channel: channelId(eId, self),
@@ -388,6 +397,16 @@ export class PartitionRuntime {
         });
       }
     }
+    this.outBuffers = new Map();
+    this.watermarkMoved = false;
+  }
+
+  /** `envelopesApplied`: even an envelope without records moves the channel's position, which must be committed. */
+  private async commit(recordsIn: number, envelopesApplied: number): Promise<Omit<BatchResult, 'duplicatesDropped'>> {
+    this.flushChannels();
+    const outbox: OutboxEntry[] = this.pendingEnvelopes;
+    this.pendingEnvelopes = [];
+    const self = this.scope.partition;
     for (const [sink, records] of this.sinkBuffers) {
       if (!records.length) continue;
       const id = `sink:${sink}`;
@@ -407,7 +426,7 @@ export class PartitionRuntime {
       }
     }
     this.deps.beforeCommit?.();
-    const changed = recordsIn > 0 || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
+    const changed = envelopesApplied > 0 || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
     if (changed) {
       await this.deps.backend.commit({
         scope: this.scope,
