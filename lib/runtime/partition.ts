@@ -250,7 +250,9 @@ export class PartitionRuntime {
     }
     const wm = this.computeInputWatermark();
     if (wm <= this.inputWatermark) return;
-    // Records emitted so far travel with the old watermark; what the timers emit, with the new one.
+    // Downstream must see the same watermark sequence as this partition, whatever the
+    // batching: records so far go out with the old watermark, then what the timers emit
+    // with the new one, before any later record.
     this.flushChannels();
     this.inputWatermark = wm;
     for (const n of this.order) {
@@ -259,6 +261,7 @@ export class PartitionRuntime {
     }
     this.progress.outputWatermark = wm;
     this.watermarkMoved = true;
+    this.flushChannels();
   }
 
   private fireProcessingTimers(): void {

@@ -8,7 +8,8 @@ import { describe, expect, it } from 'vitest';
 import { Job } from '../../lib/api/stream.ts';
 import { Sinks } from '../../lib/api/sinks.ts';
 import { mapState, valueState } from '../../lib/api/state.ts';
-import { WatermarkStrategies } from '../../lib/api/types.ts';
+import { OutputTag, WatermarkStrategies } from '../../lib/api/types.ts';
+import { Windows } from '../../lib/api/windows.ts';
 import { FaultInjector, type FaultPlanOptions } from '../../lib/local/faults.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { compareOutputs } from '../../lib/testing/checker.ts';
@@ -115,4 +116,39 @@ describe('exactly-once on the embedded runtime', () => {
     expect(cmp.lost).toHaveLength(1);
     expect(cmp.duplicated).toHaveLength(1);
   });
+});
+
+describe('late data under crashes', () => {
+  /** Out-of-order input with lateness: which records are late must not depend on how batches were cut. */
+  async function lateRun(faults?: FaultPlanOptions) {
+    const job = new Job('late-crash', { parallelism: 1 });
+    const tag = new OutputTag<{ k: string; t: number }>('late');
+    const items = Array.from({ length: 300 }, (_, i) => ({ k: `k${i % 7}`, t: 3 * i + ((37 * i) % 61) }));
+    const out = Sinks.collect<unknown>();
+    const late = Sinks.collect<unknown>();
+    const counts = job
+      .fromItems('in', items, { timestamp: (e) => e.t, watermark: WatermarkStrategies.boundedOutOfOrderness(10) })
+      .keyBy((e) => e.k)
+      .window(Windows.sliding(20, 7))
+      .allowedLateness(8)
+      .sideOutputLateData(tag)
+      .aggregate({ createAccumulator: () => 0, add: (_e, n: number) => n + 1, getResult: (n) => n }, (n, { key, window }) => ({ key, ...window, n }));
+    counts.sinkTo(out);
+    counts.getSideOutput(tag).sinkTo(late);
+    const injector = faults ? new FaultInjector(faults) : undefined;
+    await runJob(job, { faults: injector, sourceBatchSize: 4, maxEnvelopesPerBatch: 3 });
+    return { out: out.records, late: late.records, injector };
+  }
+
+  for (const seed of [1, 2, 3, 4, 5]) {
+    it(`seed ${seed}: the same records are late, and the same windows fire, as without faults`, async () => {
+      const ref = await lateRun();
+      expect(ref.late.length).toBeGreaterThan(0);
+      const faulty = await lateRun({ seed, crashProbability: 0.08, duplicateProbability: 0.1 });
+      expect(faulty.injector!.total).toBeGreaterThan(0);
+      expect(compareOutputs(ref.late, faulty.late).summary()).toBe(compareOutputs(ref.late, ref.late).summary());
+      const cmp = compareOutputs(ref.out, faulty.out);
+      expect(cmp.ok, cmp.summary()).toBe(true);
+    });
+  }
 });
