@@ -60,6 +60,8 @@ interface SourceSlot {
   readonly partitioner: SourcePartitioner;
   readonly stage: number;
   done: boolean;
+  /** Events read so far (the index of the next one). */
+  read: number;
 }
 
 export interface RuntimeStats {
@@ -135,6 +137,7 @@ export class EmbeddedRuntime implements IngestTarget {
         partitioner: new SourcePartitioner(def, edge.id, this.plan.stages[edge.toStage].parallelism, this.clock),
         stage: edge.toStage,
         done: false,
+        read: 0,
       });
     }
   }
@@ -153,10 +156,18 @@ export class EmbeddedRuntime implements IngestTarget {
   /** Run the scheduler until `until()` holds or stop() is called. */
   async loop(until: () => boolean = () => false): Promise<void> {
     await this.start();
+    let lastYield = performance.now();
     while (!this.stopping) {
       const progressed = await this.step();
       if (until()) return;
-      if (!progressed) await this.waitForWork();
+      if (!progressed) {
+        await this.waitForWork();
+        lastYield = performance.now();
+      } else if (performance.now() - lastYield > 20) {
+        // A busy loop of resolved promises would starve timers, HTTP requests and signals.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        lastYield = performance.now();
+      }
     }
   }
 
@@ -220,18 +231,20 @@ export class EmbeddedRuntime implements IngestTarget {
     let progressed = false;
     if (room) {
       const batch = this.opts.sourceBatchSize;
-      const { events, done, rejected } = await src.reader.pull(batch * src.partitioner.partitions);
+      const { events, done, rejected, positions } = await src.reader.pull(batch * src.partitioner.partitions);
       if (rejected?.length) this.rejectedInputs.push(...rejected);
       for (let i = 0; i < events.length; i += batch) {
         const records = [];
-        for (const e of events.slice(i, i + batch)) {
-          const r = toRecord(src.def, e, this.clock);
-          if (typeof r === 'string') this.rejectedInputs.push({ source: src.def.name, position: `event ${this.counters.sourceRecords + i}`, error: r });
-          else records.push(r);
+        for (let j = i; j < Math.min(i + batch, events.length); j++) {
+          const r = toRecord(src.def, events[j], this.clock);
+          if (typeof r === 'string') {
+            this.rejectedInputs.push({ source: src.def.name, position: positions?.[j] ?? `event ${src.read + j}`, error: r });
+          } else records.push(r);
         }
         this.counters.sourceRecords += records.length;
         if (records.length) this.enqueue(src.partitioner.envelopeFor(records));
       }
+      src.read += events.length;
       progressed = events.length > 0;
       if (done) {
         src.done = true;

@@ -18,8 +18,11 @@ export interface RejectedInput {
 }
 
 export interface SourceReader {
-  /** Up to `max` events; `done` once a bounded source is exhausted. */
-  pull(max: number): Promise<{ events: unknown[]; done: boolean; rejected?: RejectedInput[] }>;
+  /**
+   * Up to `max` events; `done` once a bounded source is exhausted. `positions`, when
+   * given, names where each event came from (file:line) for error reports.
+   */
+  pull(max: number): Promise<{ events: unknown[]; done: boolean; rejected?: RejectedInput[]; positions?: string[] }>;
   readonly bounded: boolean;
   close?(): void;
 }
@@ -69,20 +72,22 @@ class FileReader implements SourceReader {
   async pull(max: number) {
     this.lines ??= createInterface({ input: createReadStream(this.path), crlfDelay: Infinity })[Symbol.asyncIterator]();
     const events: unknown[] = [];
+    const positions: string[] = [];
     const rejected: RejectedInput[] = [];
     while (events.length < max) {
       const next = await this.lines.next();
-      if (next.done) return { events, done: true, rejected };
+      if (next.done) return { events, done: true, rejected, positions };
       this.lineNo++;
       const line = next.value.trim();
       if (!line) continue;
       try {
         events.push(JSON.parse(line));
+        positions.push(`${this.path}:${this.lineNo}`);
       } catch (e) {
         rejected.push({ source: this.source, position: `${this.path}:${this.lineNo}`, error: `expected one JSON value per line: ${(e as Error).message}` });
       }
     }
-    return { events, done: false, rejected };
+    return { events, done: false, rejected, positions };
   }
 }
 

@@ -209,6 +209,7 @@ export class PartitionRuntime {
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */
   async tick(): Promise<BatchResult> {
+    if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
     this.fireProcessingTimers();
     return { ...(await this.commit(0, 0)), duplicatesDropped: 0 };
   }

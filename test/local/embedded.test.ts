@@ -1,3 +1,6 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Job } from '../../lib/api/stream.ts';
 import { Sinks } from '../../lib/api/sinks.ts';
@@ -237,6 +240,18 @@ describe('side outputs, errors and rejected input', () => {
     expect(out.records).toEqual([{ t: 1 }, { t: 3 }]);
     expect(runtime.rejectedInputs).toHaveLength(1);
     expect(runtime.rejectedInputs[0].error).toMatch(/timestamp: expected a finite number of epoch milliseconds, received "x" \(string\)/);
+  });
+
+  it('names the file line of every input it rejects', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-'));
+    const file = join(dir, 'in.jsonl');
+    writeFileSync(file, '{"t":1}\n{"t":\n\n{"t":"late"}\n{"t":4}\n');
+    const job = new Job('lines', { parallelism: 1 });
+    const out = Sinks.collect<{ t: number }>();
+    job.fromFile<{ t: number }>('in', file, { timestamp: (e) => e.t }).sinkTo(out);
+    const { runtime } = await runJob(job);
+    expect(out.records).toEqual([{ t: 1 }, { t: 4 }]);
+    expect(runtime.rejectedInputs.map((r) => r.position)).toEqual([`${file}:2`, `${file}:4`]);
   });
 
   it('refuses an ingestion batch whole when the runtime is saturated', async () => {
