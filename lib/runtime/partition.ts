@@ -16,7 +16,7 @@ import { KEYED_KINDS, type LogicalNode, MAIN_PORT } from '../graph/logical.ts';
 import { createOperator } from '../operators/registry.ts';
 import type { PartitionProgress, PartitionScope, StateBackend, TimerEntry } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
-import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import { compareOffsets, type DeadLetter, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
 import type { OperatorContext, StreamOperator, TimeDomain } from './operator.ts';
 import { TimerQueue } from './timers.ts';
 
@@ -157,8 +157,19 @@ export class PartitionRuntime {
   async process(envelopes: readonly Envelope[], skip?: ReadonlyMap<string, { error: string; attempts: number }>): Promise<BatchResult> {
     const fresh: Envelope[] = [];
     const seen = new Map<string, number>();
+    const seenOffsets = new Map<string, string>();
     let dups = 0;
     for (const env of envelopes) {
+      if (env.offset !== undefined) {
+        const lastOffset = seenOffsets.get(env.channel) ?? this.progress.inputs[env.channel]?.offset;
+        if (lastOffset !== undefined && compareOffsets(env.offset, lastOffset) <= 0) {
+          dups++;
+          continue;
+        }
+        seenOffsets.set(env.channel, env.offset);
+        fresh.push(env);
+        continue;
+      }
       const last = seen.get(env.channel) ?? this.progress.inputs[env.channel]?.seq ?? 0;
       if (env.seq <= last) {
         dups++;
@@ -198,13 +209,25 @@ export class PartitionRuntime {
       this.current = undefined;
       const ch = (this.progress.inputs[env.channel] ??= { seq: 0, watermark: MIN_WATERMARK, idle: false });
       ch.seq = env.seq;
-      if (env.watermark > ch.watermark) ch.watermark = env.watermark;
+      if (env.offset !== undefined) ch.offset = env.offset;
+      const wm = edge.partitioning === 'source' ? Math.max(env.watermark, this.sourceWatermark(edge, records)) : env.watermark;
+      if (wm > ch.watermark) ch.watermark = wm;
       ch.idle = env.idle === true;
       this.advanceWatermark();
     }
     this.fireProcessingTimers();
     const result = await this.commit(recordsIn, fresh.length);
     return { ...result, duplicatesDropped: dups };
+  }
+
+  /** Bounded out-of-orderness over the records of a source envelope. */
+  private sourceWatermark(edge: StageEdge, records: readonly StreamRecord[]): number {
+    if (records.length === 0) return MIN_WATERMARK;
+    const spec = this.deps.plan.job.nodes[edge.toNode].spec;
+    const delay = spec.kind === 'source' ? spec.source.watermark.maxOutOfOrdernessMs : 0;
+    let max = MIN_WATERMARK;
+    for (const r of records) if (r.timestamp > max) max = r.timestamp;
+    return max - delay - 1;
   }
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */

@@ -45,6 +45,8 @@ export function timerId(t: TimerEntry): string {
 export interface ChannelProgress {
   /** Highest sequence number applied. */
   seq: number;
+  /** Highest log position applied, for source channels that carry offsets. */
+  offset?: string;
   watermark: number;
   idle: boolean;
 }

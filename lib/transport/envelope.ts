@@ -13,8 +13,18 @@ export interface Envelope {
   readonly toPartition: number;
   /** 1, 2, 3, ... per (channel, consumer partition). */
   readonly seq: number;
+  /**
+   * Source channels fed by a log whose positions increase but are not contiguous
+   * (an SQS FIFO SequenceNumber): the position as a decimal string. When present it,
+   * not seq, decides what is a redelivery, and gaps are expected.
+   */
+  readonly offset?: string;
   readonly records: readonly StreamRecord[];
-  /** The producer's watermark after these records. */
+  /**
+   * The producer's watermark after these records. On source channels the consumer
+   * also derives it from the records (max timestamp - out-of-orderness - 1), so a
+   * producer that cannot know it (the ingest function) sends -Infinity.
+   */
   readonly watermark: number;
   /** The producer has no data and does not hold event time back. */
   readonly idle?: boolean;
@@ -43,3 +53,8 @@ export type OutboxEntry =
   | { readonly kind: 'channel'; readonly envelope: Envelope }
   | { readonly kind: 'sink'; readonly delivery: SinkDelivery }
   | { readonly kind: 'deadLetter'; readonly deadLetter: DeadLetter };
+
+/** Order of two decimal position strings (no sign, no leading zeros). */
+export function compareOffsets(a: string, b: string): number {
+  return a.length !== b.length ? a.length - b.length : a < b ? -1 : a > b ? 1 : 0;
+}

@@ -289,3 +289,45 @@ describe('determinism', () => {
     expect(await run()).toEqual(await run());
   });
 });
+
+describe('source channels with log offsets', () => {
+  it('drops redelivered offsets, accepts gaps, and derives the watermark from the records', async () => {
+    const { PartitionRuntime } = await import('../../lib/runtime/partition.ts');
+    const { compile } = await import('../../lib/graph/compile.ts');
+    const job = new Job('offsets', { parallelism: 1 });
+    const out = Sinks.collect<string>();
+    job
+      .ingest<{ k: string; t: number }>('in', { timestamp: (e) => e.t, watermark: WatermarkStrategies.boundedOutOfOrderness(5) })
+      .keyBy((e) => e.k)
+      .process({
+        processElement(e, ctx) {
+          ctx.timers.registerEventTimeTimer(e.t);
+        },
+        onTimer(t, ctx) {
+          ctx.emit(`${ctx.key}@${t}`);
+        },
+      })
+      .sinkTo(out);
+    const plan = compile(job.graph);
+    const backend = new InMemoryStateBackend();
+    const rt = await PartitionRuntime.open({ plan, stage: 0, partition: 0, backend, clock: new ManualClock(0) });
+    const env = (offset: string, t: number) => ({
+      channel: '0:0',
+      edge: 0,
+      toPartition: 0,
+      seq: 0,
+      offset,
+      records: [{ value: { k: 'a', t }, timestamp: t }],
+      watermark: Number.NEGATIVE_INFINITY,
+    });
+    const first = await rt.process([env('18000000000000000001', 100), env('18000000000000000007', 120)]);
+    expect(first.recordsIn).toBe(2);
+    const again = await rt.process([env('18000000000000000007', 120), env('9', 1)]);
+    expect(again.duplicatesDropped).toBe(2);
+    const next = await rt.process([env('18000000000000000100', 130)]);
+    expect(next.recordsIn).toBe(1);
+    // The keyed stage learns the source watermark 130 - 5 - 1 = 124 from the envelopes the source stage sent.
+    const wms = next.outbox.flatMap((o) => (o.kind === 'channel' ? [o.envelope.watermark] : []));
+    expect(Math.max(...wms)).toBe(124);
+  });
+});
