@@ -1,0 +1,68 @@
+/** `sluice dev` and `sluice publish` as a user runs them: two processes talking HTTP on loopback. */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ROOT, sluice } from './helpers.ts';
+
+function waitFor(read: () => string, pattern: RegExp, timeoutMs: number): Promise<RegExpMatchArray> {
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    const poll = setInterval(() => {
+      const m = read().match(pattern);
+      if (m) {
+        clearInterval(poll);
+        resolve(m);
+      } else if (Date.now() - started > timeoutMs) {
+        clearInterval(poll);
+        reject(new Error(`timed out waiting for ${pattern}; output so far:\n${read()}`));
+      }
+    }, 50);
+  });
+}
+
+describe('sluice dev + sluice publish', () => {
+  it('serves the job, shows live stats, takes published events, prints closed windows and stops on SIGINT', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-dev-'));
+    const file = join(dir, 'views.jsonl');
+    // Two windows of page views; the last view (t = 130 s) moves the watermark past the first window's end.
+    const views = [
+      { page: '/a', user: 'u1', time: 1_000 },
+      { page: '/a', user: 'u2', time: 2_000 },
+      { page: '/b', user: 'u1', time: 59_999 },
+      { page: '/a', user: 'u3', time: 60_000 },
+      { page: '/b', user: 'u2', time: 130_000 },
+    ];
+    writeFileSync(file, views.map((v) => JSON.stringify(v)).join('\n') + '\n{"page": 1}\n');
+
+    const dev = spawn(process.execPath, ['bin/sluice.js', 'dev', 'examples/first-job.ts', '--port', '0'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    dev.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    dev.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    const exited = new Promise<number | null>((resolve) => dev.on('close', resolve));
+    try {
+      const [, url] = await waitFor(() => stderr, /ingestion endpoint (http:\/\/127\.0\.0\.1:\d+)/, 30_000);
+      const published = await sluice(['publish', 'views', file, '--url', url]);
+      expect(published.code).toBe(1); // one line was rejected, and publish says so
+      expect(published.stdout + published.stderr).toMatch(/5 accepted/);
+      expect(published.stdout + published.stderr).toMatch(/line 6/);
+      // Watermark = 130 s - 5 s - 1 ms: the window [0, 60 s) has closed, [60 s, 120 s) too.
+      await waitFor(() => stdout, /"windowStart":60000/, 15_000);
+      const lines = stdout.trim().split('\n').map((l) => JSON.parse(l));
+      expect(lines).toEqual(
+        expect.arrayContaining([
+          { page: '/a', windowStart: 0, views: 2 },
+          { page: '/b', windowStart: 0, views: 1 },
+          { page: '/a', windowStart: 60000, views: 1 },
+        ]),
+      );
+      await waitFor(() => stderr, /records\/s[\s\S]*watermark/, 5_000);
+    } finally {
+      dev.kill('SIGINT');
+    }
+    expect(await exited).toBe(0);
+    expect(stderr).toMatch(/stopped: 5 records ingested/);
+  }, 60_000);
+});
