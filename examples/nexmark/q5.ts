@@ -8,17 +8,14 @@
  * Output records: {auction, num, windowStart, windowEnd}, one per auction tied
  * at the window's maximum, emitted once the window is complete.
  */
-import { z } from 'zod';
-import { Job, Sinks, valueState, WatermarkStrategies, Windows } from '../../lib/index.ts';
-import type { Bid, NexmarkEvent } from '../../lib/nexmark/index.ts';
+import { type AggregateFunction, type Job, Sinks, valueState, Windows } from '../../lib/index.ts';
+import { type Bid, eventSchema, int, isBid, nexmarkEvents, nexmarkJob, type NexmarkParams } from './shared.ts';
 
-export interface Q5Params {
+export interface Q5Params extends NexmarkParams {
   /** Window size in ms (default 10 000, as in Flink's Nexmark SQL). */
   sizeMs?: number;
   /** Window slide in ms (default 2 000). */
   slideMs?: number;
-  /** Partitions per stage (default: the job default, 2). */
-  parallelism?: number;
 }
 
 export interface HotItem {
@@ -28,38 +25,27 @@ export interface HotItem {
   windowEnd: number;
 }
 
-/**
- * Only what the query reads is checked, so a malformed line is rejected with a
- * precise message instead of failing inside an operator; other fields pass through.
- */
-const EventSchema = z.looseObject({
-  type: z.enum(['person', 'auction', 'bid']),
-  dateTime: z.number().int(),
-  auction: z.number().int().optional(),
-}) as unknown as z.ZodType<NexmarkEvent>;
+/** Only what the query reads is checked; other fields pass through. */
+const schema = eventSchema({ bid: { auction: int } });
 
 /** Per window: the highest count so far and the auctions that reach it. */
 const maxState = { best: valueState<{ num: number; auctions: number[] }>() };
 
-const count = {
+/** With merge(), the window operator can keep one partial count per slide and add them up at firing. */
+const count: AggregateFunction<Bid, number, number> = {
   createAccumulator: () => 0,
-  add: (_bid: Bid, n: number) => n + 1,
-  getResult: (n: number) => n,
+  add: (_bid, n) => n + 1,
+  getResult: (n) => n,
+  merge: (a, b) => a + b,
 };
 
 export default function q5(params: Q5Params = {}): Job {
   const sizeMs = params.sizeMs ?? 10_000;
   const slideMs = params.slideMs ?? 2_000;
-  const job = new Job('nexmark-q5', params.parallelism === undefined ? {} : { parallelism: params.parallelism });
+  const job = nexmarkJob('nexmark-q5', params);
 
-  job
-    .ingest<NexmarkEvent>('events', {
-      timestamp: (e) => e.dateTime,
-      // Flink's Nexmark DDL declares a 4 s bounded out-of-orderness watermark.
-      watermark: WatermarkStrategies.boundedOutOfOrderness(4000),
-      schema: EventSchema,
-    })
-    .filterAs((e): e is Bid => e.type === 'bid')
+  nexmarkEvents(job, schema, params)
+    .filterAs(isBid)
     .name('bids')
     .keyBy((b) => b.auction)
     .window(Windows.sliding(sizeMs, slideMs))
