@@ -1,0 +1,102 @@
+/**
+ * Shared by the AWS adapter tests: SDK clients for the local servers (endpoints from
+ * the global setup), unique resource names, and a deterministic stand-in for Lambda's
+ * SQS event source that can simulate a crashed invocation (the handler's answer is
+ * lost, its container gone, the batch visible again).
+ */
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { S3Client } from '@aws-sdk/client-s3';
+import { ChangeMessageVisibilityBatchCommand, DeleteMessageBatchCommand, type Message, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { inject } from 'vitest';
+import { sqsRecord } from '../../lib/aws/local/lambda-event.ts';
+import type { StageQueues } from '../../lib/aws/sqs-queues.ts';
+
+let counter = 0;
+/** A name no other test run or file uses (letters, digits, '-'). */
+export function unique(base: string): string {
+  return `${base}-${process.pid}-${Date.now().toString(36)}-${counter++}`;
+}
+
+export function localClients(options: { sqsMaxAttempts?: number } = {}) {
+  const common = { region: inject('awsRegion'), credentials: inject('awsCredentials') };
+  return {
+    dynamodb: new DynamoDBClient({ ...common, endpoint: inject('dynamodbEndpoint') }),
+    sqs: new SQSClient({ ...common, endpoint: inject('fauxqsEndpoint'), maxAttempts: options.sqsMaxAttempts }),
+    s3: new S3Client({ ...common, endpoint: inject('fauxqsEndpoint'), forcePathStyle: true }),
+  };
+}
+
+export type Clients = ReturnType<typeof localClients>;
+
+/** Receive up to `max` messages with every attribute (one per message group per call on fauxqs). */
+export async function receive(sqs: SQSClient, url: string, max = 10): Promise<Message[]> {
+  const out = await sqs.send(new ReceiveMessageCommand({ QueueUrl: url, MaxNumberOfMessages: max, WaitTimeSeconds: 0, MessageSystemAttributeNames: ['All'], MessageAttributeNames: ['All'] }));
+  return out.Messages ?? [];
+}
+
+/** Receive and delete everything in a queue, in order per group. */
+export async function drainQueue(sqs: SQSClient, url: string): Promise<Message[]> {
+  const all: Message[] = [];
+  for (;;) {
+    const batch = await receive(sqs, url);
+    if (!batch.length) return all;
+    all.push(...batch);
+    await sqs.send(new DeleteMessageBatchCommand({ QueueUrl: url, Entries: batch.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle! })) }));
+  }
+}
+
+export function sqsEvent(messages: readonly Message[], arn: string): SQSEvent {
+  return { Records: messages.map((m) => sqsRecord(m, arn, inject('awsRegion'))) };
+}
+
+export type Handler = (event: SQSEvent) => Promise<SQSBatchResponse>;
+
+export interface DriverOptions {
+  readonly sqs: SQSClient;
+  readonly queues: readonly StageQueues[];
+  /** A handler "container" for a stage; called again after a crash. */
+  readonly container: (stage: number) => Handler;
+  /** After an invocation: true when it crashed (its answer is lost). */
+  readonly crashed?: () => boolean;
+  /** Stop after this many invocations (a test that never drains fails instead of hanging). */
+  readonly maxInvocations?: number;
+}
+
+/**
+ * Lambda's event source mapping, one invocation at a time, downstream stages first:
+ * receive a batch, invoke, delete what succeeded and make the failures visible again at
+ * once (in reverse, since fauxqs puts a released message at the front of its group).
+ */
+export async function runUntilDrained(o: DriverOptions): Promise<{ invocations: number; crashes: number; failures: number }> {
+  const handlers = o.queues.map((_, s) => o.container(s));
+  const stats = { invocations: 0, crashes: 0, failures: 0 };
+  for (;;) {
+    let progressed = false;
+    for (let s = o.queues.length - 1; s >= 0; s--) {
+      const q = o.queues[s];
+      const batch = await receive(o.sqs, q.url);
+      if (!batch.length) continue;
+      progressed = true;
+      if (++stats.invocations > (o.maxInvocations ?? 10_000)) throw new Error(`not drained after ${o.maxInvocations} invocations`);
+      let failed: Set<string>;
+      try {
+        const res = await handlers[s](sqsEvent(batch, q.arn));
+        failed = new Set(res.batchItemFailures.map((f) => f.itemIdentifier));
+      } catch {
+        failed = new Set(batch.map((m) => m.MessageId!));
+      }
+      if (o.crashed?.()) {
+        stats.crashes++;
+        failed = new Set(batch.map((m) => m.MessageId!));
+        handlers[s] = o.container(s);
+      }
+      stats.failures += failed.size;
+      const done = batch.filter((m) => !failed.has(m.MessageId!));
+      const back = batch.filter((m) => failed.has(m.MessageId!)).reverse();
+      if (done.length) await o.sqs.send(new DeleteMessageBatchCommand({ QueueUrl: q.url, Entries: done.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle! })) }));
+      if (back.length) await o.sqs.send(new ChangeMessageVisibilityBatchCommand({ QueueUrl: q.url, Entries: back.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 })) }));
+    }
+    if (!progressed) return stats;
+  }
+}
