@@ -26,9 +26,8 @@ export class JobDefinitionError extends SluiceError {
   }
 }
 
-/** Configuration or CLI input failed validation. */
-export class ConfigError extends SluiceError {
-  readonly code = 'CONFIG';
+/** Bad input named by field: which field, what was expected, what was received. Retrying the same input fails again. */
+export abstract class FieldError extends SluiceError {
   readonly retryable = false;
   constructor(
     readonly field: string,
@@ -39,17 +38,14 @@ export class ConfigError extends SluiceError {
   }
 }
 
+/** Configuration or CLI input failed validation. */
+export class ConfigError extends FieldError {
+  readonly code = 'CONFIG';
+}
+
 /** An input event was rejected (bad shape, too large, unknown stream). */
-export class InputRejectedError extends SluiceError {
+export class InputRejectedError extends FieldError {
   readonly code = 'INPUT_REJECTED';
-  readonly retryable = false;
-  constructor(
-    readonly field: string,
-    readonly expected: string,
-    readonly received: string,
-  ) {
-    super(`${field}: expected ${expected}, received ${received}`);
-  }
 }
 
 /** The runtime is saturated; the caller should retry after `retryAfterMs`. */
