@@ -20,6 +20,8 @@ export interface S3BlobStoreOptions {
   /** Prepended to every key, e.g. `${job}/`. */
   readonly prefix?: string;
   readonly accounting?: AwsAccounting;
+  /** Keys per ListObjectsV2 page (default and maximum 1,000). */
+  readonly pageSize?: number;
 }
 
 const SERVICE = 's3';
@@ -29,8 +31,10 @@ export class S3BlobStore implements BlobStore {
   private readonly s3: S3Client;
   private readonly bucket: string;
   private readonly prefix: string;
+  private readonly pageSize?: number;
 
   constructor(options: S3BlobStoreOptions) {
+    this.pageSize = options.pageSize;
     this.s3 = options.s3;
     this.bucket = options.bucket;
     this.prefix = options.prefix ?? '';
@@ -80,7 +84,7 @@ export class S3BlobStore implements BlobStore {
     do {
       let out;
       try {
-        out = await this.s3.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.prefix + prefix, ContinuationToken: token }));
+        out = await this.s3.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.prefix + prefix, ContinuationToken: token, MaxKeys: this.pageSize }));
         this.accounting.record(SERVICE, 'ListObjectsV2', { requests: 1, items: out.KeyCount ?? out.Contents?.length ?? 0 });
       } catch (e) {
         this.accounting.record(SERVICE, 'ListObjectsV2', { requests: 1, errors: 1 });
