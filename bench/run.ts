@@ -1,197 +1,25 @@
 /**
- * `npm run bench`: Nexmark queries on the embedded runtime against a
- * hand-written single-loop TypeScript implementation of the same query over
- * the same events (the floor: what one core does with no framework at all).
+ * `npm run bench`: the Nexmark queries on the embedded runtime against a hand-written
+ * single-loop implementation of each query over the same events (the floor: what one
+ * core does with no framework at all). See BENCHMARKS.md for the figures.
  *
- *   npm run bench -- [--events 1000000] [--query q5] [--parallelism 2] [--seed 42] [--json]
+ *   npm run bench -- [--events 1000000] [--query q5 --query q7 | --query q5,q7]
+ *                    [--parallelism N] [--seed 42] [--warmup 100000] [--json] [--in-process]
+ *                    [--checkpoint-interval MS]   (not available yet: checkpoints are being added)
  *
- * Events are generated into memory first, so neither side pays for generation
- * or parsing. Throughput counts all events (persons, auctions, bids), as
- * Flink's Nexmark runner does. Memory is sampled every 100 ms while the
- * runtime runs; peak RSS also comes from the kernel (getrusage maxrss).
- * Both sides must produce the same results, or the bench fails.
+ * Each query runs in a fresh child process (`--expose-gc`), so its JIT state and peak
+ * memory are its own. Events are generated into memory first, so neither side pays
+ * for generation or parsing. Throughput counts all events (persons, auctions, bids),
+ * as Flink's Nexmark runner does; "per core" divides by the process's CPU time
+ * (Flink's "throughput/cores"). Both sides must produce the same rows, or the bench
+ * fails. Latency is defined in bench/nexmark/measure.ts.
  */
+import { spawn } from 'node:child_process';
 import { cpus } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { CollectSink } from '../lib/api/sinks.ts';
-import type { Job } from '../lib/api/stream.ts';
-import { EmbeddedRuntime } from '../lib/local/embedded.ts';
-import { generateEvent, type NexmarkEvent } from '../lib/nexmark/index.ts';
-import q5, { type HotItem } from '../examples/nexmark/q5.ts';
-
-/** One benchmarked query: the job (with its ingestion source and result sink names) and its floor. */
-interface BenchQuery {
-  readonly name: string;
-  readonly title: string;
-  readonly job: (parallelism: number | undefined) => Job;
-  readonly source: string;
-  readonly sink: string;
-  /** The same query as one plain loop; calls emit for every result. */
-  readonly floor: (events: readonly NexmarkEvent[], emit: (r: unknown) => void) => void;
-  /** Canonical form of one result, to compare both sides as sorted multisets. */
-  readonly canonical: (r: unknown) => string;
-}
-
-// Q5 floor: counts per (window, auction) in maps, closed by the same 4 s
-// bounded-out-of-orderness watermark as the job, ties emitted in auction order.
-function q5Floor(sizeMs: number, slideMs: number, delayMs: number) {
-  return (events: readonly NexmarkEvent[], emit: (r: HotItem) => void) => {
-    const windows = new Map<number, Map<number, number>>();
-    let maxTs = -Infinity;
-    let nextEnd = Infinity; // earliest end among open windows
-    const closeUpTo = (wm: number) => {
-      const due = [...windows.keys()].filter((s) => s + sizeMs - 1 <= wm).sort((a, b) => a - b);
-      for (const s of due) {
-        const counts = windows.get(s)!;
-        windows.delete(s);
-        let max = 0;
-        for (const n of counts.values()) if (n > max) max = n;
-        const tied: number[] = [];
-        for (const [a, n] of counts) if (n === max) tied.push(a);
-        tied.sort((a, b) => a - b);
-        for (const auction of tied) emit({ auction, num: max, windowStart: s, windowEnd: s + sizeMs });
-      }
-      nextEnd = Infinity;
-      for (const s of windows.keys()) nextEnd = Math.min(nextEnd, s + sizeMs);
-    };
-    for (const e of events) {
-      const t = e.dateTime;
-      if (t > maxTs) {
-        maxTs = t;
-        if (maxTs - delayMs - 1 >= nextEnd - 1) closeUpTo(maxTs - delayMs - 1);
-      }
-      if (e.type !== 'bid') continue;
-      const rem = t % slideMs;
-      for (let s = t - (rem < 0 ? rem + slideMs : rem); s > t - sizeMs; s -= slideMs) {
-        let counts = windows.get(s);
-        if (!counts) {
-          windows.set(s, (counts = new Map()));
-          if (s + sizeMs < nextEnd) nextEnd = s + sizeMs;
-        }
-        counts.set(e.auction, (counts.get(e.auction) ?? 0) + 1);
-      }
-    }
-    closeUpTo(Infinity);
-  };
-}
-
-const QUERIES: readonly BenchQuery[] = [
-  {
-    name: 'q5',
-    title: 'hot items: sliding window count (10 s / 2 s), max per window',
-    job: (parallelism) => q5({ parallelism }),
-    source: 'events',
-    sink: 'results',
-    floor: q5Floor(10_000, 2_000, 4_000) as BenchQuery['floor'],
-    canonical: (r) => {
-      const h = r as HotItem;
-      return `${h.windowStart}|${h.auction}|${h.num}|${h.windowEnd}`;
-    },
-  },
-];
-
-interface MemoryPeaks {
-  rssBytes: number;
-  heapUsedBytes: number;
-  samples: number;
-}
-
-/** Samples process memory at most every 100 ms; tick() is also called from the hot path, since a busy runtime may never yield to timers. */
-class MemorySampler {
-  private last = 0;
-  private timer?: NodeJS.Timeout;
-  readonly peaks: MemoryPeaks = { rssBytes: 0, heapUsedBytes: 0, samples: 0 };
-  start(): void {
-    this.sample();
-    this.timer = setInterval(() => this.tick(), 100);
-  }
-  tick(): void {
-    if (performance.now() - this.last >= 100) this.sample();
-  }
-  stop(): MemoryPeaks {
-    clearInterval(this.timer);
-    this.sample();
-    return this.peaks;
-  }
-  private sample(): void {
-    this.last = performance.now();
-    const m = process.memoryUsage();
-    this.peaks.rssBytes = Math.max(this.peaks.rssBytes, m.rss);
-    this.peaks.heapUsedBytes = Math.max(this.peaks.heapUsedBytes, m.heapUsed);
-    this.peaks.samples++;
-  }
-}
-
-interface SideResult {
-  durationMs: number;
-  eventsPerSec: number;
-  results: number;
-}
-
-interface QueryResult {
-  query: string;
-  title: string;
-  events: number;
-  parallelism: number;
-  runtime: SideResult & { peakRssBytes: number; peakHeapUsedBytes: number; maxRssBytes: number; commits: number };
-  floor: SideResult;
-  /** runtime events/s divided by floor events/s. */
-  ratio: number;
-  resultsMatch: boolean;
-}
-
-async function runQuery(q: BenchQuery, events: readonly NexmarkEvent[], parallelism: number | undefined): Promise<QueryResult> {
-  // Floor first: it allocates little, so it barely disturbs the runtime's memory figures.
-  const floorOut: unknown[] = [];
-  const f0 = performance.now();
-  q.floor(events, (r) => floorOut.push(r));
-  const floorMs = performance.now() - f0;
-
-  const sink = new CollectSink<unknown>();
-  const sampler = new MemorySampler();
-  const job = q.job(parallelism);
-  const runtime = new EmbeddedRuntime(job, {
-    sources: {
-      [q.source]: {
-        kind: 'generator',
-        count: events.length,
-        generate: (n: number) => {
-          if ((n & 1023) === 0) sampler.tick();
-          return events[n];
-        },
-      },
-    },
-    sinks: { [q.sink]: sink },
-  });
-  sampler.start();
-  const r0 = performance.now();
-  const stats = await runtime.run();
-  const runtimeMs = performance.now() - r0;
-  const peaks = sampler.stop();
-
-  const a = sink.records.map(q.canonical).sort();
-  const b = floorOut.map(q.canonical).sort();
-  const resultsMatch = a.length === b.length && a.every((x, i) => x === b[i]);
-  const n = events.length;
-  const runtimeSide = { durationMs: runtimeMs, eventsPerSec: n / (runtimeMs / 1000), results: sink.records.length };
-  const floorSide = { durationMs: floorMs, eventsPerSec: n / (floorMs / 1000), results: floorOut.length };
-  return {
-    query: q.name,
-    title: q.title,
-    events: n,
-    parallelism: job.graph.parallelism,
-    runtime: {
-      ...runtimeSide,
-      peakRssBytes: peaks.rssBytes,
-      peakHeapUsedBytes: peaks.heapUsedBytes,
-      maxRssBytes: process.resourceUsage().maxRSS * 1024,
-      commits: stats.commits,
-    },
-    floor: floorSide,
-    ratio: runtimeSide.eventsPerSec / floorSide.eventsPerSec,
-    resultsMatch,
-  };
-}
+import { generate, measure, type MeasureConfig, type QueryResult, runtimeOptions } from './nexmark/measure.ts';
+import { QUERIES } from './nexmark/queries.ts';
 
 function fail(message: string): never {
   console.error(`bench: ${message}`);
@@ -205,46 +33,111 @@ function intFlag(raw: string | undefined, flag: string, fallback: number | undef
   return v;
 }
 
+const { values } = parseArgs({
+  options: {
+    events: { type: 'string' },
+    query: { type: 'string', multiple: true },
+    parallelism: { type: 'string' },
+    seed: { type: 'string' },
+    warmup: { type: 'string' },
+    'checkpoint-interval': { type: 'string' },
+    json: { type: 'boolean', default: false },
+    'in-process': { type: 'boolean', default: false },
+    worker: { type: 'string' },
+  },
+});
+
+const count = intFlag(values.events, 'events', 1_000_000, 1)!;
+const cfg: MeasureConfig = {
+  events: count,
+  seed: intFlag(values.seed, 'seed', 42, 0)!,
+  parallelism: intFlag(values.parallelism, 'parallelism', undefined, 1),
+  warmup: intFlag(values.warmup, 'warmup', Math.min(100_000, Math.floor(count / 10)), 0)!,
+  checkpointIntervalMs: intFlag(values['checkpoint-interval'], 'checkpoint-interval', undefined, 1),
+};
+const names = (values.query ?? QUERIES.map((q) => q.name)).flatMap((s) => s.split(',')).map((s) => s.trim().toLowerCase());
+const selected = names.map((name) => QUERIES.find((q) => q.name === name) ?? fail(`--query: expected one of ${QUERIES.map((q) => q.name).join(', ')}, received "${name}"`));
+
+/** Child side: one query, its result as JSON on stdout. */
+async function worker(name: string): Promise<void> {
+  const q = QUERIES.find((x) => x.name === name) ?? fail(`--worker: unknown query ${name}`);
+  const result = await measure(q, generate(cfg.events, cfg.seed), cfg);
+  process.stdout.write(JSON.stringify(result) + '\n');
+}
+
+function inChild(name: string): Promise<QueryResult> {
+  const script = fileURLToPath(import.meta.url);
+  const args = process.argv.slice(2).filter((a, i, all) => a !== '--json' && !(a.startsWith('--query') || all[i - 1] === '--query'));
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...process.execArgv, '--expose-gc', script, ...args, '--worker', name], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      if (code !== 0) return reject(new Error(`bench worker for ${name} exited with ${code}`));
+      resolve(JSON.parse(out.trim().split('\n').at(-1)!) as QueryResult);
+    });
+  });
+}
+
+const k = (n: number) => (n >= 1e6 ? `${(n / 1e6).toFixed(2)} M` : `${(n / 1e3).toFixed(1)} K`);
 const mb = (b: number) => `${(b / 1024 / 1024).toFixed(0)} MB`;
-const int = (n: number) => Math.round(n).toLocaleString('en-US');
+const lat = (ms: number) => (ms >= 100 ? ms.toFixed(0) : ms >= 10 ? ms.toFixed(1) : ms.toFixed(2));
+
+function row(r: QueryResult): string[] {
+  const q = QUERIES.find((x) => x.name === r.query)!;
+  const floorOk = q.floorTarget ? (r.ratio >= 1 / 3 ? 'yes' : 'MISSED') : '-';
+  const flinkOk = r.runtime.eventsPerCoreSec > r.flinkPerCore ? 'yes' : 'MISSED';
+  return [
+    r.query,
+    `${k(r.runtime.eventsPerSec)}/s`,
+    `${k(r.runtime.eventsPerCoreSec)}/s`,
+    `${lat(r.runtime.latencyMs.p50)} / ${lat(r.runtime.latencyMs.p99)}`,
+    mb(r.runtime.peakRssBytes),
+    mb(r.runtime.heapGrowthBytes),
+    `${k(r.floor.eventsPerCoreSec)}/s`,
+    r.ratio.toFixed(3),
+    floorOk,
+    `${k(r.flinkPerCore)}/s`,
+    flinkOk,
+    r.resultsMatch ? String(r.runtime.results) : `DIFFER`,
+  ];
+}
+
+const HEADER = ['query', 'events/s', 'per core', 'p50 / p99 ms', 'peak RSS', 'heap growth', 'floor/core', 'ratio', '>= 1/3', 'Flink/core', '> Flink', 'rows'];
+
+function table(rows: string[][]): string {
+  const all = [HEADER, ...rows];
+  const widths = HEADER.map((_, c) => Math.max(...all.map((r) => r[c].length)));
+  const line = (r: string[]) => '| ' + r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]) : cell.padStart(widths[c]))).join(' | ') + ' |';
+  return [line(HEADER), '|' + widths.map((w, c) => (c === 0 ? '-'.repeat(w + 2) : '-'.repeat(w + 1) + ':')).join('|') + '|', ...rows.map(line)].join('\n');
+}
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: {
-      events: { type: 'string' },
-      query: { type: 'string', multiple: true },
-      parallelism: { type: 'string' },
-      seed: { type: 'string' },
-      json: { type: 'boolean', default: false },
-    },
-  });
-  const count = intFlag(values.events, 'events', 1_000_000, 1)!;
-  const parallelism = intFlag(values.parallelism, 'parallelism', undefined, 1);
-  const seed = intFlag(values.seed, 'seed', 42, 0)!;
-  const names = values.query ?? QUERIES.map((q) => q.name);
-  const selected = names.map((name) => QUERIES.find((q) => q.name === name) ?? fail(`--query: expected one of ${QUERIES.map((q) => q.name).join(', ')}, received "${name}"`));
-  const say = values.json ? () => {} : (line: string) => console.log(line);
-
-  say(`generating ${int(count)} Nexmark events (seed ${seed}, 10 000 events/s of event time) ...`);
-  const g0 = performance.now();
-  const events: NexmarkEvent[] = new Array(count);
-  for (let n = 0; n < count; n++) events[n] = generateEvent(n, { seed });
-  const generatedMs = performance.now() - g0;
-  const baseline = process.memoryUsage();
-  say(`  ${(generatedMs / 1000).toFixed(2)} s; after generation: RSS ${mb(baseline.rss)}, heap used ${mb(baseline.heapUsed)} (the input itself)`);
-
+  if (values.worker) return worker(values.worker);
+  try {
+    runtimeOptions(cfg);
+  } catch (e) {
+    fail((e as Error).message);
+  }
+  const say = values.json ? (_: string) => {} : (line: string) => console.log(line);
+  say(`Nexmark on the embedded runtime: ${count.toLocaleString('en-US')} events (seed ${cfg.seed}, 10 000 events/s of event time), warm-up ${cfg.warmup.toLocaleString('en-US')}, checkpoints: off`);
+  say(`node ${process.version}, ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}); ${values['in-process'] ? 'all queries in this process' : 'one process per query'}`);
+  const events = values['in-process'] ? generate(cfg.events, cfg.seed) : undefined;
   const results: QueryResult[] = [];
   for (const q of selected) {
-    say(`\n${q.name}: ${q.title}`);
-    const r = await runQuery(q, events, parallelism);
+    const r = events ? await measure(q, events, cfg) : await inChild(q.name);
     results.push(r);
-    say(`  embedded runtime (parallelism ${r.parallelism}): ${int(r.runtime.eventsPerSec)} events/s, ${(r.runtime.durationMs / 1000).toFixed(2)} s, ${int(r.runtime.results)} results, ${int(r.runtime.commits)} commits`);
-    say(`    peak RSS ${mb(r.runtime.peakRssBytes)} (process max ${mb(r.runtime.maxRssBytes)}), peak heap used ${mb(r.runtime.peakHeapUsedBytes)} (input: ${mb(baseline.heapUsed)})`);
-    say(`  floor (hand-written single loop):  ${int(r.floor.eventsPerSec)} events/s, ${(r.floor.durationMs / 1000).toFixed(2)} s, ${int(r.floor.results)} results`);
-    say(`  runtime / floor throughput: ${r.ratio.toFixed(3)} (the floor is ${(1 / r.ratio).toFixed(1)}x faster); results ${r.resultsMatch ? 'match' : 'DIFFER'}`);
+    say(
+      `  ${r.query.padEnd(4)} ${k(r.runtime.eventsPerSec)}/s in ${(r.runtime.durationMs / 1000).toFixed(2)} s (${r.runtime.coresUsed.toFixed(2)} cores), ` +
+        `per core ${k(r.runtime.eventsPerCoreSec)}/s; floor ${k(r.floor.eventsPerSec)}/s, ${k(r.floor.eventsPerCoreSec)}/s per core; ratio ${r.ratio.toFixed(3)}, ${r.runtime.results} rows ${r.resultsMatch ? 'match' : `DIFFER: ${r.mismatch}`}`,
+    );
   }
+  say('\n' + table(results.map(row)));
+  say('\nper core = events / CPU seconds of the process (ratio = runtime / floor, both per core); Flink/core = NEXMARK.md 7.1 (runner V1);');
+  say('latency: the row\'s trigger event read by the source -> the row at the sink (bench/nexmark/measure.ts).');
   if (values.json) {
-    console.log(JSON.stringify({ events: count, seed, generatedMs, node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, results }, null, 2));
+    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: 'off', node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, results }, null, 2));
   }
   if (results.some((r) => !r.resultsMatch)) {
     console.error('bench: the runtime and the floor disagree on the results');

@@ -1,0 +1,252 @@
+/**
+ * One query measured in this process: generate the events into memory, run the floor,
+ * then the job on the embedded runtime over the same events, and compare the rows.
+ *
+ * Latency, per output row: wall time from when the runtime's source read the row's
+ * trigger event (see floors.ts: the event after which the row is determined) to when
+ * the sink received the row. It is the engine's own delay (batching, queues, commits,
+ * timers), not event-time waiting: a window's 10 s and the 4 s watermark delay are
+ * excluded, because they depend on the query and the replay speed, not on the engine.
+ */
+import { IdempotentSink } from '../../lib/api/sinks.ts';
+import { EmbeddedRuntime, type EmbeddedOptions } from '../../lib/local/embedded.ts';
+import { generateEvent, type NexmarkEvent } from '../../lib/nexmark/index.ts';
+import * as hdr from 'hdr-histogram-js';
+import type { BenchQuery } from './queries.ts';
+
+export interface MeasureConfig {
+  readonly events: number;
+  readonly seed: number;
+  readonly parallelism?: number;
+  /** Events run through both sides first (JIT warm-up), not measured. */
+  readonly warmup: number;
+  /** Not available yet: the embedded runtime's checkpoints are being built. */
+  readonly checkpointIntervalMs?: number;
+}
+
+export interface QueryResult {
+  query: string;
+  title: string;
+  events: number;
+  parallelism: number;
+  checkpoints: string;
+  runtime: {
+    durationMs: number;
+    eventsPerSec: number;
+    /** Events per CPU-second of the whole process (all threads: GC included), Flink's "throughput/cores". */
+    eventsPerCoreSec: number;
+    coresUsed: number;
+    results: number;
+    commits: number;
+    latencyMs: { p50: number; p99: number; max: number };
+    peakRssBytes: number;
+    /** Peak heap used above the heap before the run (the input and the floor's rows). */
+    heapGrowthBytes: number;
+  };
+  floor: { durationMs: number; eventsPerSec: number; eventsPerCoreSec: number; results: number };
+  /**
+   * Runtime over floor, both in events per CPU-second: other load on the machine
+   * then changes neither side (wall-clock rates are reported too).
+   */
+  ratio: number;
+  flinkPerCore: number;
+  resultsMatch: boolean;
+  mismatch?: string;
+}
+
+/** Where checkpoint settings go once the embedded runtime has them. */
+export function runtimeOptions(cfg: MeasureConfig): Partial<EmbeddedOptions> {
+  if (cfg.checkpointIntervalMs !== undefined) {
+    throw new Error('--checkpoint-interval: the embedded runtime has no checkpoints yet (being added); run without it');
+  }
+  return {};
+}
+
+/** Samples memory at most every 100 ms; also ticked from the source, as a busy runtime may not yield to timers. */
+class MemorySampler {
+  private last = 0;
+  private timer?: NodeJS.Timeout;
+  peakRss = 0;
+  peakHeap = 0;
+  start(): void {
+    this.sample();
+    this.timer = setInterval(() => this.tick(), 100);
+  }
+  tick(): void {
+    if (performance.now() - this.last >= 100) this.sample();
+  }
+  stop(): void {
+    clearInterval(this.timer);
+    this.sample();
+  }
+  private sample(): void {
+    this.last = performance.now();
+    const m = process.memoryUsage();
+    if (m.rss > this.peakRss) this.peakRss = m.rss;
+    if (m.heapUsed > this.peakHeap) this.peakHeap = m.heapUsed;
+  }
+}
+
+/**
+ * Receives the job's rows with their arrival times. Ordered queries are checked on
+ * arrival against the floor's rows (so 900 000 rows are not retained, which would
+ * change what the collector does); the others are kept and matched afterwards.
+ */
+class BenchSink extends IdempotentSink<unknown> {
+  readonly kind = 'bench';
+  times = new Float64Array(1024);
+  count = 0;
+  readonly kept: unknown[] = [];
+  mismatchAt = -1;
+  constructor(private readonly expected: readonly unknown[] | undefined) {
+    super();
+  }
+  protected writeRecords(records: readonly unknown[]): void {
+    const now = performance.now();
+    if (this.count + records.length > this.times.length) {
+      const t = new Float64Array(Math.max(this.times.length * 2, this.count + records.length));
+      t.set(this.times);
+      this.times = t;
+    }
+    for (const r of records) {
+      if (this.expected) {
+        if (this.mismatchAt < 0 && !shallowEqual(r, this.expected[this.count])) this.mismatchAt = this.count;
+      } else this.kept.push(r);
+      this.times[this.count++] = now;
+    }
+  }
+}
+
+function shallowEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  const ka = Object.keys(a);
+  if (ka.length !== Object.keys(b).length) return false;
+  for (const k of ka) if ((a as Record<string, unknown>)[k] !== (b as Record<string, unknown>)[k]) return false;
+  return true;
+}
+
+const BLOCK = 8; // read times are kept per 256 events: a source pull reads whole blocks at once
+
+async function runOnce(q: BenchQuery, events: readonly NexmarkEvent[], cfg: MeasureConfig, expected: readonly unknown[] | undefined, sampler?: MemorySampler) {
+  const readAt = new Float64Array((events.length >> BLOCK) + 1);
+  const sink = new BenchSink(expected);
+  const runtime = new EmbeddedRuntime(q.job(cfg.parallelism), {
+    ...runtimeOptions(cfg),
+    sources: {
+      events: {
+        kind: 'generator',
+        count: events.length,
+        generate: (n: number) => {
+          if ((n & ((1 << BLOCK) - 1)) === 0) {
+            readAt[n >> BLOCK] = performance.now();
+            sampler?.tick();
+          }
+          return events[n];
+        },
+      },
+    },
+    sinks: { results: sink },
+  });
+  const cpu0 = process.cpuUsage();
+  const t0 = performance.now();
+  const stats = await runtime.run();
+  const durationMs = performance.now() - t0;
+  const cpu = process.cpuUsage(cpu0);
+  return { sink, readAt, durationMs, cpuMs: (cpu.user + cpu.system) / 1000, stats, parallelism: runtime.plan.job.parallelism };
+}
+
+function runFloor(q: BenchQuery, events: readonly NexmarkEvent[]) {
+  const rows: unknown[] = [];
+  const triggers: number[] = [];
+  const cpu0 = process.cpuUsage();
+  const t0 = performance.now();
+  q.floor(events, (row, trigger) => {
+    rows.push(row);
+    triggers.push(trigger);
+  });
+  const durationMs = performance.now() - t0;
+  const cpu = process.cpuUsage(cpu0);
+  return { rows, triggers, durationMs, cpuMs: (cpu.user + cpu.system) / 1000 };
+}
+
+export function generate(count: number, seed: number): NexmarkEvent[] {
+  const events: NexmarkEvent[] = new Array(count);
+  for (let n = 0; n < count; n++) events[n] = generateEvent(n, { seed });
+  return events;
+}
+
+const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
+
+export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cfg: MeasureConfig): Promise<QueryResult> {
+  if (cfg.warmup > 0) {
+    const head = events.slice(0, Math.min(cfg.warmup, events.length));
+    runFloor(q, head);
+    await runOnce(q, head, cfg, undefined);
+  }
+  // Best of three: the floor runs are short, so one descheduling would skew them.
+  let floor = runFloor(q, events);
+  for (let i = 0; i < 2; i++) {
+    const again = runFloor(q, events);
+    if (again.cpuMs < floor.cpuMs) floor = again;
+  }
+  gc();
+  const heapBefore = process.memoryUsage().heapUsed;
+  const sampler = new MemorySampler();
+  sampler.start();
+  const run = await runOnce(q, events, cfg, q.ordered ? floor.rows : undefined, sampler);
+  sampler.stop();
+
+  // Match rows to the floor's (as multisets of JSON text) to check them and find each row's trigger.
+  const { sink, readAt } = run;
+  let mismatch: string | undefined;
+  const latencies = hdr.build({ lowestDiscernibleValue: 1, highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: 3 });
+  const record = (i: number, trigger: number) => latencies.recordValue(Math.max(1, Math.round((sink.times[i] - readAt[trigger >> BLOCK]) * 1000)));
+  if (sink.count !== floor.rows.length) mismatch = `${sink.count} rows, the floor has ${floor.rows.length}`;
+  if (q.ordered) {
+    if (sink.mismatchAt >= 0) mismatch ??= `row ${sink.mismatchAt} differs: ${JSON.stringify(floor.rows[sink.mismatchAt])} expected`;
+    for (let i = 0; i < Math.min(sink.count, floor.triggers.length); i++) record(i, floor.triggers[i]);
+  } else {
+    const pending = new Map<string, number[]>();
+    floor.rows.forEach((r, i) => {
+      const k = JSON.stringify(r);
+      const list = pending.get(k);
+      if (list) list.push(floor.triggers[i]);
+      else pending.set(k, [floor.triggers[i]]);
+    });
+    sink.kept.forEach((r, i) => {
+      const trigger = pending.get(JSON.stringify(r))?.shift();
+      if (trigger === undefined) mismatch ??= `unexpected row ${JSON.stringify(r)}`;
+      else record(i, trigger);
+    });
+  }
+  const ms = (us: number) => us / 1000;
+  const n = events.length;
+  const eventsPerSec = n / (run.durationMs / 1000);
+  const floorPerSec = n / (floor.durationMs / 1000);
+  const perCore = n / (run.cpuMs / 1000);
+  const floorPerCore = n / (floor.cpuMs / 1000);
+  return {
+    query: q.name,
+    title: q.title,
+    events: n,
+    parallelism: run.parallelism,
+    checkpoints: 'off',
+    runtime: {
+      durationMs: run.durationMs,
+      eventsPerSec,
+      eventsPerCoreSec: perCore,
+      coresUsed: run.cpuMs / run.durationMs,
+      results: sink.count,
+      commits: run.stats.commits,
+      latencyMs: { p50: ms(latencies.getValueAtPercentile(50)), p99: ms(latencies.getValueAtPercentile(99)), max: ms(latencies.maxValue) },
+      peakRssBytes: sampler.peakRss,
+      heapGrowthBytes: Math.max(0, sampler.peakHeap - heapBefore),
+    },
+    floor: { durationMs: floor.durationMs, eventsPerSec: floorPerSec, eventsPerCoreSec: floorPerCore, results: floor.rows.length },
+    ratio: perCore / floorPerCore,
+    flinkPerCore: q.flinkPerCore,
+    resultsMatch: mismatch === undefined,
+    mismatch,
+  };
+}
