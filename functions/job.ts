@@ -1,0 +1,13 @@
+/**
+ * The job this deployment runs, and where its resources are. The Lambda bundles import
+ * this module (no environment variable names the job): the deploy step writes it, or
+ * edit it by hand. Queue and table names follow lib/aws/naming.ts.
+ */
+export { job } from '../examples/nexmark/q5.ts';
+
+export const deployment: {
+  /** Bucket for envelopes too large for one SQS message (claim check); none: they fail with EnvelopeTooLargeError. */
+  readonly bucket?: string;
+  /** Prefix of the stage queue names (naming.ts). */
+  readonly queuePrefix?: string;
+} = {};
