@@ -7,18 +7,27 @@
  * channels, idle ones excluded) and fire timers; then commit state writes, timer
  * changes, progress and the outbox in one atomic commit. Any failure leaves the
  * committed state as it was: the caller discards this object and reopens.
+ *
+ * Checkpoint barriers (checkpoints.ts) align per input channel; an aligned barrier
+ * commits on its own (snapshot handle, forwarded barriers and the ack with the state
+ * they describe), then the batch goes on with the envelopes that waited behind it.
  */
-import { type Clock, type Key, keyFromString, keyToString, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
+import { type Clock, type Key, keyToString, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
+import type { BlobStore } from '../checkpoint/storage.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
 import { channelId, channelsInto, type PhysicalPlan, type StagePlan, type StageEdge, type Successor } from '../graph/compile.ts';
 import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
-import { KEYED_KINDS, type LogicalNode, MAIN_PORT } from '../graph/logical.ts';
+import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
 import { createOperator } from '../operators/registry.ts';
-import type { PartitionProgress, PartitionScope, StateBackend, TimerEntry } from '../state/backend.ts';
+import type { ChannelProgress, PartitionProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import { compareOffsets, type DeadLetter, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
-import type { OperatorContext, StreamOperator, TimeDomain } from './operator.ts';
+import { BarrierAligner, type MutableProgress } from './checkpoints.ts';
+import { entityId, NodeContext, type NodeRuntime } from './context.ts';
+import { ChangeTracker } from './snapshots.ts';
 import { TimerQueue } from './timers.ts';
+
+export { entityId };
 
 export interface PartitionDeps {
   readonly plan: PhysicalPlan;
@@ -28,6 +37,12 @@ export interface PartitionDeps {
   readonly clock: Clock;
   /** Fault-injection hook: runs after processing, before the commit. */
   readonly beforeCommit?: () => void;
+  /**
+   * Checkpointed runs: where snapshot objects go. With it the partition tracks changed
+   * keys durably (the backend must have tracksChanges) and handles barriers; without
+   * it a barrier is an InvariantError.
+   */
+  readonly checkpointStore?: BlobStore;
 }
 
 /** Where a record sits in the input, so that a failing one can be parked alone. */
@@ -62,15 +77,6 @@ export interface BatchResult {
   readonly committed: boolean;
 }
 
-interface NodeRuntime {
-  readonly node: LogicalNode;
-  readonly ctx: NodeContext;
-  op: StreamOperator;
-  readonly routes: Map<string, Successor[]>;
-  readonly timers: { event: TimerQueue; processing: TimerQueue };
-  recordsIn: number;
-}
-
 export interface OperatorStats {
   readonly name: string;
   readonly recordsIn: number;
@@ -80,7 +86,7 @@ export class PartitionRuntime {
   readonly scope: PartitionScope;
   readonly stage: StagePlan;
   private version = 0;
-  private progress!: { inputs: PartitionProgress['inputs']; outputs: Record<string, number>; outputWatermark: number; outputIdle: boolean };
+  private progress!: MutableProgress;
   private readonly txn: StateTxn;
   private readonly nodes = new Map<number, NodeRuntime>();
   private readonly order: NodeRuntime[] = [];
@@ -91,11 +97,16 @@ export class PartitionRuntime {
   private sinkBuffers = new Map<string, unknown[]>();
   private deadLetters: DeadLetter[] = [];
   private watermarkMoved = false;
-  /** Envelopes sealed during this batch, in order. */
-  private pendingEnvelopes: OutboxEntry[] = [];
+  /** Outbox entries sealed during this commit, in order. */
+  private pendingOutbox: OutboxEntry[] = [];
   /** Outbox committed before a crash, to deliver again first. */
   recoveredOutbox: OutboxEntry[] = [];
   private current: RecordLocation | undefined;
+  private skip: ReadonlyMap<string, { error: string; attempts: number }> | undefined;
+  /** What this process() call committed so far (an aligned barrier commits mid-batch). */
+  private acc = { outbox: [] as OutboxEntry[], recordsIn: 0, committed: false };
+  private tracker: ChangeTracker | undefined;
+  private aligner: BarrierAligner | undefined;
 
   private constructor(private readonly deps: PartitionDeps) {
     this.stage = deps.plan.stages[deps.stage];
@@ -113,11 +124,31 @@ export class PartitionRuntime {
   private async recover(): Promise<void> {
     const rec = await this.deps.backend.recover(this.scope);
     this.version = rec.version;
-    this.progress = structuredClone(rec.progress) as typeof this.progress;
+    this.progress = structuredClone(rec.progress) as MutableProgress;
     this.recoveredOutbox = [...rec.outbox];
     for (const id of this.stage.nodes) this.createNode(this.deps.plan.job.nodes[id]);
     for (const t of rec.timers) this.nodes.get(t.node)?.timers[t.domain].load(t);
     this.inputWatermark = this.computeInputWatermark();
+    if (this.deps.checkpointStore) {
+      if (!this.deps.backend.tracksChanges) {
+        throw new InvariantError(`partition ${this.stage.name}#${this.scope.partition}: checkpoints need a state backend that tracks changed keys (tracksChanges)`);
+      }
+      this.tracker = new ChangeTracker(rec.tracking, this.progress.lastBarrier ?? 0);
+      this.aligner = new BarrierAligner(this.deps.plan, this.scope, this.expectedChannels, this.deps.checkpointStore, this.deps.backend, this.txn, this.tracker, {
+        progress: () => this.progress,
+        now: () => this.deps.clock.now(),
+        sealOutputs: () => {
+          this.flushChannels();
+          this.sealSinks();
+        },
+        push: (e) => this.pendingOutbox.push(e),
+        liveTimers: () => this.order.flatMap((n) => [...n.timers.event.liveUpTo(MAX_WATERMARK), ...n.timers.processing.liveUpTo(MAX_WATERMARK)]),
+        timerChanges: () => this.timerChanges(),
+        commit: (next) => this.commitPart(true, next),
+        take: (env) => this.take(env, false),
+        prefetch: (envs) => (this.deps.backend.needsPrefetch ? this.prefetchFor(envs) : Promise.resolve()),
+      });
+    }
   }
 
   private createNode(node: LogicalNode): void {
@@ -130,7 +161,7 @@ export class PartitionRuntime {
     const rt: NodeRuntime = {
       node,
       ctx: undefined as unknown as NodeContext,
-      op: undefined as unknown as StreamOperator,
+      op: undefined as unknown as NodeRuntime['op'],
       routes,
       timers: { event: new TimerQueue(), processing: new TimerQueue() },
       recordsIn: 0,
@@ -147,6 +178,21 @@ export class PartitionRuntime {
 
   get watermark(): number {
     return this.inputWatermark;
+  }
+
+  /** The epoch whose barrier this partition is aligning, if any (tests, metrics). */
+  get aligningEpoch(): number | undefined {
+    return this.progress.aligning?.barrier.epoch;
+  }
+
+  /** Envelopes waiting behind an early barrier (tests, metrics). */
+  get heldEnvelopes(): number {
+    return this.progress.held?.length ?? 0;
+  }
+
+  /** The last barrier this partition snapshotted (0: none). */
+  get lastBarrier(): number {
+    return this.progress.lastBarrier ?? 0;
   }
 
   operatorStats(): OperatorStats[] {
@@ -184,40 +230,67 @@ export class PartitionRuntime {
     if (fresh.length === 0 && dups > 0) {
       return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false };
     }
+    this.acc = { outbox: [], recordsIn: 0, committed: false };
+    this.skip = skip;
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
+    for (const env of fresh) await this.take(env, true);
+    this.fireProcessingTimers();
+    await this.commitPart(fresh.length > 0);
+    this.skip = undefined;
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups };
+  }
 
-    let recordsIn = 0;
-    for (const env of fresh) {
-      const edge = this.deps.plan.edges[env.edge];
-      const target = this.nodes.get(edge.toNode)!;
-      const keyed = KEYED_KINDS.has(target.node.spec.kind);
-      const records = env.records;
-      for (let i = 0; i < records.length; i++) {
-        const rec = records[i];
-        this.current = { channel: env.channel, seq: env.seq, index: i };
-        if (skip) {
-          const parked = skip.get(locationId(this.current));
-          if (parked) {
-            this.deadLetters.push({ operator: target.node.name, ...this.current, record: rec, error: parked.error, attempts: parked.attempts });
-            continue;
-          }
-        }
-        if (keyed) target.ctx.setCurrentKey(rec.key as Key);
-        this.dispatch(target, rec, edge.toInput);
-      }
-      recordsIn += records.length;
-      this.current = undefined;
-      const ch = (this.progress.inputs[env.channel] ??= { seq: 0, watermark: MIN_WATERMARK, idle: false });
+  /**
+   * One envelope: consume its position (fresh ones), hold it when its channel already
+   * delivered the barrier being aligned, otherwise apply it (records or barrier).
+   */
+  private async take(env: Envelope, fresh: boolean): Promise<void> {
+    const ch = this.channel(env.channel);
+    if (fresh) {
       ch.seq = env.seq;
       if (env.offset !== undefined) ch.offset = env.offset;
-      const wm = edge.partitioning === 'source' ? Math.max(env.watermark, this.sourceWatermark(edge, records)) : env.watermark;
-      if (wm > ch.watermark) ch.watermark = wm;
-      ch.idle = env.idle === true;
-      this.advanceWatermark();
     }
-    this.fireProcessingTimers();
-    const result = await this.commit(recordsIn, fresh.length);
-    return { ...result, duplicatesDropped: dups };
+    const a = this.progress.aligning;
+    if (a && a.arrived[env.channel]) {
+      (this.progress.held ??= []).push(env);
+      return;
+    }
+    if (env.barrier) {
+      if (!this.aligner) throw new InvariantError(`partition ${this.stage.name}#${this.scope.partition} received barrier ${env.barrier.epoch} but checkpoints are not configured (no checkpointStore)`);
+      await this.aligner.onBarrier(env);
+      return;
+    }
+    this.apply(env, ch);
+  }
+
+  private channel(id: string): ChannelProgress {
+    return (this.progress.inputs[id] ??= { seq: 0, watermark: MIN_WATERMARK, idle: false });
+  }
+
+  private apply(env: Envelope, ch: ChannelProgress): void {
+    const edge = this.deps.plan.edges[env.edge];
+    const target = this.nodes.get(edge.toNode)!;
+    const keyed = KEYED_KINDS.has(target.node.spec.kind);
+    const records = env.records;
+    for (let i = 0; i < records.length; i++) {
+      const rec = records[i];
+      this.current = { channel: env.channel, seq: env.seq, index: i };
+      if (this.skip) {
+        const parked = this.skip.get(locationId(this.current));
+        if (parked) {
+          this.deadLetters.push({ operator: target.node.name, ...this.current, record: rec, error: parked.error, attempts: parked.attempts });
+          continue;
+        }
+      }
+      if (keyed) target.ctx.setCurrentKey(rec.key as Key);
+      this.dispatch(target, rec, edge.toInput);
+    }
+    this.acc.recordsIn += records.length;
+    this.current = undefined;
+    const wm = edge.partitioning === 'source' ? Math.max(env.watermark, this.sourceWatermark(edge, records)) : env.watermark;
+    if (wm > ch.watermark) ch.watermark = wm;
+    ch.idle = env.idle === true;
+    this.advanceWatermark();
   }
 
   /** Bounded out-of-orderness over the records of a source envelope. */
@@ -232,9 +305,11 @@ export class PartitionRuntime {
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */
   async tick(): Promise<BatchResult> {
+    this.acc = { outbox: [], recordsIn: 0, committed: false };
     if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
     this.fireProcessingTimers();
-    return { ...(await this.commit(0, 0)), duplicatesDropped: 0 };
+    await this.commitPart(false);
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0 };
   }
 
   /** The earliest pending processing-time timer (for scheduling ticks). */
@@ -407,10 +482,9 @@ export class PartitionRuntime {
         if (edge.partitioning !== 'hash' && p !== self % targetP) continue;
         const records = bufs?.[p];
         if (!records?.length && !this.watermarkMoved) continue;
-        const id = `${eId}>${p}`;
-        const seq = (this.progress.outputs[id] ?? 0) + 1;
-        this.progress.outputs[id] = seq;
-        this.pendingEnvelopes.push({
+        const seq = (this.progress.outputs[`${eId}>${p}`] ?? 0) + 1;
+        this.progress.outputs[`${eId}>${p}`] = seq;
+        this.pendingOutbox.push({
           kind: 'channel',
           envelope: {
             channel: channelId(eId, self),
@@ -428,42 +502,61 @@ export class PartitionRuntime {
     this.watermarkMoved = false;
   }
 
-  /** `envelopesApplied`: even an envelope without records moves the channel's position, which must be committed. */
-  private async commit(recordsIn: number, envelopesApplied: number): Promise<Omit<BatchResult, 'duplicatesDropped'>> {
-    this.flushChannels();
-    const outbox: OutboxEntry[] = this.pendingEnvelopes;
-    this.pendingEnvelopes = [];
+  /** One delivery per sink with what the batch emitted so far (tagged with the last barrier when checkpointing). */
+  private sealSinks(): void {
     const self = this.scope.partition;
     for (const [sink, records] of this.sinkBuffers) {
       if (!records.length) continue;
       const id = `sink:${sink}`;
       const seq = (this.progress.outputs[id] ?? 0) + 1;
       this.progress.outputs[id] = seq;
-      outbox.push({ kind: 'sink', delivery: { sink, producer: `${this.stage.id}:${self}`, seq, records } });
+      const tag = this.tracker ? { afterBarrier: this.progress.lastBarrier ?? 0 } : {};
+      this.pendingOutbox.push({ kind: 'sink', delivery: { sink, producer: `${this.stage.id}:${self}`, seq, records, ...tag } });
     }
+    this.sinkBuffers = new Map();
+  }
+
+  private timerChanges(): { adds: TimerEntry[]; deletes: TimerEntry[] } {
+    const adds: TimerEntry[] = [];
+    const deletes: TimerEntry[] = [];
+    for (const n of this.order) {
+      for (const q of [n.timers.event, n.timers.processing]) {
+        adds.push(...q.added.values());
+        deletes.push(...q.deleted.values());
+      }
+    }
+    return { adds, deletes };
+  }
+
+  /**
+   * Commit what was processed since the last commit of this call. `progressMoved`: even
+   * an envelope without records moves a channel's position, which must be committed;
+   * `next` (an aligned barrier) forces the commit and starts a new tracked interval.
+   */
+  private async commitPart(progressMoved: boolean, next?: TrackingUpdate['next']): Promise<void> {
+    this.flushChannels();
+    this.sealSinks();
+    const outbox = this.pendingOutbox;
+    this.pendingOutbox = [];
     for (const d of this.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
 
     const writes = this.txn.writes();
-    const timerAdds: TimerEntry[] = [];
-    const timerDeletes: TimerEntry[] = [];
-    for (const n of this.order) {
-      for (const q of [n.timers.event, n.timers.processing]) {
-        timerAdds.push(...q.added.values());
-        timerDeletes.push(...q.deleted.values());
-      }
-    }
+    const { adds: timerAdds, deletes: timerDeletes } = this.timerChanges();
     this.deps.beforeCommit?.();
-    const changed = envelopesApplied > 0 || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
+    const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
     if (changed) {
+      const tracking = this.tracker ? ChangeTracker.updateOf(writes, timerAdds, timerDeletes, next) : undefined;
       await this.deps.backend.commit({
         scope: this.scope,
         expectedVersion: this.version,
         writes,
         timerAdds,
         timerDeletes,
-        progress: structuredClone(this.progress),
+        progress: structuredClone(this.progress) as PartitionProgress,
         outbox,
+        ...(tracking ? { tracking } : {}),
       });
+      if (tracking) this.tracker!.apply(tracking);
       this.version++;
     }
     this.txn.reset();
@@ -475,87 +568,7 @@ export class PartitionRuntime {
     this.sinkBuffers = new Map();
     this.deadLetters = [];
     this.watermarkMoved = false;
-    return { outbox, version: this.version, recordsIn, committed: changed };
+    this.acc.outbox.push(...outbox);
+    this.acc.committed ||= changed;
   }
 }
-
-export function entityId(operator: string, keyString: string): string {
-  return `${operator}\u0001${keyString}`;
-}
-
-/** The operator context: binds an operator to its partition, current key, state and timers. */
-class NodeContext implements OperatorContext {
-  private key: Key | undefined;
-  private keyString = '';
-  private kg = 0;
-  private entity = '';
-  readonly node: LogicalNode;
-  readonly partition: number;
-  readonly parallelism: number;
-  readonly clock: Clock;
-  private readonly maxP: number;
-
-  constructor(
-    private readonly rt: PartitionRuntime,
-    private readonly n: NodeRuntime,
-    maxParallelism: number,
-  ) {
-    this.maxP = maxParallelism;
-    this.node = n.node;
-    this.partition = rt.scope.partition;
-    this.parallelism = rt.stage.parallelism;
-    this.clock = rt.clock;
-  }
-
-  watermark(): number {
-    return this.rt.watermark;
-  }
-
-  currentKey(): Key {
-    if (this.key === undefined) throw new InvariantError(`operator "${this.node.name}" asked for a key outside a keyed context`);
-    return this.key;
-  }
-
-  setCurrentKey(key: Key): void {
-    if (key === this.key) return;
-    const ks = keyToString(key);
-    this.key = key;
-    this.keyString = ks;
-    this.kg = keyGroupOfString(ks, this.maxP);
-    this.entity = entityId(this.node.name, ks);
-  }
-
-  /** @internal From a timer: the key's string form and key group are stored with it. */
-  setCurrentKeyString(ks: string, kg: number): void {
-    if (ks === this.keyString && this.key !== undefined) return;
-    this.keyString = ks;
-    this.key = keyFromString(ks);
-    this.kg = kg;
-    this.entity = entityId(this.node.name, ks);
-  }
-
-  stateGet(field: string): unknown {
-    return this.rt.stateTxn.get(this.kg, this.entity, field);
-  }
-  stateSet(field: string, value: unknown): void {
-    this.rt.stateTxn.set(this.kg, this.entity, field, value);
-  }
-  stateDelete(field: string): void {
-    this.rt.stateTxn.delete(this.kg, this.entity, field);
-  }
-  stateFields(prefix: string): [string, unknown][] {
-    return this.rt.stateTxn.fields(this.kg, this.entity, prefix);
-  }
-
-  registerTimer(domain: TimeDomain, time: number, ns = ''): void {
-    this.n.timers[domain].register({ node: this.node.id, domain, time, kg: this.kg, key: this.keyString, ns });
-  }
-  deleteTimer(domain: TimeDomain, time: number, ns = ''): void {
-    this.n.timers[domain].delete({ node: this.node.id, domain, time, kg: this.kg, key: this.keyString, ns });
-  }
-
-  emit(value: unknown, timestamp: number, port: string = MAIN_PORT): void {
-    this.rt.route(this.n, value, timestamp, port);
-  }
-}
-

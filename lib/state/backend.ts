@@ -8,7 +8,7 @@
  * one operator (`${operator}\u0001${keyString}`); fields are its named states and
  * map entries. Keeping key groups explicit is what lets rescaling move state.
  */
-import type { OutboxEntry } from '../transport/envelope.ts';
+import type { Barrier, Envelope, OutboxEntry } from '../transport/envelope.ts';
 
 export interface PartitionScope {
   readonly job: string;
@@ -59,6 +59,52 @@ export interface PartitionProgress {
   /** The watermark this partition last forwarded. */
   readonly outputWatermark: number;
   readonly outputIdle: boolean;
+  /** Checkpoints: the last barrier epoch this partition aligned and snapshotted (0 or absent: none). */
+  readonly lastBarrier?: number;
+  /** Checkpoints: a barrier seen on some input channels but not yet on all of them. */
+  readonly aligning?: AlignmentProgress;
+  /**
+   * Checkpoints: envelopes that arrived on a channel after its barrier, while other channels
+   * still owed theirs. Committed here (their seq is already consumed), replayed in arrival
+   * order once the barrier is aligned: never reordered within a channel, never dropped.
+   */
+  readonly held?: readonly Envelope[];
+}
+
+export interface AlignmentProgress {
+  readonly barrier: Barrier;
+  /** Channels that delivered the barrier, with the barrier's position on each (the snapshot's cut). */
+  readonly arrived: Readonly<Record<string, { readonly seq: number; readonly offset?: string }>>;
+  /** When the first copy arrived (processing time). */
+  readonly startedAt: number;
+  /** Source positions carried by the barrier on source channels. */
+  readonly positions: Readonly<Record<string, number>>;
+}
+
+/**
+ * Incremental snapshots: what changed after one barrier, kept durably with the partition
+ * so that a crash between barriers does not lose track of dirty keys. Timers carry
+ * their state at the end of the interval (the entry, or null when deleted).
+ */
+export interface TrackedInterval {
+  /** The barrier epoch the interval started after (the partition's lastBarrier then). */
+  readonly after: number;
+  readonly entities: ReadonlyMap<string, number>;
+  readonly timers: ReadonlyMap<string, TimerEntry | null>;
+}
+
+/** Changes of one commit for the tracked intervals. */
+export interface TrackingUpdate {
+  /** Entity -> key group written by this batch (added to the newest interval). */
+  readonly entities: ReadonlyMap<string, number>;
+  /** timerId -> entry (live) or null (deleted) changed by this batch. */
+  readonly timers: ReadonlyMap<string, TimerEntry | null>;
+  /**
+   * Set by the commit that snapshotted barrier `after`: after applying the changes above,
+   * start a new interval after that barrier and forget intervals that started before
+   * `dropBefore` (the barrier's base epoch, a completed checkpoint that covers them).
+   */
+  readonly next?: { readonly after: number; readonly dropBefore: number };
 }
 
 export interface CommitBatch {
@@ -71,6 +117,8 @@ export interface CommitBatch {
   readonly progress: PartitionProgress;
   /** Outputs to deliver after the commit; kept until clearOutbox. */
   readonly outbox: readonly OutboxEntry[];
+  /** Checkpointed runs: dirty-key tracking for incremental snapshots (backends with tracksChanges). */
+  readonly tracking?: TrackingUpdate;
 }
 
 export interface RecoveredPartition {
@@ -79,6 +127,8 @@ export interface RecoveredPartition {
   readonly timers: readonly TimerEntry[];
   /** Outputs committed but not yet confirmed delivered: deliver them again (receivers deduplicate). */
   readonly outbox: readonly OutboxEntry[];
+  /** Backends with tracksChanges: the tracked intervals, oldest first. */
+  readonly tracking?: readonly TrackedInterval[];
 }
 
 export interface StateBackend {
@@ -94,6 +144,13 @@ export interface StateBackend {
   commit(batch: CommitBatch): Promise<void>;
   /** The outbox of the given version has been delivered. */
   clearOutbox(scope: PartitionScope, version: number): Promise<void>;
+  /**
+   * Optional, for checkpoints: the backend keeps CommitBatch.tracking durably and returns it
+   * from recover(). Incremental snapshots need it; without it the runtime refuses barriers.
+   */
+  readonly tracksChanges?: boolean;
+  /** Optional, for full snapshots: every committed entity of the given key groups of a stage. */
+  entitiesOf?(scope: PartitionScope, keyGroups: readonly number[]): Iterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }>;
 }
 
 export function emptyProgress(): PartitionProgress {

@@ -16,17 +16,35 @@ import {
   scopeId,
   type TimerEntry,
   timerId,
+  type TrackedInterval,
+  type TrackingUpdate,
 } from './backend.ts';
+
+interface MutableInterval {
+  readonly after: number;
+  readonly entities: Map<string, number>;
+  readonly timers: Map<string, TimerEntry | null>;
+}
 
 interface PartitionRecord {
   version: number;
   progress: PartitionProgress;
   timers: Map<string, TimerEntry>;
   outbox: { version: number; entries: readonly OutboxEntry[] }[];
+  /** Dirty keys per barrier interval, for incremental snapshots (oldest first). */
+  tracking: MutableInterval[];
+}
+
+/** A partition's committed state as restored from a checkpoint. */
+export interface InstalledPartition {
+  readonly progress: PartitionProgress;
+  readonly timers: readonly TimerEntry[];
+  readonly entities: Iterable<{ readonly kg: number; readonly entity: string; readonly fields: ReadonlyMap<string, unknown> }>;
 }
 
 export class InMemoryStateBackend implements StateBackend {
   readonly needsPrefetch = false;
+  readonly tracksChanges = true;
   /** key group -> entity -> field -> value. Key groups are shared across stages' scopes by entity prefix. */
   private readonly state = new Map<string, Map<number, Map<string, Map<string, unknown>>>>();
   private readonly partitions = new Map<string, PartitionRecord>();
@@ -44,7 +62,7 @@ export class InMemoryStateBackend implements StateBackend {
   private record(scope: PartitionScope): PartitionRecord {
     const id = scopeId(scope);
     let r = this.partitions.get(id);
-    if (!r) this.partitions.set(id, (r = { version: 0, progress: emptyProgress(), timers: new Map(), outbox: [] }));
+    if (!r) this.partitions.set(id, (r = { version: 0, progress: emptyProgress(), timers: new Map(), outbox: [], tracking: [] }));
     return r;
   }
 
@@ -55,6 +73,8 @@ export class InMemoryStateBackend implements StateBackend {
       progress: structuredClone(r.progress),
       timers: [...r.timers.values()],
       outbox: r.outbox.flatMap((o) => o.entries),
+      // Absent until a checkpointed run tracked something (keeps the conformance shape of plain runs).
+      tracking: r.tracking.length ? r.tracking.map((t): TrackedInterval => ({ after: t.after, entities: new Map(t.entities), timers: new Map(t.timers) })) : undefined,
     };
   }
 
@@ -94,7 +114,39 @@ export class InMemoryStateBackend implements StateBackend {
     r.version++;
     r.progress = batch.progress;
     if (batch.outbox.length > 0) r.outbox.push({ version: r.version, entries: batch.outbox });
+    if (batch.tracking) track(r, batch.tracking);
     this.commits++;
+  }
+
+  *entitiesOf(scope: PartitionScope, keyGroups: readonly number[]): Iterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }> {
+    const stage = this.stageState(scope);
+    for (const kg of keyGroups) {
+      const groups = stage.get(kg);
+      if (groups) for (const [entity, fields] of groups) yield { kg, entity, fields };
+    }
+  }
+
+  /**
+   * Restore: replace a partition's committed state by a checkpoint's (its key groups'
+   * entities, timers, progress) at version 0, with one tracked interval after `lastBarrier`.
+   * The caller installs every partition of a stage before any of them runs.
+   */
+  install(scope: PartitionScope, part: InstalledPartition, keyGroups: readonly number[]): void {
+    const stage = this.stageState(scope);
+    for (const kg of keyGroups) stage.delete(kg);
+    for (const { kg, entity, fields } of part.entities) {
+      let groups = stage.get(kg);
+      if (!groups) stage.set(kg, (groups = new Map()));
+      groups.set(entity, new Map(fields));
+    }
+    const after = part.progress.lastBarrier ?? 0;
+    this.partitions.set(scopeId(scope), {
+      version: 0,
+      progress: structuredClone(part.progress),
+      timers: new Map(part.timers.map((t) => [timerId(t), t])),
+      outbox: [],
+      tracking: [{ after, entities: new Map(), timers: new Map() }],
+    });
   }
 
   async clearOutbox(scope: PartitionScope, version: number): Promise<void> {
@@ -102,10 +154,26 @@ export class InMemoryStateBackend implements StateBackend {
     r.outbox = r.outbox.filter((o) => o.version > version);
   }
 
+  /** Tracked dirty entities of a partition, summed over its intervals (tests, metrics). */
+  trackedEntities(scope: PartitionScope): number {
+    return this.record(scope).tracking.reduce((n, t) => n + t.entities.size, 0);
+  }
+
   /** Number of live entities of a stage (tests, metrics). */
   entityCount(job: string, stage: number): number {
     let n = 0;
     for (const groups of this.stageState({ job, stage, partition: 0 }).values()) n += groups.size;
     return n;
+  }
+}
+
+function track(r: PartitionRecord, u: TrackingUpdate): void {
+  if (r.tracking.length === 0) r.tracking.push({ after: r.progress.lastBarrier ?? 0, entities: new Map(), timers: new Map() });
+  const cur = r.tracking[r.tracking.length - 1];
+  for (const [e, kg] of u.entities) cur.entities.set(e, kg);
+  for (const [id, t] of u.timers) cur.timers.set(id, t);
+  if (u.next) {
+    r.tracking = r.tracking.filter((t) => t.after >= u.next!.dropBefore);
+    r.tracking.push({ after: u.next.after, entities: new Map(), timers: new Map() });
   }
 }

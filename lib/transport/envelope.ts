@@ -28,6 +28,35 @@ export interface Envelope {
   readonly watermark: number;
   /** The producer has no data and does not hold event time back. */
   readonly idle?: boolean;
+  /** A checkpoint barrier (no records): everything before it on this channel belongs to checkpoint `barrier.epoch`. */
+  readonly barrier?: Barrier;
+}
+
+/**
+ * Checkpoint barrier `epoch`, injected into every source partition and forwarded on
+ * every output channel once a partition has aligned it on all its input channels.
+ */
+export interface Barrier {
+  readonly epoch: number;
+  /** The last completed checkpoint: snapshots are deltas against it (0: none). */
+  readonly baseEpoch: number;
+  /** Participants (`${stage}/${partition}`) asked for a full snapshot. */
+  readonly full: readonly string[];
+  readonly savepoint: boolean;
+  /** Source channels only: per source partition (`${source}#${p}`), the records that precede the barrier. */
+  readonly positions?: Readonly<Record<string, number>>;
+}
+
+/** A partition's acknowledgement of a barrier, delivered to the checkpoint coordinator after what precedes it. */
+export interface BarrierAck {
+  readonly epoch: number;
+  readonly stage: number;
+  readonly partition: number;
+  readonly baseEpoch: number;
+  readonly snapshot: { readonly key: string; readonly bytes: number; readonly entities: number; readonly full: boolean } | null;
+  readonly positions: Readonly<Record<string, number>>;
+  readonly alignedAt: number;
+  readonly ackedAt: number;
 }
 
 /** A committed batch for a sink, named for idempotent delivery. */
@@ -36,6 +65,11 @@ export interface SinkDelivery {
   readonly producer: string;
   readonly seq: number;
   readonly records: readonly unknown[];
+  /**
+   * Checkpointed runs: the last barrier the producer processed before these records, so
+   * a transactional sink publishes them with the first checkpoint above it.
+   */
+  readonly afterBarrier?: number;
 }
 
 /** A record that made user code throw past its retries, parked with its error. */
@@ -52,7 +86,8 @@ export interface DeadLetter {
 export type OutboxEntry =
   | { readonly kind: 'channel'; readonly envelope: Envelope }
   | { readonly kind: 'sink'; readonly delivery: SinkDelivery }
-  | { readonly kind: 'deadLetter'; readonly deadLetter: DeadLetter };
+  | { readonly kind: 'deadLetter'; readonly deadLetter: DeadLetter }
+  | { readonly kind: 'ack'; readonly ack: BarrierAck };
 
 /** Order of two decimal position strings (no sign, no leading zeros). */
 export function compareOffsets(a: string, b: string): number {

@@ -1,0 +1,56 @@
+/**
+ * JSON for checkpoint objects. State and progress hold numbers JSON cannot write
+ * (watermarks start at -Infinity, timers at +Infinity) and may hold `undefined` in
+ * arrays; they are tagged as {"$n": "..."} / {"$u": 1}, and a user object that happens
+ * to use a tag key is wrapped in {"$o": ...}, so every value reads back as written.
+ * Object key order is kept: restored state must emit byte-identical records.
+ */
+
+const TAGS = new Set(['$n', '$u', '$o']);
+
+function encodeWalk(v: unknown): unknown {
+  if (typeof v === 'number') return Number.isFinite(v) ? v : { $n: String(v) };
+  if (v === undefined) return { $u: 1 };
+  if (v === null || typeof v !== 'object') return v;
+  if (Array.isArray(v)) return v.map(encodeWalk);
+  const out: Record<string, unknown> = {};
+  let tagged = false;
+  for (const k of Object.keys(v)) {
+    const x = (v as Record<string, unknown>)[k];
+    if (x === undefined) continue;
+    if (TAGS.has(k)) tagged = true;
+    out[k] = encodeWalk(x);
+  }
+  return tagged ? { $o: out } : out;
+}
+
+function decodeWalk(v: unknown): unknown {
+  if (v === null || typeof v !== 'object') return v;
+  if (Array.isArray(v)) return v.map(decodeWalk);
+  const o = v as Record<string, unknown>;
+  if ('$n' in o) return Number(o.$n);
+  if ('$u' in o) return undefined;
+  const src = ('$o' in o ? o.$o : o) as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(src)) out[k] = decodeWalk(src[k]);
+  return out;
+}
+
+export function encodeJson(v: unknown, indent?: number): string {
+  return JSON.stringify(encodeWalk(v), null, indent);
+}
+
+export function decodeJson<T = unknown>(text: string): T {
+  return decodeWalk(JSON.parse(text)) as T;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+export function toBytes(v: unknown, indent?: number): Uint8Array {
+  return encoder.encode(encodeJson(v, indent));
+}
+
+export function fromBytes<T = unknown>(bytes: Uint8Array): T {
+  return decodeJson<T>(decoder.decode(bytes));
+}

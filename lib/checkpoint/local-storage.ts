@@ -1,0 +1,228 @@
+/**
+ * Checkpoint storage on the local disk (the embedded runtime's "S3" and "ZooKeeper"):
+ * - DirectoryBlobStore: immutable files; a put writes a temporary file, fsyncs it and
+ *   hard-links it into place, so an object is either absent or complete and is never
+ *   overwritten (link fails when the name exists);
+ * - FilePointerStore: one small JSON file per name, changed by compare-and-set under a
+ *   lock file; the new value is written to a temporary file, fsynced and renamed over
+ *   the old one, then the directory is fsynced, so a crash leaves the old or the new one.
+ * Plus in-memory versions for tests.
+ */
+import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeSync } from 'node:fs';
+import { dirname, join, sep } from 'node:path';
+import { decodeJson, encodeJson } from './codec.ts';
+import { BlobKeyError, BlobOverwriteError, PointerLockedError } from './driver-errors.ts';
+import type { BlobStore, PointerStore, PointerValue } from './storage.ts';
+
+const TMP = '.tmp-';
+
+function code(e: unknown): string | undefined {
+  return (e as NodeJS.ErrnoException).code;
+}
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.byteLength === b.byteLength && Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+}
+
+/** Write bytes to a fresh temporary file beside `path`, fsynced; returns its name. */
+function writeTemp(path: string, body: Uint8Array | string): string {
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = join(dirname(path), `${TMP}${process.pid}-${Math.random().toString(36).slice(2, 10)}`);
+  const fd = openSync(tmp, 'wx');
+  try {
+    if (typeof body === 'string') writeSync(fd, body);
+    else writeSync(fd, body);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  return tmp;
+}
+
+export function fsyncDir(dir: string): void {
+  try {
+    const fd = openSync(dir, 'r');
+    try {
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    // Some file systems refuse fsync on directories; the rename is still atomic.
+  }
+}
+
+/** Replace a file atomically: temporary file, fsync, rename, fsync of the directory. */
+export function writeFileAtomic(path: string, body: Uint8Array | string): void {
+  const tmp = writeTemp(path, body);
+  renameSync(tmp, path);
+  fsyncDir(dirname(path));
+}
+
+export class DirectoryBlobStore implements BlobStore {
+  constructor(readonly root: string) {}
+
+  private path(key: string): string {
+    const parts = key.split('/');
+    if (!key || key.startsWith('/') || parts.some((p) => p === '' || p === '.' || p === '..' || p.startsWith(TMP) || p.includes(sep) || p.includes('\0'))) throw new BlobKeyError(key);
+    return join(this.root, ...parts);
+  }
+
+  async put(key: string, body: Uint8Array): Promise<void> {
+    const path = this.path(key);
+    const stored = await this.get(key);
+    if (stored) {
+      if (sameBytes(stored, body)) return;
+      throw new BlobOverwriteError(key);
+    }
+    const tmp = writeTemp(path, body);
+    try {
+      linkSync(tmp, path);
+    } catch (e) {
+      if (code(e) !== 'EEXIST') throw e;
+      const now = readFileSync(path);
+      if (!sameBytes(now, body)) throw new BlobOverwriteError(key);
+    } finally {
+      unlinkSync(tmp);
+    }
+    fsyncDir(dirname(path));
+  }
+
+  async get(key: string): Promise<Uint8Array | undefined> {
+    try {
+      return readFileSync(this.path(key));
+    } catch (e) {
+      if (code(e) === 'ENOENT' || code(e) === 'ENOTDIR') return undefined;
+      throw e;
+    }
+  }
+
+  async list(prefix: string): Promise<string[]> {
+    // Walk from the deepest directory the prefix names.
+    const slash = prefix.lastIndexOf('/');
+    const base = slash >= 0 ? prefix.slice(0, slash) : '';
+    const out: string[] = [];
+    const walk = (dir: string, rel: string) => {
+      let entries;
+      try {
+        entries = readdirSync(dir, { withFileTypes: true });
+      } catch (e) {
+        if (code(e) === 'ENOENT' || code(e) === 'ENOTDIR') return;
+        throw e;
+      }
+      for (const d of entries) {
+        if (d.name.startsWith(TMP)) continue;
+        const k = rel ? `${rel}/${d.name}` : d.name;
+        if (d.isDirectory()) {
+          if (k.startsWith(prefix) || prefix.startsWith(`${k}/`)) walk(join(dir, d.name), k);
+        } else if (k.startsWith(prefix)) out.push(k);
+      }
+    };
+    walk(base ? join(this.root, ...base.split('/')) : this.root, base);
+    return out.sort();
+  }
+
+  async delete(keys: readonly string[]): Promise<void> {
+    for (const k of keys) rmSync(this.path(k), { force: true });
+  }
+}
+
+/** A dead holder's lock may be taken over; a live one is waited for, briefly. */
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return code(e) === 'EPERM';
+  }
+}
+
+function sleepSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+export class FilePointerStore implements PointerStore {
+  constructor(readonly dir: string) {}
+
+  private file(name: string): string {
+    if (!/^[A-Za-z0-9._-]+$/.test(name)) throw new BlobKeyError(name);
+    return join(this.dir, `${name}.json`);
+  }
+
+  async read<T>(name: string): Promise<PointerValue<T> | undefined> {
+    try {
+      return decodeJson<PointerValue<T>>(readFileSync(this.file(name), 'utf8'));
+    } catch (e) {
+      if (code(e) === 'ENOENT') return undefined;
+      throw e;
+    }
+  }
+
+  async compareAndSet<T>(name: string, expectedVersion: number, value: T): Promise<boolean> {
+    const path = this.file(name);
+    const unlock = this.lock(`${path}.lock`);
+    try {
+      const current = (await this.read<T>(name))?.version ?? 0;
+      if (current !== expectedVersion) return false;
+      writeFileAtomic(path, encodeJson({ version: current + 1, value }));
+      return true;
+    } finally {
+      unlock();
+    }
+  }
+
+  private lock(path: string): () => void {
+    mkdirSync(dirname(path), { recursive: true });
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const fd = openSync(path, 'wx');
+        writeSync(fd, String(process.pid));
+        closeSync(fd);
+        return () => rmSync(path, { force: true });
+      } catch (e) {
+        if (code(e) !== 'EEXIST') throw e;
+      }
+      let holder = NaN;
+      try {
+        holder = Number(readFileSync(path, 'utf8'));
+      } catch {
+        // Released between our attempts.
+      }
+      if (Number.isInteger(holder) && holder !== process.pid && !pidAlive(holder)) rmSync(path, { force: true });
+      else if (attempt >= 200) throw new PointerLockedError(path, Number.isInteger(holder) ? `process ${holder}` : 'an unknown process');
+      else sleepSync(5);
+    }
+  }
+}
+
+export class MemoryBlobStore implements BlobStore {
+  readonly objects = new Map<string, Uint8Array>();
+  async put(key: string, body: Uint8Array): Promise<void> {
+    const stored = this.objects.get(key);
+    if (stored && !sameBytes(stored, body)) throw new BlobOverwriteError(key);
+    this.objects.set(key, new Uint8Array(body));
+  }
+  async get(key: string): Promise<Uint8Array | undefined> {
+    return this.objects.get(key);
+  }
+  async list(prefix: string): Promise<string[]> {
+    return [...this.objects.keys()].filter((k) => k.startsWith(prefix)).sort();
+  }
+  async delete(keys: readonly string[]): Promise<void> {
+    for (const k of keys) this.objects.delete(k);
+  }
+}
+
+export class MemoryPointerStore implements PointerStore {
+  readonly values = new Map<string, PointerValue<unknown>>();
+  async read<T>(name: string): Promise<PointerValue<T> | undefined> {
+    const v = this.values.get(name);
+    return v ? (structuredClone(v) as PointerValue<T>) : undefined;
+  }
+  async compareAndSet<T>(name: string, expectedVersion: number, value: T): Promise<boolean> {
+    const current = this.values.get(name)?.version ?? 0;
+    if (current !== expectedVersion) return false;
+    this.values.set(name, { version: current + 1, value: structuredClone(value) });
+    return true;
+  }
+}

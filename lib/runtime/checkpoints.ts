@@ -1,0 +1,177 @@
+/**
+ * Barrier alignment in the runtime core. Barrier `e` arrives once on every input
+ * channel; a channel that delivered it is blocked: its later envelopes are held in the
+ * partition's committed progress (their positions consumed, so a crash loses nothing)
+ * until the barrier has come on every expected channel. Then the partition, in one
+ * commit: writes the snapshot object (state as of the barrier), forwards the barrier
+ * on every output channel after the records that precede it, and puts its ack in the
+ * outbox behind them. The held envelopes follow, in arrival order.
+ *
+ * A barrier above the one being aligned means that epoch was given up before all its
+ * barriers went out (a coordinator restart): the old alignment is dropped, its held
+ * envelopes are applied, and the new barrier starts over. Barriers at or below the last
+ * snapshotted epoch are stale and ignored.
+ */
+import { participantKey } from '../checkpoint/protocol.ts';
+import { encodeSnapshot, snapshotKey } from '../checkpoint/snapshot.ts';
+import type { BlobStore } from '../checkpoint/storage.ts';
+import { channelId, type PhysicalPlan } from '../graph/compile.ts';
+import type { ChannelProgress, PartitionProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
+import type { StateTxn } from '../state/txn.ts';
+import type { Barrier, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import { buildSnapshot, type ChangeTracker, keyGroupsOf } from './snapshots.ts';
+
+interface Aligning {
+  barrier: Barrier;
+  arrived: Record<string, { seq: number; offset?: string }>;
+  startedAt: number;
+  positions: Record<string, number>;
+}
+
+/** The partition's progress as the runtime mutates it between commits. */
+export interface MutableProgress {
+  inputs: Record<string, ChannelProgress>;
+  outputs: Record<string, number>;
+  outputWatermark: number;
+  outputIdle: boolean;
+  lastBarrier?: number;
+  aligning?: Aligning;
+  held?: Envelope[];
+}
+
+/** What the aligner needs from its partition runtime. */
+export interface AlignerHost {
+  progress(): MutableProgress;
+  now(): number;
+  /** Seal buffered records into channel envelopes and sink deliveries (they precede the barrier). */
+  sealOutputs(): void;
+  push(entry: OutboxEntry): void;
+  liveTimers(): TimerEntry[];
+  timerChanges(): { adds: TimerEntry[]; deletes: TimerEntry[] };
+  commit(next: NonNullable<TrackingUpdate['next']>): Promise<void>;
+  /** Apply a held envelope (its position is already consumed). */
+  take(env: Envelope): Promise<void>;
+  prefetch(envs: readonly Envelope[]): Promise<void>;
+}
+
+export class BarrierAligner {
+  private readonly key: string;
+  private readonly keyGroups: number[];
+
+  constructor(
+    private readonly plan: PhysicalPlan,
+    private readonly scope: PartitionScope,
+    private readonly expected: readonly string[],
+    private readonly store: BlobStore,
+    private readonly backend: StateBackend,
+    private readonly txn: StateTxn,
+    private readonly tracker: ChangeTracker,
+    private readonly host: AlignerHost,
+  ) {
+    this.key = participantKey(scope);
+    this.keyGroups = keyGroupsOf(scope.partition, plan.stages[scope.stage].parallelism, plan.job.maxParallelism);
+  }
+
+  async onBarrier(env: Envelope): Promise<void> {
+    const b = env.barrier!;
+    const p = this.host.progress();
+    if (b.epoch <= (p.lastBarrier ?? 0)) return;
+    let a = p.aligning;
+    if (a && b.epoch < a.barrier.epoch) return;
+    if (a && b.epoch > a.barrier.epoch) {
+      const held = p.held ?? [];
+      delete p.aligning;
+      delete p.held;
+      for (const h of held) await this.host.take(h);
+      await this.host.take(env);
+      return;
+    }
+    if (!a) a = p.aligning = { barrier: b, arrived: {}, startedAt: this.host.now(), positions: {} };
+    a.arrived[env.channel] = env.offset !== undefined ? { seq: env.seq, offset: env.offset } : { seq: env.seq };
+    if (b.positions) Object.assign(a.positions, b.positions);
+    if (this.expected.every((c) => a.arrived[c])) await this.complete(a);
+  }
+
+  private async complete(a: Aligning): Promise<void> {
+    const p = this.host.progress();
+    const b = a.barrier;
+    const alignedAt = this.host.now();
+    this.host.sealOutputs();
+    this.forward({ epoch: b.epoch, baseEpoch: b.baseEpoch, full: b.full, savepoint: b.savepoint });
+
+    // The cut: each input channel at its barrier, outputs including the forwarded barriers.
+    const inputs: Record<string, ChannelProgress> = {};
+    for (const [c, ch] of Object.entries(p.inputs)) {
+      const at = a.arrived[c];
+      if (!at) inputs[c] = { ...ch };
+      else {
+        const { offset: _drop, ...rest } = ch;
+        inputs[c] = { ...rest, seq: at.seq, ...(at.offset !== undefined ? { offset: at.offset } : {}) };
+      }
+    }
+    const cut: PartitionProgress = { inputs, outputs: { ...p.outputs }, outputWatermark: p.outputWatermark, outputIdle: p.outputIdle, lastBarrier: b.epoch };
+    const full = b.baseEpoch === 0 || b.full.includes(this.key);
+    const { adds, deletes } = this.host.timerChanges();
+    const object = await buildSnapshot({
+      job: this.scope.job,
+      scope: this.scope,
+      epoch: b.epoch,
+      baseEpoch: b.baseEpoch,
+      full,
+      progress: cut,
+      backend: this.backend,
+      txn: this.txn,
+      tracker: this.tracker,
+      keyGroups: this.keyGroups,
+      writes: this.txn.writes(),
+      timerAdds: adds,
+      timerDeletes: deletes,
+      liveTimers: () => this.host.liveTimers(),
+    });
+    const bytes = encodeSnapshot(object);
+    const key = snapshotKey(this.scope.job, this.scope.stage, this.scope.partition, b.epoch, bytes);
+    await this.store.put(key, bytes);
+    this.host.push({
+      kind: 'ack',
+      ack: {
+        epoch: b.epoch,
+        stage: this.scope.stage,
+        partition: this.scope.partition,
+        baseEpoch: b.baseEpoch,
+        snapshot: { key, bytes: bytes.length, entities: object.entities.length, full },
+        positions: a.positions,
+        alignedAt,
+        ackedAt: this.host.now(),
+      },
+    });
+    p.lastBarrier = b.epoch;
+    const held = p.held ?? [];
+    delete p.aligning;
+    delete p.held;
+    await this.host.commit({ after: b.epoch, dropBefore: b.baseEpoch });
+    if (held.length) {
+      await this.host.prefetch(held);
+      for (const h of held) await this.host.take(h);
+    }
+  }
+
+  /** The barrier on every output channel, in order after what the partition sent before it. */
+  private forward(barrier: Barrier): void {
+    const p = this.host.progress();
+    const self = this.scope.partition;
+    const stage = this.plan.stages[this.scope.stage];
+    for (const eId of stage.outputs) {
+      const edge = this.plan.edges[eId];
+      const targetP = this.plan.stages[edge.toStage].parallelism;
+      for (let t = 0; t < targetP; t++) {
+        if (edge.partitioning !== 'hash' && t !== self % targetP) continue;
+        const seq = (p.outputs[`${eId}>${t}`] ?? 0) + 1;
+        p.outputs[`${eId}>${t}`] = seq;
+        this.host.push({
+          kind: 'channel',
+          envelope: { channel: channelId(eId, self), edge: eId, toPartition: t, seq, records: [], watermark: p.outputWatermark, idle: p.outputIdle || undefined, barrier },
+        });
+      }
+    }
+  }
+}
