@@ -52,13 +52,23 @@ export function sqsEvent(messages: readonly Message[], arn: string): SQSEvent {
 
 export type Handler = (event: SQSEvent) => Promise<SQSBatchResponse>;
 
+/** One warm Lambda container of a stage function. */
+export interface Container {
+  readonly invoke: Handler;
+  /** True once the container crashed (its process is gone): its last answer is lost. */
+  crashed?(): boolean;
+  close?(): void;
+}
+
 export interface DriverOptions {
   readonly sqs: SQSClient;
   readonly queues: readonly StageQueues[];
-  /** A handler "container" for a stage; called again after a crash. */
-  readonly container: (stage: number) => Handler;
-  /** After an invocation: true when it crashed (its answer is lost). */
-  readonly crashed?: () => boolean;
+  /** A new container for a stage (cold start); called again after a crash. */
+  readonly container: (stage: number) => Container;
+  /** Warm containers per stage, used in turn (default 1): more than one makes cached partitions go stale. */
+  readonly warm?: number;
+  /** After a successful invocation: true to lose its answer, as if the process died just before returning. */
+  readonly loseAnswer?: () => boolean;
   /** Stop after this many invocations (a test that never drains fails instead of hanging). */
   readonly maxInvocations?: number;
 }
@@ -67,36 +77,45 @@ export interface DriverOptions {
  * Lambda's event source mapping, one invocation at a time, downstream stages first:
  * receive a batch, invoke, delete what succeeded and make the failures visible again at
  * once (in reverse, since fauxqs puts a released message at the front of its group).
+ * A crashed container's whole batch comes back, and a cold one replaces it.
  */
 export async function runUntilDrained(o: DriverOptions): Promise<{ invocations: number; crashes: number; failures: number }> {
-  const handlers = o.queues.map((_, s) => o.container(s));
+  const warm = o.warm ?? 1;
+  const pools = o.queues.map((_, s) => Array.from({ length: warm }, () => o.container(s)));
   const stats = { invocations: 0, crashes: 0, failures: 0 };
-  for (;;) {
-    let progressed = false;
-    for (let s = o.queues.length - 1; s >= 0; s--) {
-      const q = o.queues[s];
-      const batch = await receive(o.sqs, q.url);
-      if (!batch.length) continue;
-      progressed = true;
-      if (++stats.invocations > (o.maxInvocations ?? 10_000)) throw new Error(`not drained after ${o.maxInvocations} invocations`);
-      let failed: Set<string>;
-      try {
-        const res = await handlers[s](sqsEvent(batch, q.arn));
-        failed = new Set(res.batchItemFailures.map((f) => f.itemIdentifier));
-      } catch {
-        failed = new Set(batch.map((m) => m.MessageId!));
+  try {
+    for (;;) {
+      let progressed = false;
+      for (let s = o.queues.length - 1; s >= 0; s--) {
+        const q = o.queues[s];
+        const batch = await receive(o.sqs, q.url);
+        if (!batch.length) continue;
+        progressed = true;
+        if (++stats.invocations > (o.maxInvocations ?? 10_000)) throw new Error(`not drained after ${o.maxInvocations} invocations`);
+        const slot = stats.invocations % warm;
+        const c = pools[s][slot];
+        let failed: Set<string>;
+        try {
+          const res = await c.invoke(sqsEvent(batch, q.arn));
+          failed = new Set(res.batchItemFailures.map((f) => f.itemIdentifier));
+        } catch {
+          failed = new Set(batch.map((m) => m.MessageId!));
+        }
+        if (c.crashed?.() || o.loseAnswer?.()) {
+          stats.crashes++;
+          failed = new Set(batch.map((m) => m.MessageId!));
+          c.close?.();
+          pools[s][slot] = o.container(s);
+        }
+        stats.failures += failed.size;
+        const done = batch.filter((m) => !failed.has(m.MessageId!));
+        const back = batch.filter((m) => failed.has(m.MessageId!)).reverse();
+        if (done.length) await o.sqs.send(new DeleteMessageBatchCommand({ QueueUrl: q.url, Entries: done.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle! })) }));
+        if (back.length) await o.sqs.send(new ChangeMessageVisibilityBatchCommand({ QueueUrl: q.url, Entries: back.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 })) }));
       }
-      if (o.crashed?.()) {
-        stats.crashes++;
-        failed = new Set(batch.map((m) => m.MessageId!));
-        handlers[s] = o.container(s);
-      }
-      stats.failures += failed.size;
-      const done = batch.filter((m) => !failed.has(m.MessageId!));
-      const back = batch.filter((m) => failed.has(m.MessageId!)).reverse();
-      if (done.length) await o.sqs.send(new DeleteMessageBatchCommand({ QueueUrl: q.url, Entries: done.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle! })) }));
-      if (back.length) await o.sqs.send(new ChangeMessageVisibilityBatchCommand({ QueueUrl: q.url, Entries: back.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 })) }));
+      if (!progressed) return stats;
     }
-    if (!progressed) return stats;
+  } finally {
+    for (const pool of pools) for (const c of pool) c.close?.();
   }
 }

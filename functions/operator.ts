@@ -1,0 +1,23 @@
+/**
+ * Lambda entry of every stage function (SQS FIFO event source with
+ * ReportBatchItemFailures). The stage is read from the event source queue's name;
+ * endpoints and region come from the SDK's own configuration. Logic: lib/aws/operator-handler.ts.
+ */
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { S3Client } from '@aws-sdk/client-s3';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics } from '@aws-lambda-powertools/metrics';
+import { createOperatorHandler } from '../lib/aws/operator-handler.ts';
+import { S3BlobStore } from '../lib/aws/s3-blob-store.ts';
+import { deployment, job } from './job.ts';
+
+export const handler = createOperatorHandler({
+  job,
+  sqs: new SQSClient({}),
+  dynamodb: new DynamoDBClient({}),
+  queuePrefix: deployment.queuePrefix,
+  blobs: deployment.bucket ? new S3BlobStore({ s3: new S3Client({}), bucket: deployment.bucket, prefix: `${job.name}/` }) : undefined,
+  logger: new Logger({ serviceName: `sluice-${job.name}` }),
+  metrics: new Metrics({ namespace: 'Sluice', serviceName: job.name }),
+});

@@ -1,0 +1,275 @@
+/**
+ * The operator function: one SQS FIFO batch of one stage -> the runtime core -> outputs.
+ *
+ * Per message group (= partition), in the order SQS gave the messages:
+ *   1. decode every message into envelopes (channel envelopes, or an ingest message as a
+ *      source envelope whose offset is the SQS SequenceNumber);
+ *   2. take the partition's PartitionRuntime, cached across warm invocations; a new one
+ *      first delivers the outbox a crashed predecessor committed but did not deliver;
+ *   3. process all envelopes of the group in one commit (DynamoDB transaction: state,
+ *      progress, outbox);
+ *   4. deliver the outbox: envelopes to the downstream stage queues, sink batches to the
+ *      sinks, dead letters to the stage's DLQ; then outboxDelivered (clears it).
+ * The group's messages succeed only after step 4, so a crash anywhere redelivers them;
+ * the runtime drops what it already applied (per-channel high-water marks and offsets).
+ *
+ * Failures follow the FIFO rule: the first failed message and every later message of
+ * its group are reported in batchItemFailures; other groups are independent.
+ * - User code throws on a record (RecordFailedError with its location): the messages
+ *   before it are committed in a second pass and succeed; its message and the rest fail
+ *   and come back. Attempts are counted per record (record-attempts.ts); at the
+ *   maxAttempts-th failure, or when the message reaches the queue's maxReceiveCount
+ *   (SQS would move the whole message to the DLQ next), the record is passed as `skip`:
+ *   it is committed as a dead letter with its error and the rest of the group proceeds,
+ *   in order.
+ * - A stale cached runtime (another container moved the partition on) fails with
+ *   CommitConflictError or a sequence InvariantError: reopen and retry once.
+ * - Anything else fails the whole group; SQS redelivers it.
+ *
+ * Not Powertools' batch utility: its FIFO processor runs a handler per message, while we
+ * commit once per group (the cost of a batch is one transaction, not ten) and must re-run
+ * a group with a record skipped. Logger and metrics are Powertools'.
+ */
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import type { Logger } from '@aws-lambda-powertools/logger';
+import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import type { Sink } from '../api/sinks.ts';
+import type { Job } from '../api/stream.ts';
+import { type Clock, systemClock } from '../api/types.ts';
+import type { BlobStore } from '../checkpoint/storage.ts';
+import { CommitConflictError, ConfigError, InvariantError } from '../errors.ts';
+import { compile, type PhysicalPlan } from '../graph/compile.ts';
+import { locationId, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
+import type { PartitionScope, StateBackend } from '../state/backend.ts';
+import type { BarrierAck, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import { AwsAccounting } from './accounting.ts';
+import { DynamoDbStateBackend } from './dynamodb-state.ts';
+import { stageOfQueue, stateTableName } from './naming.ts';
+import { RecordAttempts } from './record-attempts.ts';
+import type { DeadLetterMessage } from './sqs-codec.ts';
+import { NamedQueues, type QueueResolver } from './sqs-queues.ts';
+import { SqsTransport } from './sqs-transport.ts';
+
+export interface OperatorHandlerConfig {
+  readonly job: Job;
+  /** The stage this function runs; default: from each record's eventSourceARN (naming.ts). */
+  readonly stage?: number;
+  readonly sqs: SQSClient;
+  readonly dynamodb: DynamoDBClient;
+  /** Default `sluice-${job}`. */
+  readonly tableName?: string;
+  /** Default: the job's queues by name. */
+  readonly queues?: QueueResolver;
+  readonly queuePrefix?: string;
+  /** For envelopes too large for one message (claim check). */
+  readonly blobs?: BlobStore;
+  /** Sinks by name; default the job's own. Injected sinks are opened and closed by the caller. */
+  readonly sinks?: Readonly<Record<string, Sink<any>>>;
+  readonly clock?: Clock;
+  readonly accounting?: AwsAccounting;
+  /** Failures of one record before it is parked as a dead letter (default 3). */
+  readonly maxAttempts?: number;
+  /** The stage queues' redrive maxReceiveCount (default 10); must exceed maxAttempts. */
+  readonly maxReceiveCount?: number;
+  readonly maxMessageBytes?: number;
+  readonly compress?: boolean;
+  /** Where checkpoint barrier acknowledgements go (the coordinator), after what precedes them; default: dropped with a warning. */
+  readonly onBarrierAcks?: (acks: readonly BarrierAck[]) => Promise<void>;
+  /** Default: DynamoDbStateBackend on tableName. */
+  readonly backend?: StateBackend;
+  readonly logger?: Logger;
+  readonly metrics?: Metrics;
+}
+
+export interface OperatorHandler {
+  (event: SQSEvent, context?: Context): Promise<SQSBatchResponse>;
+  readonly plan: PhysicalPlan;
+  readonly accounting: AwsAccounting;
+  readonly transport: SqsTransport;
+}
+
+/** Passes over one group before giving up on parking (each pass re-runs the group). */
+const MAX_PASSES = 50;
+
+export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHandler {
+  const plan = compile(config.job.graph);
+  const job = plan.job.name;
+  const accounting = config.accounting ?? new AwsAccounting();
+  const tableName = config.tableName ?? stateTableName(job);
+  const backend = config.backend ?? new DynamoDbStateBackend({ client: config.dynamodb, tableName, accounting });
+  const queues = config.queues ?? new NamedQueues(config.sqs, job, config.queuePrefix, accounting);
+  const transport = new SqsTransport({ sqs: config.sqs, job, queues, accounting, blobs: config.blobs, maxMessageBytes: config.maxMessageBytes, compress: config.compress });
+  const attemptsLog = new RecordAttempts(config.dynamodb, tableName, accounting);
+  const clock = config.clock ?? systemClock;
+  const maxAttempts = config.maxAttempts ?? 3;
+  const maxReceiveCount = config.maxReceiveCount ?? 10;
+  if (!(maxAttempts >= 1 && maxAttempts < maxReceiveCount)) {
+    throw new ConfigError('maxAttempts', `an integer from 1 to maxReceiveCount - 1 (${maxReceiveCount - 1}), so records are parked before SQS moves whole messages to the DLQ`, String(maxAttempts));
+  }
+  const log = config.logger;
+  const metrics = config.metrics;
+
+  const sinks = new Map<string, Sink<any>>();
+  const own: Sink<any>[] = [];
+  for (const node of plan.job.sinks()) {
+    if (node.spec.kind !== 'sink') continue;
+    const injected = config.sinks?.[node.name];
+    sinks.set(node.name, injected ?? node.spec.sink);
+    if (!injected) own.push(node.spec.sink);
+  }
+  let opened: Promise<void> | undefined;
+
+  /** Warm partitions: reused while no other container commits to them (the version fence checks). */
+  const runtimes = new Map<string, PartitionRuntime>();
+
+  async function runtimeFor(stage: number, partition: number): Promise<{ rt: PartitionRuntime; cached: boolean }> {
+    const id = `${stage}/${partition}`;
+    const hit = runtimes.get(id);
+    if (hit) return { rt: hit, cached: true };
+    const rt = await PartitionRuntime.open({ plan, stage, partition, backend, clock });
+    if (rt.recoveredOutbox.length) {
+      log?.info('delivering a recovered outbox', { stage, partition, entries: rt.recoveredOutbox.length });
+      await deliver(rt.scope, rt.recoveredOutbox, new Map());
+      await rt.outboxDelivered(rt.currentVersion);
+    }
+    runtimes.set(id, rt);
+    return { rt, cached: false };
+  }
+
+  async function deliver(scope: PartitionScope, outbox: readonly OutboxEntry[], offsets: ReadonlyMap<string, string>): Promise<void> {
+    const envelopes: Envelope[] = [];
+    const letters: DeadLetterMessage[] = [];
+    const batches: Extract<OutboxEntry, { kind: 'sink' }>['delivery'][] = [];
+    const acks: BarrierAck[] = [];
+    for (const e of outbox) {
+      if (e.kind === 'channel') envelopes.push(e.envelope);
+      else if (e.kind === 'sink') batches.push(e.delivery);
+      else if (e.kind === 'deadLetter') letters.push({ ...e.deadLetter, job, stage: scope.stage, partition: scope.partition, offset: offsets.get(`${e.deadLetter.channel}#${e.deadLetter.seq}`) });
+      else acks.push(e.ack);
+    }
+    const writeSinks = async () => {
+      opened ??= Promise.all(own.map((s) => s.open?.())).then(() => undefined);
+      await opened;
+      // In outbox order: a sink drops a batch at or below its producer's high-water mark.
+      for (const b of batches) {
+        const sink = sinks.get(b.sink);
+        if (!sink) throw new InvariantError(`outbox names sink "${b.sink}", which job ${job} does not have`);
+        await sink.write(b);
+      }
+    };
+    const sendAcks = async () => {
+      if (!acks.length) return;
+      // Without a coordinator the epoch times out and is aborted: nothing waits on a lost ack.
+      if (config.onBarrierAcks) await config.onBarrierAcks(acks);
+      else log?.warn('checkpoint acknowledgements without a coordinator were dropped', { epochs: acks.map((a) => a.epoch) });
+    };
+    await Promise.all([envelopes.length ? transport.sendEnvelopes(plan, envelopes) : undefined, transport.sendDeadLetters(letters), writeSinks(), sendAcks()]);
+    if (letters.length) {
+      metrics?.addMetric('deadLetters', MetricUnit.Count, letters.length);
+      for (const d of letters) log?.warn('record parked as a dead letter', { operator: d.operator, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });
+    }
+  }
+
+  /** Process one group's messages; returns the ids of the messages that failed (a suffix). */
+  async function processGroup(stage: number, records: readonly SQSRecord[]): Promise<string[]> {
+    const all = () => records.map((r) => r.messageId);
+    const groupId = records[0].attributes.MessageGroupId ?? '';
+    const partition = Number(groupId);
+    if (!/^(0|[1-9]\d*)$/.test(groupId) || partition >= plan.stages[stage].parallelism) {
+      log?.error('message group is not a partition of the stage', { stage, groupId, parallelism: plan.stages[stage].parallelism });
+      return all();
+    }
+    const scope: PartitionScope = { job, stage, partition };
+    const decoded: Envelope[][] = [];
+    for (const r of records) {
+      try {
+        decoded.push(await transport.decode(plan, stage, r));
+      } catch (e) {
+        log?.error('cannot decode message; it stays in the queue until SQS moves it to the DLQ', { messageId: r.messageId, error: (e as Error).message });
+        break;
+      }
+    }
+    const messageOf = new Map<string, number>();
+    const offsets = new Map<string, string>();
+    decoded.forEach((envs, i) => {
+      for (const e of envs) {
+        messageOf.set(`${e.channel}#${e.seq}`, i);
+        if (e.offset !== undefined) offsets.set(`${e.channel}#${e.seq}`, e.offset);
+      }
+    });
+    const skip = new Map<string, { error: string; attempts: number }>();
+    let end = decoded.length;
+    let staleRetry = true;
+    for (let pass = 0; end > 0 && pass < MAX_PASSES; pass++) {
+      let cached = false;
+      try {
+        const got = await runtimeFor(stage, partition);
+        cached = got.cached;
+        const result = await got.rt.process(decoded.slice(0, end).flat(), skip.size ? skip : undefined);
+        await deliver(scope, result.outbox, offsets);
+        if (result.outbox.length) await got.rt.outboxDelivered(result.version);
+        metrics?.addMetric('recordsIn', MetricUnit.Count, result.recordsIn);
+        metrics?.addMetric('duplicatesDropped', MetricUnit.Count, result.duplicatesDropped);
+        if (skip.size) await attemptsLog.forget(scope, skip.keys()).catch(() => undefined);
+        return records.slice(end).map((r) => r.messageId);
+      } catch (e) {
+        // Whatever failed, this runtime may hold uncommitted changes or an undelivered outbox.
+        runtimes.delete(`${stage}/${partition}`);
+        if (e instanceof RecordFailedError && e.location) {
+          const idx = messageOf.get(`${e.location.channel}#${e.location.seq}`);
+          if (idx !== undefined && idx < end) {
+            const id = locationId(e.location);
+            let attempts: number;
+            try {
+              attempts = await attemptsLog.failed(scope, id);
+            } catch (err) {
+              log?.error('cannot count the attempts of a failing record; SQS will redeliver the group', { stage, partition, location: id, error: (err as Error).message });
+              return all();
+            }
+            const receives = Number(records[idx].attributes.ApproximateReceiveCount ?? '1');
+            log?.warn('user code failed on a record', { stage, partition, location: id, attempts, receives, error: e.message });
+            if (attempts >= maxAttempts || receives >= maxReceiveCount) skip.set(id, { error: e.message, attempts });
+            else end = idx; // commit what precedes it; it and the rest come back
+            continue;
+          }
+        }
+        if (cached && staleRetry && (e instanceof CommitConflictError || e instanceof InvariantError)) {
+          staleRetry = false;
+          log?.info('cached partition was stale; reopening', { stage, partition, error: (e as Error).message });
+          continue;
+        }
+        log?.error('batch failed; SQS will redeliver the group', { stage, partition, messages: records.length, error: (e as Error).message });
+        metrics?.addMetric('groupFailures', MetricUnit.Count, 1);
+        return all();
+      }
+    }
+    return all();
+  }
+
+  const handler = async (event: SQSEvent): Promise<SQSBatchResponse> => {
+    const groups = new Map<string, SQSRecord[]>();
+    for (const r of event.Records) {
+      const key = `${r.eventSourceARN}\u0000${r.attributes.MessageGroupId ?? ''}`;
+      const g = groups.get(key);
+      if (g) g.push(r);
+      else groups.set(key, [r]);
+    }
+    try {
+      const failed = await Promise.all(
+        [...groups.values()].map((records) => {
+          const stage = config.stage ?? stageOfQueue(job, records[0].eventSourceARN, config.queuePrefix);
+          if (stage === undefined || !plan.stages[stage]) {
+            throw new ConfigError('event source queue', `a stage queue of job ${job} (naming.ts), or the handler's stage option`, records[0].eventSourceARN);
+          }
+          return processGroup(stage, records);
+        }),
+      );
+      return { batchItemFailures: failed.flat().map((itemIdentifier) => ({ itemIdentifier })) };
+    } finally {
+      metrics?.publishStoredMetrics();
+    }
+  };
+  return Object.assign(handler, { plan, accounting, transport });
+}
