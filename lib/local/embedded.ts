@@ -10,38 +10,22 @@
  * the scheduler visits stages in reverse order and partitions in index order.
  */
 import type { Sink } from '../api/sinks.ts';
-import type { SourceBinding, SourceDef } from '../api/sources.ts';
 import { type Clock, MAX_WATERMARK, systemClock } from '../api/types.ts';
 import type { Job } from '../api/stream.ts';
 import { BackPressureError, InjectedCrash, SluiceError } from '../errors.ts';
-import { compile, type PhysicalPlan } from '../graph/compile.ts';
+import { RestoreError } from '../checkpoint/driver-errors.ts';
+import { channelId, compile, type PhysicalPlan } from '../graph/compile.ts';
 import { locationId, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
+import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
 import type { StateBackend } from '../state/backend.ts';
-import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
-import type { FaultInjector } from './faults.ts';
+import type { Barrier, DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 import type { IngestTarget, OfferResult } from './ingest-target.ts';
-import { createReader, IngestBuffer, type RejectedInput, type SourceReader, SourcePartitioner, toRecord } from './sources.ts';
+import { type FeedHost, SourceFeed } from './source-feed.ts';
+import { createReader, IngestBuffer, type RejectedInput, SourcePartitioner, toRecord } from './sources.ts';
 
-export interface EmbeddedOptions {
-  /** Default: a fresh InMemoryStateBackend. */
-  readonly backend?: StateBackend;
-  /** Default: the system clock. */
-  readonly clock?: Clock;
-  /** Replace sinks by name (for example `sluice run --output`). */
-  readonly sinks?: Readonly<Record<string, Sink<any>>>;
-  /** Rebind sources by name (for example `sluice run --input`). */
-  readonly sources?: Readonly<Record<string, SourceBinding<any>>>;
-  /** Records per source envelope. Default 512. */
-  readonly sourceBatchSize?: number;
-  /** Envelopes per partition batch (one commit). Default 32. */
-  readonly maxEnvelopesPerBatch?: number;
-  /** Records a partition's input queue may hold before upstream waits. Default 65536. */
-  readonly queueCapacity?: number;
-  /** Attempts of a record whose user code throws before it is dead-lettered. Default 3. */
-  readonly maxAttempts?: number;
-  readonly faults?: FaultInjector;
-}
+export type { EmbeddedCheckpointHooks, EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 
 interface Slot {
   readonly stage: number;
@@ -54,28 +38,6 @@ interface Slot {
   readonly skip: Map<string, { error: string; attempts: number }>;
 }
 
-interface SourceSlot {
-  readonly def: SourceDef<any>;
-  readonly reader: SourceReader;
-  readonly partitioner: SourcePartitioner;
-  readonly stage: number;
-  done: boolean;
-  /** Events read so far (the index of the next one). */
-  read: number;
-}
-
-export interface RuntimeStats {
-  readonly recordsIn: Record<string, number>;
-  readonly sourceRecords: number;
-  readonly watermarks: Record<string, number>;
-  readonly queuedRecords: number;
-  readonly deadLetters: number;
-  readonly rejectedInputs: number;
-  readonly duplicatesDropped: number;
-  readonly commits: number;
-  readonly recoveries: number;
-}
-
 export class EmbeddedRuntime implements IngestTarget {
   readonly plan: PhysicalPlan;
   readonly backend: StateBackend;
@@ -83,7 +45,7 @@ export class EmbeddedRuntime implements IngestTarget {
   readonly deadLetters: DeadLetter[] = [];
   readonly rejectedInputs: RejectedInput[] = [];
   private readonly slots: Slot[][] = [];
-  private readonly sources: SourceSlot[] = [];
+  private readonly sources: SourceFeed[] = [];
   private readonly sinks = new Map<string, Sink<any>>();
   private readonly deadLetterIds = new Set<string>();
   private readonly opts: Required<Pick<EmbeddedOptions, 'sourceBatchSize' | 'maxEnvelopesPerBatch' | 'queueCapacity' | 'maxAttempts'>>;
@@ -116,6 +78,7 @@ export class EmbeddedRuntime implements IngestTarget {
     if (this.started) return;
     this.started = true;
     for (const s of this.sinks.values()) await s.open?.();
+    if (this.options.restore) this.install(this.options.restore);
     for (const stage of this.plan.stages) {
       const row: Slot[] = [];
       for (let p = 0; p < stage.parallelism; p++) {
@@ -125,20 +88,39 @@ export class EmbeddedRuntime implements IngestTarget {
       this.slots.push(row);
     }
     for (const row of this.slots) for (const slot of row) await this.deliver(slot.runtime.recoveredOutbox);
+    const hooks = this.options.checkpoints;
     for (const edge of this.plan.edges) {
       if (edge.from.kind !== 'source') continue;
       const node = this.plan.job.nodes[edge.toNode];
       if (node.spec.kind !== 'source') continue;
       const def = node.spec.source;
       const binding = this.options.sources?.[def.name] ?? def.binding;
-      this.sources.push({
-        def,
-        reader: createReader(binding, def.name, this.clock),
-        partitioner: new SourcePartitioner(def, edge.id, this.plan.stages[edge.toStage].parallelism, this.clock),
-        stage: edge.toStage,
-        done: false,
-        read: 0,
-      });
+      const reader = createReader(binding, def.name, this.clock);
+      const logging = hooks?.logFor(def.name, reader.seek !== undefined);
+      const feed = new SourceFeed(def, reader, new SourcePartitioner(def, edge.id, this.plan.stages[edge.toStage].parallelism, this.clock), edge.toStage, logging?.log, logging?.logRecords);
+      const r = this.options.restore;
+      if (r) {
+        const at = r.sources[def.name] ?? { positions: [] };
+        const states = r.sameTopology
+          ? this.slots[edge.toStage].map((slot, p) => {
+              const ch = r.partitions.get(`${edge.toStage}/${p}`)?.progress.inputs[channelId(edge.id, p)];
+              return { seq: ch?.seq ?? 0, watermark: ch?.watermark ?? Number.NEGATIVE_INFINITY, idle: ch?.idle ?? false, records: at.positions[p] ?? 0 };
+            })
+          : undefined;
+        feed.restore(at.entry, at.positions, states, r.epoch);
+      }
+      this.sources.push(feed);
+    }
+  }
+
+  /** Put a checkpoint's state into the (fresh, in-memory) backend before partitions open. */
+  private install(r: RestorePlan): void {
+    if (!(this.backend instanceof InMemoryStateBackend)) throw new RestoreError('state backend', 'the in-memory backend of the embedded runtime', this.backend.constructor.name);
+    for (const stage of this.plan.stages) {
+      for (let p = 0; p < stage.parallelism; p++) {
+        const part = r.partitions.get(`${stage.id}/${p}`);
+        if (part) this.backend.install({ job: this.plan.job.name, stage: stage.id, partition: p }, part, keyGroupsOf(p, stage.parallelism, this.plan.job.maxParallelism));
+      }
     }
   }
 
@@ -148,7 +130,8 @@ export class EmbeddedRuntime implements IngestTarget {
     if (this.sources.some((s) => !s.reader.bounded)) {
       throw new BackPressureError(0, 'run() needs bounded sources; use start() + loop() for unbounded ones');
     }
-    await this.loop(() => this.sources.every((s) => s.done) && this.idle());
+    const hooks = this.options.checkpoints;
+    await this.loop(() => this.drained() && (!hooks || hooks.finished()));
     await this.close();
     return this.stats();
   }
@@ -194,9 +177,10 @@ export class EmbeddedRuntime implements IngestTarget {
       }
     }
     for (const src of this.sources) {
-      if (await this.pullSource(src)) progressed = true;
+      if (await src.pull(this.feedHost(src))) progressed = true;
     }
     if (await this.tickTimers()) progressed = true;
+    if (this.options.checkpoints && (await this.options.checkpoints.tick(this.drained()))) progressed = true;
     return progressed;
   }
 
@@ -204,8 +188,45 @@ export class EmbeddedRuntime implements IngestTarget {
     return this.slots.every((row) => row.every((s) => s.head >= s.queue.length));
   }
 
+  /** Bounded input exhausted, nothing replaying, every queue empty. */
+  private drained(): boolean {
+    return this.sources.every((s) => s.done && !s.replaying) && this.idle();
+  }
+
+  private feedHost(src: SourceFeed): FeedHost {
+    return {
+      clock: this.clock,
+      batchSize: this.opts.sourceBatchSize,
+      room: () => this.slots[src.stage].every((s) => s.queuedRecords < this.opts.queueCapacity),
+      enqueue: (env) => this.enqueue(env),
+      rejected: (r) => this.rejectedInputs.push(r),
+      accepted: (n) => {
+        this.counters.sourceRecords += n;
+        if (n) this.options.onSourceRecords?.(this.counters.sourceRecords);
+      },
+    };
+  }
+
+  /** Barrier `epoch` into every source partition, after everything read so far. */
+  injectBarrier(barrier: Omit<Barrier, 'positions'>): void {
+    for (const src of this.sources) src.inject(barrier, this.feedHost(src));
+    this.wake?.();
+  }
+
+  /** Records sent per source partition (`${source}#${p}`). */
+  sourceHeads(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const src of this.sources) src.heads(out);
+    return out;
+  }
+
+  /** The sinks records go to (after `sinks` overrides). */
+  sinkInstances(): Sink<any>[] {
+    return [...this.sinks.values()];
+  }
+
   private async waitForWork(): Promise<void> {
-    const nextTimer = Math.min(...this.slots.flat().map((s) => s.runtime.nextProcessingTime()));
+    const nextTimer = Math.min(this.options.checkpoints?.nextWakeAt() ?? Infinity, ...this.slots.flat().map((s) => s.runtime.nextProcessingTime()));
     const delay = Math.max(1, Math.min(50, Number.isFinite(nextTimer) ? nextTimer - this.clock.now() : 50));
     await new Promise<void>((resolve) => {
       const t = setTimeout(resolve, delay);
@@ -223,40 +244,6 @@ export class EmbeddedRuntime implements IngestTarget {
       if (this.slots[target].some((s) => s.queuedRecords >= this.opts.queueCapacity)) return false;
     }
     return true;
-  }
-
-  private async pullSource(src: SourceSlot): Promise<boolean> {
-    if (src.done) return false;
-    const room = this.slots[src.stage].every((s) => s.queuedRecords < this.opts.queueCapacity);
-    let progressed = false;
-    if (room) {
-      const batch = this.opts.sourceBatchSize;
-      const { events, done, rejected, positions } = await src.reader.pull(batch * src.partitioner.partitions);
-      if (rejected?.length) this.rejectedInputs.push(...rejected);
-      for (let i = 0; i < events.length; i += batch) {
-        const records = [];
-        for (let j = i; j < Math.min(i + batch, events.length); j++) {
-          const r = toRecord(src.def, events[j], this.clock);
-          if (typeof r === 'string') {
-            this.rejectedInputs.push({ source: src.def.name, position: positions?.[j] ?? `event ${src.read + j}`, error: r });
-          } else records.push(r);
-        }
-        this.counters.sourceRecords += records.length;
-        if (records.length) this.enqueue(src.partitioner.envelopeFor(records));
-      }
-      src.read += events.length;
-      progressed = events.length > 0;
-      if (done) {
-        src.done = true;
-        for (const env of src.partitioner.finalEnvelopes()) this.enqueue(env);
-        return true;
-      }
-    }
-    for (const env of src.partitioner.idleEnvelopes()) {
-      this.enqueue(env);
-      progressed = true;
-    }
-    return progressed;
   }
 
   private async tickTimers(): Promise<boolean> {
@@ -340,6 +327,7 @@ export class EmbeddedRuntime implements IngestTarget {
       backend: this.backend,
       clock: this.clock,
       beforeCommit: this.options.faults ? () => this.options.faults!.maybeCrash('before-commit') : undefined,
+      checkpointStore: this.options.checkpoints?.store,
     });
   }
 
@@ -364,6 +352,9 @@ export class EmbeddedRuntime implements IngestTarget {
             }
             break;
           }
+          case 'ack':
+            this.options.checkpoints?.onAck(entry.ack);
+            break;
         }
       }
     }

@@ -8,7 +8,7 @@ import { createInterface } from 'node:readline';
 import { validateWithSchema, type SourceBinding, type SourceDef } from '../api/sources.ts';
 import { type Clock, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import { channelId } from '../graph/compile.ts';
-import type { Envelope } from '../transport/envelope.ts';
+import type { Barrier, Envelope } from '../transport/envelope.ts';
 
 /** An event a source could not turn into a record (bad line, bad timestamp). Counted and reported, never dropped silently. */
 export interface RejectedInput {
@@ -25,12 +25,25 @@ export interface SourceReader {
   pull(max: number): Promise<{ events: unknown[]; done: boolean; rejected?: RejectedInput[]; positions?: string[] }>;
   readonly bounded: boolean;
   close?(): void;
+  /**
+   * Replayable readers (file, items, generator): how far the reader has read, in its own
+   * units (file line, item index, generator n), and a way to start again from there.
+   * A checkpoint records the cursor at its barrier; a restore seeks back to it.
+   */
+  cursor?(): number;
+  seek?(cursor: number): void;
 }
 
 class ItemsReader implements SourceReader {
   readonly bounded = true;
   private i = 0;
   constructor(private readonly items: readonly unknown[]) {}
+  cursor(): number {
+    return this.i;
+  }
+  seek(cursor: number): void {
+    this.i = cursor;
+  }
   async pull(max: number) {
     const events = this.items.slice(this.i, this.i + max);
     this.i += events.length;
@@ -47,6 +60,12 @@ class GeneratorReader implements SourceReader {
     private readonly clock: Clock,
   ) {
     this.bounded = gen.count !== undefined;
+  }
+  cursor(): number {
+    return this.n;
+  }
+  seek(cursor: number): void {
+    this.n = cursor;
   }
   async pull(max: number) {
     let limit = this.gen.count ?? Number.POSITIVE_INFINITY;
@@ -65,12 +84,24 @@ class FileReader implements SourceReader {
   readonly bounded = true;
   private lines?: AsyncIterator<string>;
   private lineNo = 0;
+  /** Lines to skip on open (a restore: line numbers are the positions). */
+  private skipTo = 0;
   constructor(
     private readonly path: string,
     private readonly source: string,
   ) {}
+  cursor(): number {
+    return this.lineNo;
+  }
+  seek(cursor: number): void {
+    if (this.lines) throw new Error('FileReader.seek after the first pull');
+    this.skipTo = cursor;
+  }
   async pull(max: number) {
-    this.lines ??= createInterface({ input: createReadStream(this.path), crlfDelay: Infinity })[Symbol.asyncIterator]();
+    if (!this.lines) {
+      this.lines = createInterface({ input: createReadStream(this.path), crlfDelay: Infinity })[Symbol.asyncIterator]();
+      while (this.lineNo < this.skipTo && !(await this.lines.next()).done) this.lineNo++;
+    }
     const events: unknown[] = [];
     const positions: string[] = [];
     const rejected: RejectedInput[] = [];
@@ -146,6 +177,16 @@ interface PartitionCursor {
   watermark: number;
   lastDataAt: number;
   idle: boolean;
+  /** Records sent to this partition so far: its log position. */
+  records: number;
+}
+
+/** What a restore tells a partitioner about one source partition (from the restored source-stage partition). */
+export interface PartitionCursorState {
+  readonly seq: number;
+  readonly watermark: number;
+  readonly idle: boolean;
+  readonly records: number;
 }
 
 /**
@@ -164,20 +205,57 @@ export class SourcePartitioner {
     private readonly clock: Clock,
   ) {
     const now = clock.now();
-    this.cursors = Array.from({ length: partitions }, () => ({ seq: 0, maxTimestamp: MIN_WATERMARK, watermark: MIN_WATERMARK, lastDataAt: now, idle: false }));
+    this.cursors = Array.from({ length: partitions }, () => ({ seq: 0, maxTimestamp: MIN_WATERMARK, watermark: MIN_WATERMARK, lastDataAt: now, idle: false, records: 0 }));
+  }
+
+  /** The partition the next chunk goes to. */
+  get nextPartition(): number {
+    return this.next;
   }
 
   /** One envelope for the next partition in turn. */
   envelopeFor(records: StreamRecord[]): Envelope {
     const p = this.next;
     this.next = (this.next + 1) % this.partitions;
+    return this.envelopeTo(p, records);
+  }
+
+  /** One envelope for partition p (a replay of its logged records). */
+  envelopeTo(p: number, records: StreamRecord[]): Envelope {
     const c = this.cursors[p];
     for (const r of records) if (r.timestamp > c.maxTimestamp) c.maxTimestamp = r.timestamp;
     const wm = c.maxTimestamp - this.def.watermark.maxOutOfOrdernessMs - 1;
     if (wm > c.watermark) c.watermark = wm;
     c.lastDataAt = this.clock.now();
     c.idle = false;
+    c.records += records.length;
     return this.make(p, records);
+  }
+
+  /** Records sent to each partition so far (the positions a barrier carries). */
+  positions(): number[] {
+    return this.cursors.map((c) => c.records);
+  }
+
+  /** Barrier envelopes, one per partition, after everything sent so far. */
+  barrierEnvelopes(barrier: Omit<Barrier, 'positions'>): Envelope[] {
+    return this.cursors.map((c, p) => ({ ...this.make(p, []), barrier: { ...barrier, positions: { [`${this.def.name}#${p}`]: c.records } } }));
+  }
+
+  /** Continue from a checkpoint: sequence numbers, watermarks and positions as of its barrier. */
+  restore(states: readonly PartitionCursorState[], next: number): void {
+    const now = this.clock.now();
+    states.forEach((st, p) => {
+      const c = this.cursors[p];
+      c.seq = st.seq;
+      c.watermark = st.watermark;
+      // The watermark came from max timestamp - delay - 1; keep deriving it the same way.
+      c.maxTimestamp = Number.isFinite(st.watermark) ? st.watermark + this.def.watermark.maxOutOfOrdernessMs + 1 : st.watermark;
+      c.idle = st.idle;
+      c.records = st.records;
+      c.lastDataAt = now;
+    });
+    this.next = next % this.partitions;
   }
 
   /** Envelopes marking partitions idle that received nothing for the idle timeout. */

@@ -1,0 +1,295 @@
+/**
+ * The checkpoint driver: runs the pure coordinator steps and does the I/O they decide,
+ * following the contract in coordinator.ts. Storage goes through BlobStore and
+ * PointerStore, and everything that touches the running job (barrier injection, sink
+ * commits, log truncation) through DriverPorts, so one driver serves the in-process
+ * loop (local.ts) and can back the Lambda tasks of a Step Functions driver, which would
+ * call the same methods with its own ports, one step per task.
+ *
+ * Persistence: the coordinator record is written ahead of every decision that changes
+ * it (compare-and-set on its version: a second coordinator on the same chain fails
+ * instead of interleaving); the commit pointer is written by compare-and-set after the
+ * manifest object and the sinks' prepare step, and is the commit point of an epoch.
+ */
+import { decide, onCommitted, open, openEpoch, recordAck, requestSavepoint, toRecord } from './coordinator.ts';
+import { fromBytes, toBytes } from './codec.ts';
+import { PointerConflictError } from './driver-errors.ts';
+import { resume } from './resume.ts';
+import type { Ack, Activity, CommitPointer, CoordinatorRecord, CoordinatorSetup, CoordinatorState, Decision, Manifest, StepResult } from './protocol.ts';
+import type { BlobStore, PointerStore } from './storage.ts';
+import { SluiceError } from '../errors.ts';
+
+export const RECORD_NAME = 'coordinator';
+export const POINTER_NAME = 'pointer';
+
+/** The coordinator record was written by someone else since we read it. */
+export class CoordinatorFencedError extends SluiceError {
+  readonly code = 'CHECKPOINT_COORDINATOR_FENCED';
+  readonly retryable = false;
+  constructor(readonly job: string) {
+    super(`job "${job}": the coordinator record changed under this coordinator; another coordinator is running on the same checkpoints`);
+  }
+}
+
+export type InjectDecision = Extract<Decision, { kind: 'inject-barriers' }>;
+export type TruncateDecision = Extract<Decision, { kind: 'truncate' }>;
+
+export interface DriverPorts {
+  readonly blobs: BlobStore;
+  readonly pointers: PointerStore;
+  /** Send barrier `epoch` into every listed source partition. */
+  injectBarriers(d: InjectDecision): Promise<void>;
+  /** Make transactional output staged before barrier `epoch` durable (two-phase commit: prepare). */
+  prepareSinks(epoch: number): Promise<void>;
+  /** Publish transactional output staged before barrier `epoch` (idempotent). */
+  commitSinks(epoch: number): Promise<void>;
+  /** Release logged input no retained checkpoint needs (idempotent). */
+  truncateLogs(d: TruncateDecision): Promise<void>;
+}
+
+/** What a completed checkpoint cost, kept beside its manifest for `sluice checkpoints`. */
+export interface CheckpointStats {
+  readonly epoch: number;
+  readonly manifestKey: string;
+  readonly openedAt: number;
+  /** The last ack's time (deterministic: a retried commit rewrites the same object). */
+  readonly completedAt: number;
+  readonly durationMs: number;
+  /** Bytes of the snapshot objects written for this epoch. */
+  readonly bytes: number;
+  /** Bytes a restore reads (every chain link). */
+  readonly restoreBytes: number;
+  /** Entities in this epoch's snapshot objects. */
+  readonly entities: number;
+  readonly fullSnapshots: number;
+  readonly savepoint: string | null;
+}
+
+export function statsKey(job: string, epoch: number): string {
+  return `${job}/checkpoints/${String(epoch).padStart(12, '0')}.json`;
+}
+
+export interface DriverEvents {
+  onCompleted?(stats: CheckpointStats, manifest: Manifest): Promise<void> | void;
+  onAborted?(epoch: number, reason: string): void;
+}
+
+export class CheckpointDriver {
+  private recordVersion = 0;
+  private readonly pendingAcks: Ack[] = [];
+  /** Completed checkpoints this process saw (for benches and tests). */
+  readonly completed: CheckpointStats[] = [];
+  readonly aborted: number[] = [];
+
+  private constructor(
+    public state: CoordinatorState,
+    private readonly ports: DriverPorts,
+    private readonly events: DriverEvents,
+  ) {}
+
+  /**
+   * Resume (or start) the coordinator from what is persisted: record, pointer and the
+   * manifest it names. `fresh`: start a new chain instead (the record and pointer are
+   * replaced), numbering epochs above `startAfterEpoch` so that objects are never reused.
+   */
+  static async start(setup: CoordinatorSetup, ports: DriverPorts, now: number, options: DriverEvents & { fresh?: { startAfterEpoch: number } } = {}): Promise<CheckpointDriver> {
+    const rec = await ports.pointers.read<CoordinatorRecord>(RECORD_NAME);
+    const ptr = await ports.pointers.read<CommitPointer>(POINTER_NAME);
+    if (options.fresh) {
+      const r = resume({ setup, record: null, pointer: null, manifest: null }, now);
+      const state = { ...r.state, highestEpoch: Math.max(options.fresh.startAfterEpoch, rec?.value.highestEpoch ?? 0, ptr?.value.epoch ?? 0) };
+      const d = new CheckpointDriver(state, ports, options);
+      d.recordVersion = rec?.version ?? 0;
+      // The new chain's pointer restarts: epoch 0 means none, so its version is reset by a tombstone value.
+      if (ptr && ptr.value.epoch !== 0) {
+        if (!(await ports.pointers.compareAndSet(POINTER_NAME, ptr.version, { epoch: 0, manifestKey: '', committedAt: now }))) throw new CoordinatorFencedError(setup.job);
+      }
+      await d.persist(state);
+      return d;
+    }
+    const pointer = ptr && ptr.value.epoch > 0 ? ptr.value : null;
+    let manifest: Manifest | null = null;
+    if (pointer) {
+      const bytes = await ports.blobs.get(pointer.manifestKey);
+      manifest = bytes ? fromBytes<Manifest>(bytes) : null;
+    }
+    const r = resume({ setup, record: rec?.value ?? null, pointer, manifest }, now);
+    const d = new CheckpointDriver(r.state, ports, options);
+    d.recordVersion = rec?.version ?? 0;
+    await d.apply(r, now, true);
+    return d;
+  }
+
+  get job(): string {
+    return this.state.job;
+  }
+
+  /** A partition's ack: recorded at the next tick (several acks, one record write). */
+  ack(ack: Ack): void {
+    this.pendingAcks.push(ack);
+  }
+
+  /**
+   * One round: record pending acks, then commit or abort the epoch in flight, or open the
+   * next one when input arrived and the interval has passed (openEpoch decides). Returns
+   * true when something changed.
+   */
+  async tick(now: number, activity: Activity, openNew = true): Promise<boolean> {
+    let changed = false;
+    if (this.pendingAcks.length) {
+      let state = this.state;
+      const decisions: Decision[] = [];
+      for (const ack of this.pendingAcks.splice(0)) {
+        const r = recordAck(state, ack, now);
+        state = r.state;
+        decisions.push(...r.decisions);
+      }
+      await this.apply({ state, decisions }, now);
+      changed = true;
+    }
+    if (this.state.inFlight) {
+      const r = decide(this.state, now);
+      if (r.decisions.some((d) => d.kind === 'commit' || d.kind === 'abort')) {
+        await this.apply(r, now);
+        changed = true;
+      }
+    }
+    if (!this.state.inFlight && openNew) {
+      const r = openEpoch(this.state, now, activity);
+      if (r.state !== this.state) {
+        await this.apply(r, now);
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  /** Open an epoch now whatever the activity (draining a bounded run); its number, or null while one is in flight. */
+  async forceEpoch(now: number): Promise<number | null> {
+    if (this.state.inFlight) return null;
+    const r = open(this.state, now);
+    await this.apply(r, now);
+    return this.state.highestEpoch;
+  }
+
+  /** Ask for a savepoint: the next epoch (now, when none is in flight) is a labelled, full one. */
+  async savepoint(label: string, now: number): Promise<void> {
+    await this.apply(requestSavepoint(this.state, now, label), now);
+  }
+
+  /** When the driver next needs a tick without outside events: an epoch's deadline or the next opening. */
+  nextWakeAt(intervalMs: number): number {
+    const f = this.state.inFlight;
+    if (f) return f.deadline;
+    return (this.state.lastOpenedAt ?? 0) + intervalMs;
+  }
+
+  private async persist(state: CoordinatorState): Promise<void> {
+    const ok = await this.ports.pointers.compareAndSet(RECORD_NAME, this.recordVersion, toRecord(state));
+    if (!ok) throw new CoordinatorFencedError(state.job);
+    this.recordVersion++;
+  }
+
+  /** Write-ahead: persist the new state, then execute its decisions in order. */
+  private async apply(r: StepResult, now: number, force = false): Promise<void> {
+    if (r.state !== this.state || force) await this.persist(r.state);
+    this.state = r.state;
+    for (const d of r.decisions) await this.execute(d, now);
+  }
+
+  private async execute(d: Decision, now: number): Promise<void> {
+    switch (d.kind) {
+      case 'inject-barriers':
+        await this.ports.injectBarriers(d);
+        return;
+      case 'commit':
+        await this.commit(d, now);
+        return;
+      case 'commit-sinks':
+        await this.ports.commitSinks(d.epoch);
+        return;
+      case 'truncate':
+        await this.ports.truncateLogs(d);
+        await this.collectGarbage();
+        return;
+      case 'abort':
+        this.aborted.push(d.epoch);
+        if (d.discardSnapshots.length) await this.ports.blobs.delete(d.discardSnapshots);
+        this.events.onAborted?.(d.epoch, d.reason);
+        return;
+      case 'discard-snapshots':
+        await this.ports.blobs.delete(d.keys);
+        return;
+      case 'wait':
+      case 'idle':
+        return;
+    }
+  }
+
+  private async commit(d: Extract<Decision, { kind: 'commit' }>, now: number): Promise<void> {
+    const { ports } = this;
+    await ports.blobs.put(d.manifestKey, toBytes(d.manifest));
+    const stats = this.statsOf(d.manifest, d.manifestKey);
+    await ports.blobs.put(statsKey(this.job, d.epoch), toBytes(stats));
+    await ports.prepareSinks(d.epoch);
+    const wanted: CommitPointer = { epoch: d.epoch, manifestKey: d.manifestKey, committedAt: d.manifest.createdAt };
+    const ptr = await ports.pointers.read<CommitPointer>(POINTER_NAME);
+    const at = ptr?.value.epoch ?? 0;
+    let pointer = wanted;
+    if (at === d.expectedPointerEpoch) {
+      if (!(await ports.pointers.compareAndSet(POINTER_NAME, ptr?.version ?? 0, wanted))) {
+        const again = await ports.pointers.read<CommitPointer>(POINTER_NAME);
+        if (again?.value.epoch !== d.epoch) throw new PointerConflictError(d.expectedPointerEpoch, again?.value.epoch ?? 0);
+        pointer = again.value;
+      }
+    } else if (at === d.epoch) {
+      pointer = ptr!.value; // A retry whose earlier pointer write landed.
+    } else {
+      throw new PointerConflictError(d.expectedPointerEpoch, at);
+    }
+    this.completed.push(stats);
+    await this.apply(onCommitted(this.state, d.epoch, pointer, now), now);
+    await this.events.onCompleted?.(stats, d.manifest);
+  }
+
+  private statsOf(m: Manifest, manifestKey: string): CheckpointStats {
+    let bytes = 0;
+    let restoreBytes = 0;
+    let entities = 0;
+    let fullSnapshots = 0;
+    for (const p of Object.values(m.partitions)) {
+      for (const l of p.chain) {
+        restoreBytes += l.bytes;
+        if (l.epoch !== m.epoch) continue;
+        bytes += l.bytes;
+        entities += l.entities;
+        if (l.full) fullSnapshots++;
+      }
+    }
+    const openedAt = this.state.inFlight?.epoch === m.epoch ? this.state.inFlight.openedAt : m.createdAt;
+    return { epoch: m.epoch, manifestKey, openedAt, completedAt: m.createdAt, durationMs: Math.max(0, m.createdAt - openedAt), bytes, restoreBytes, entities, fullSnapshots, savepoint: m.savepoint?.label ?? null };
+  }
+
+  /**
+   * Delete manifests, stats and snapshot objects that no retained checkpoint needs. Runs
+   * only with no epoch in flight, so no snapshot of a live epoch can be taken for garbage.
+   */
+  private async collectGarbage(): Promise<void> {
+    const s = this.state;
+    if (s.inFlight || !s.lastCompleted) return;
+    const keep = new Set([...s.history.map((h) => h.epoch), s.lastCompleted.epoch]);
+    const epochOf = (key: string) => Number(/(\d{12})\.json$/.exec(key)?.[1] ?? NaN);
+    const manifests = await this.ports.blobs.list(`${this.job}/manifests/`);
+    const drop = manifests.filter((k) => !keep.has(epochOf(k)));
+    const stats = (await this.ports.blobs.list(`${this.job}/checkpoints/`)).filter((k) => !keep.has(epochOf(k)));
+    const live = new Set<string>();
+    for (const k of manifests.filter((m) => keep.has(epochOf(m)))) {
+      const bytes = await this.ports.blobs.get(k);
+      if (!bytes) continue;
+      for (const p of Object.values(fromBytes<Manifest>(bytes).partitions)) for (const l of p.chain) live.add(l.key);
+    }
+    const snapshots = (await this.ports.blobs.list(`${this.job}/snapshots/`)).filter((k) => !live.has(k));
+    const all = [...drop, ...stats, ...snapshots];
+    if (all.length) await this.ports.blobs.delete(all);
+  }
+}

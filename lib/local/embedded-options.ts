@@ -1,0 +1,75 @@
+/** Options and plug-in points of the embedded runtime (embedded.ts). */
+import type { Sink } from '../api/sinks.ts';
+import type { SourceBinding } from '../api/sources.ts';
+import type { Clock } from '../api/types.ts';
+import type { BlobStore } from '../checkpoint/storage.ts';
+import type { StateBackend } from '../state/backend.ts';
+import type { InstalledPartition } from '../state/memory.ts';
+import type { BarrierAck } from '../transport/envelope.ts';
+import type { FaultInjector } from './faults.ts';
+import type { BarrierEntry, SourceLog } from './input-log.ts';
+
+export interface EmbeddedOptions {
+  /** Default: a fresh InMemoryStateBackend. */
+  readonly backend?: StateBackend;
+  /** Default: the system clock. */
+  readonly clock?: Clock;
+  /** Replace sinks by name (for example `sluice run --output`). */
+  readonly sinks?: Readonly<Record<string, Sink<any>>>;
+  /** Rebind sources by name (for example `sluice run --input`). */
+  readonly sources?: Readonly<Record<string, SourceBinding<any>>>;
+  /** Records per source envelope. Default 512. */
+  readonly sourceBatchSize?: number;
+  /** Envelopes per partition batch (one commit). Default 32. */
+  readonly maxEnvelopesPerBatch?: number;
+  /** Records a partition's input queue may hold before upstream waits. Default 65536. */
+  readonly queueCapacity?: number;
+  /** Attempts of a record whose user code throws before it is dead-lettered. Default 3. */
+  readonly maxAttempts?: number;
+  readonly faults?: FaultInjector;
+  /** Checkpointed runs (wired by lib/local/checkpointing.ts). */
+  readonly checkpoints?: EmbeddedCheckpointHooks;
+  /** Start from a checkpoint: installed before any partition opens. */
+  readonly restore?: RestorePlan;
+  /** Called with the running total of accepted source records (`sluice run --crash-after`). */
+  readonly onSourceRecords?: (total: number) => void;
+}
+
+/** What a checkpoint driver plugs into the scheduler. */
+export interface EmbeddedCheckpointHooks {
+  /** Where partitions write snapshot objects. */
+  readonly store: BlobStore;
+  /** A source's log (barrier entries; records too when `logRecords`). */
+  logFor(source: string, replayable: boolean): { log: SourceLog; logRecords: boolean };
+  onAck(ack: BarrierAck): void;
+  /** Called every scheduling round; `drained`: bounded input exhausted and every queue empty. True when it did something. */
+  tick(drained: boolean): Promise<boolean>;
+  /** When the scheduler must wake up even without input. */
+  nextWakeAt(): number;
+  /** A bounded run may end: the checkpoint after the last input has committed. */
+  finished(): boolean;
+}
+
+/** A checkpoint to start from, already read and (for a changed plan) remapped to this plan. */
+export interface RestorePlan {
+  readonly epoch: number;
+  /** By participant key `${stage}/${partition}` of this plan; absent partitions start empty. */
+  readonly partitions: ReadonlyMap<string, InstalledPartition>;
+  /** Per source: its barrier entry at the checkpoint and the positions per source partition. */
+  readonly sources: Readonly<Record<string, { readonly entry?: BarrierEntry; readonly positions: readonly number[] }>>;
+  /** False for a savepoint of a changed plan: channel positions were not carried over. */
+  readonly sameTopology: boolean;
+}
+
+export interface RuntimeStats {
+  readonly recordsIn: Record<string, number>;
+  readonly sourceRecords: number;
+  readonly watermarks: Record<string, number>;
+  readonly queuedRecords: number;
+  readonly deadLetters: number;
+  readonly rejectedInputs: number;
+  readonly duplicatesDropped: number;
+  readonly commits: number;
+  readonly recoveries: number;
+}
+

@@ -1,0 +1,129 @@
+/**
+ * One source of the embedded runtime: its reader, its partitioner, and in checkpointed
+ * runs its log. Pulls events while the source stage has room, turns them into records
+ * (rejecting what cannot be read, with its position), logs what is accepted when the
+ * source cannot be read again, and injects barriers after everything sent so far.
+ */
+import type { SourceDef } from '../api/sources.ts';
+import type { Clock, StreamRecord } from '../api/types.ts';
+import { RestoreError } from '../checkpoint/driver-errors.ts';
+import type { Barrier, Envelope } from '../transport/envelope.ts';
+import type { BarrierEntry, SourceLog } from './input-log.ts';
+import { type PartitionCursorState, type RejectedInput, type SourceReader, SourcePartitioner, toRecord } from './sources.ts';
+
+export interface FeedHost {
+  readonly clock: Clock;
+  readonly batchSize: number;
+  /** Whether the source stage's queues have room. */
+  room(): boolean;
+  enqueue(env: Envelope): void;
+  rejected(r: RejectedInput): void;
+  /** Records accepted from the source (counted once, not again on replay). */
+  accepted(n: number): void;
+}
+
+export class SourceFeed {
+  done = false;
+  /** Events read so far (the index of the next one). */
+  read = 0;
+  /** Logged records still to replay after a restore, per partition. */
+  private replay = new Map<number, { records: StreamRecord[]; i: number }>();
+
+  constructor(
+    readonly def: SourceDef<any>,
+    readonly reader: SourceReader,
+    readonly partitioner: SourcePartitioner,
+    readonly stage: number,
+    /** Checkpointed runs: barrier entries always, records too when `logRecords`. */
+    readonly log?: SourceLog,
+    readonly logRecords = false,
+  ) {}
+
+  /** Replayable readers can seek back to a checkpoint's cursor; others need the log. */
+  get replayable(): boolean {
+    return this.reader.seek !== undefined && this.reader.cursor !== undefined;
+  }
+
+  async pull(host: FeedHost): Promise<boolean> {
+    if (this.replay.size) {
+      if (!host.room()) return false;
+      // One chunk per partition per round, like live input: bounded queues stay bounded.
+      for (const [p, r] of this.replay) {
+        host.enqueue(this.partitioner.envelopeTo(p, r.records.slice(r.i, r.i + host.batchSize)));
+        r.i += host.batchSize;
+        if (r.i >= r.records.length) this.replay.delete(p);
+      }
+      return true;
+    }
+    if (this.done) return false;
+    let progressed = false;
+    if (host.room()) {
+      const batch = host.batchSize;
+      const { events, done, rejected, positions } = await this.reader.pull(batch * this.partitioner.partitions);
+      for (const r of rejected ?? []) host.rejected(r);
+      for (let i = 0; i < events.length; i += batch) {
+        const records: StreamRecord[] = [];
+        for (let j = i; j < Math.min(i + batch, events.length); j++) {
+          const r = toRecord(this.def, events[j], host.clock);
+          if (typeof r === 'string') host.rejected({ source: this.def.name, position: positions?.[j] ?? `event ${this.read + j}`, error: r });
+          else records.push(r);
+        }
+        host.accepted(records.length);
+        if (!records.length) continue;
+        const p = this.partitioner.nextPartition;
+        if (this.logRecords) this.log!.append(p, this.partitioner.positions()[p], records);
+        host.enqueue(this.partitioner.envelopeFor(records));
+      }
+      this.read += events.length;
+      progressed = events.length > 0;
+      if (done) {
+        this.done = true;
+        for (const env of this.partitioner.finalEnvelopes()) host.enqueue(env);
+        return true;
+      }
+    }
+    for (const env of this.partitioner.idleEnvelopes()) {
+      host.enqueue(env);
+      progressed = true;
+    }
+    return progressed;
+  }
+
+  /** Barrier `epoch` on every partition, recorded first (cursor and positions) in the log. */
+  inject(barrier: Omit<Barrier, 'positions'>, host: FeedHost): void {
+    this.log?.barrier({ epoch: barrier.epoch, cursor: this.reader.cursor?.() ?? null, next: this.partitioner.nextPartition, positions: this.partitioner.positions() });
+    for (const env of this.partitioner.barrierEnvelopes(barrier)) host.enqueue(env);
+  }
+
+  /** Records sent per source partition (`${source}#${p}`): the coordinator's activity heads. */
+  heads(out: Record<string, number>): void {
+    this.partitioner.positions().forEach((n, p) => (out[`${this.def.name}#${p}`] = n));
+  }
+
+  /**
+   * Continue after a checkpoint. `states`: the source partitions' channel positions from
+   * the restored source-stage partitions (absent when the plan changed: the partitioner
+   * starts fresh, since the restored partitions start with fresh channels too).
+   */
+  restore(entry: BarrierEntry | undefined, positions: readonly number[], states: readonly PartitionCursorState[] | undefined, epoch: number): void {
+    if (states) this.partitioner.restore(states, entry?.next ?? 0);
+    if (this.replayable) {
+      if (!entry || entry.cursor === null) throw new RestoreError(`source "${this.def.name}"`, `a barrier record of epoch ${epoch} with the reader's position`, 'none (log/<source>/barriers.jsonl lost?)');
+      this.reader.seek!(entry.cursor);
+      this.read = entry.cursor;
+      if (this.log) positions.forEach((at, p) => this.log!.cutAt(p, at));
+      return;
+    }
+    if (!this.log) throw new RestoreError(`source "${this.def.name}"`, 'an input log to replay', 'none');
+    if (!states) return; // A changed plan: logged positions belong to the old partitioning; new input only.
+    positions.forEach((at, p) => {
+      const records = this.log!.readFrom(p, at);
+      if (records.length) this.replay.set(p, { records, i: 0 });
+    });
+  }
+
+  /** Whether restored input is still waiting to be replayed. */
+  get replaying(): boolean {
+    return this.replay.size > 0;
+  }
+}
