@@ -199,7 +199,9 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     return V.acceptedAnswer(accepted, parsed.events.length, rejected);
   }
 
-  return async (event) => {
+  return async (event, context) => {
+    if (context) config.logger?.addContext(context);
+    config.metrics?.addMetric('requests', MetricUnit.Count, 1);
     let answer: V.IngestAnswer;
     try {
       answer = await handle(event);

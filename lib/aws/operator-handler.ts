@@ -248,7 +248,9 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     return all();
   }
 
-  const handler = async (event: SQSEvent): Promise<SQSBatchResponse> => {
+  const handler = async (event: SQSEvent, context?: Context): Promise<SQSBatchResponse> => {
+    if (context) log?.addContext(context);
+    metrics?.addMetric('messages', MetricUnit.Count, event.Records.length);
     const groups = new Map<string, SQSRecord[]>();
     for (const r of event.Records) {
       const key = `${r.eventSourceARN}\u0000${r.attributes.MessageGroupId ?? ''}`;
