@@ -84,3 +84,23 @@ export async function openLocalAws(env: NodeJS.ProcessEnv = process.env): Promis
     throw e;
   }
 }
+
+/** Clients for servers someone else runs (the test setup): nothing is started, close() only destroys the clients. */
+export function localAwsAt(endpoints: { readonly dynamodb: string; readonly sqs: string; readonly s3: string }, region = LOCAL_REGION, credentials = LOCAL_CREDENTIALS): LocalAwsEnvironment {
+  const clients = {
+    dynamodb: new DynamoDBClient({ region, endpoint: endpoints.dynamodb, credentials }),
+    sqs: new SQSClient({ region, endpoint: endpoints.sqs, credentials }),
+    s3: new S3Client({ region, endpoint: endpoints.s3, credentials, forcePathStyle: true }),
+  };
+  const at = (endpoint: string) => ({ endpoint, origin: endpoint });
+  return {
+    region,
+    dynamodb: at(endpoints.dynamodb),
+    sqs: at(endpoints.sqs),
+    s3: at(endpoints.s3),
+    clients,
+    close: async () => {
+      for (const c of Object.values(clients)) c.destroy();
+    },
+  };
+}

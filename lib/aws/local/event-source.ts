@@ -75,6 +75,8 @@ export interface EventSourceMetrics {
   receives: number;
   emptyReceives: number;
   maxConcurrentSeen: number;
+  /** Billed duration as Lambda rounds it (1 ms steps), summed; timed-out invocations count the timeout. */
+  billedMs: number;
 }
 
 const SQS = 'sqs';
@@ -95,6 +97,7 @@ export class SqsEventSource {
     receives: 0,
     emptyReceives: 0,
     maxConcurrentSeen: 0,
+    billedMs: 0,
   };
   readonly accounting: AwsAccounting;
   private readonly batchSize: number;
@@ -127,6 +130,11 @@ export class SqsEventSource {
   /** Invocations running now plus failed messages waiting for a fast retry. */
   get busy(): boolean {
     return this.inFlight.size > 0 || this.pendingRetries.size > 0;
+  }
+
+  /** Lambda GB-seconds of the invocations so far. */
+  get gbSeconds(): number {
+    return (this.metrics.billedMs / 1000) * ((this.options.memoryLimitInMB ?? 1024) / 1024);
   }
 
   get concurrency(): number {
@@ -209,12 +217,12 @@ export class SqsEventSource {
       );
       const messages = out.Messages ?? [];
       const bytes = messages.reduce((n, m) => n + Buffer.byteLength(m.Body ?? ''), 0);
-      this.accounting.record(SQS, 'ReceiveMessage', { requests: chunks(bytes), items: messages.length, bytes });
+      this.accounting.record(SQS, 'ReceiveMessage', { requests: 1, items: messages.length, bytes, estimatedReadUnits: chunks(bytes) });
       this.metrics.receives++;
       if (messages.length === 0) this.metrics.emptyReceives++;
       return messages;
     } catch (e) {
-      if (!this.stopping) this.accounting.record(SQS, 'ReceiveMessage', { requests: 1, errors: 1 });
+      if (!this.stopping) this.accounting.record(SQS, 'ReceiveMessage', { requests: 1, errors: 1, estimatedReadUnits: 1 });
       throw e;
     } finally {
       this.poll = undefined;
@@ -251,6 +259,7 @@ export class SqsEventSource {
 
     let failedIds: Set<string>;
     let timedOut = false;
+    const started = performance.now();
     try {
       const response = await withTimeout(Promise.resolve().then(() => this.options.handler(event, context)), this.timeoutMs);
       if (response === TIMEOUT) {
@@ -264,6 +273,7 @@ export class SqsEventSource {
       this.options.onError?.(e as Error, event);
       failedIds = new Set(batch.map((m) => m.MessageId!));
     }
+    this.metrics.billedMs += Math.ceil(Math.min(performance.now() - started, this.timeoutMs));
     this.checkFifoRule(batch, failedIds, event);
     this.metrics.failures += failedIds.size;
     const ok = batch.filter((m) => !failedIds.has(m.MessageId!));
@@ -342,17 +352,17 @@ export class SqsEventSource {
   private async send(operation: string, command: DeleteMessageBatchCommand | ChangeMessageVisibilityBatchCommand): Promise<unknown> {
     try {
       const out = await this.options.sqs.send(command as DeleteMessageBatchCommand);
-      this.accounting.record(SQS, operation, { requests: 1, items: command.input.Entries?.length ?? 0 });
+      this.accounting.record(SQS, operation, { requests: 1, items: command.input.Entries?.length ?? 0, estimatedReadUnits: 1 });
       return out;
     } catch (e) {
-      this.accounting.record(SQS, operation, { requests: 1, errors: 1 });
+      this.accounting.record(SQS, operation, { requests: 1, errors: 1, estimatedReadUnits: 1 });
       throw e;
     }
   }
 
   private async queueArn(): Promise<string> {
     const out = await this.options.sqs.send(new GetQueueAttributesCommand({ QueueUrl: this.options.queueUrl, AttributeNames: ['QueueArn'] }));
-    this.accounting.record(SQS, 'GetQueueAttributes', { requests: 1 });
+    this.accounting.record(SQS, 'GetQueueAttributes', { requests: 1, estimatedReadUnits: 1 });
     const arn = out.Attributes?.QueueArn;
     if (!arn) throw new ConfigError('queueUrl', 'a queue whose attributes include QueueArn', this.options.queueUrl);
     if (!arn.endsWith('.fifo')) throw new ConfigError('queueUrl', 'a FIFO queue (name ending in .fifo)', arn);
