@@ -24,8 +24,17 @@ export function hashKeyString(s: string): number {
   return fmix32(h ^ s.length);
 }
 
+// Consecutive records often share a key (a hot auction, a window's key): comparing
+// with the last string is cheaper than hashing it again.
+let lastString = '';
+let lastHash = hashKeyString('');
+
 export function keyGroupOfString(keyString: string, maxParallelism: number): number {
-  return hashKeyString(keyString) % maxParallelism;
+  if (keyString !== lastString) {
+    lastString = keyString;
+    lastHash = hashKeyString(keyString);
+  }
+  return lastHash % maxParallelism;
 }
 
 export function keyGroupOf(key: Key, maxParallelism: number): number {

@@ -14,7 +14,7 @@ import { JobDefinitionError } from '../errors.ts';
 import type { NodeSpec } from '../graph/logical.ts';
 import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
 import type { WindowOperator } from './window.ts';
-import { checkTimestamp, decodeWindowKey, firstWindowStart, type FixedWindows, WindowKeyCache } from './window-state.ts';
+import { checkTimestamp, firstWindowStart, type FixedWindows, WindowKeyCache } from './window-state.ts';
 
 export function windowJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec, { kind: 'windowJoin' }>): WindowOperator {
   const a = spec.assigner;
@@ -43,8 +43,9 @@ export function windowJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec,
         const list = ctx.stateGet(field) as unknown[] | undefined;
         if (list === undefined) {
           ctx.stateSet(field, [r.value]);
-          // At most twice per window (once per side); registering again is a no-op.
-          ctx.registerTimer('event', fireAt, names[0]);
+          // At most twice per window (once per side); registering again is a no-op. The
+          // time names the window (its size is fixed), so no namespace is needed.
+          ctx.registerTimer('event', fireAt);
         } else {
           list.push(r.value);
           ctx.stateSet(field, list);
@@ -53,15 +54,14 @@ export function windowJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec,
       if (live === 0 && first <= t) op.droppedLate++;
     },
 
-    onTimer(domain: TimeDomain, _time: number, ns: string): void {
+    onTimer(domain: TimeDomain, time: number): void {
       if (domain !== 'event') return;
-      const lf = 'l' + ns;
-      const rf = 'r' + ns;
+      const window = { start: time + 1 - w.size, end: time + 1 };
+      const [, lf, rf] = cache.get(window.start);
       const lefts = (ctx.stateGet(lf) as unknown[] | undefined) ?? [];
       const rights = (ctx.stateGet(rf) as unknown[] | undefined) ?? [];
       if (lefts.length === 0 && rights.length === 0) return;
-      const window = decodeWindowKey(ns);
-      const ts = window.end - 1;
+      const ts = time;
       const info: WindowInfo<Key> = { key: ctx.currentKey(), window };
       if (fn.kind === 'pairs') {
         for (const l of lefts) for (const r of rights) ctx.emit(fn.join(l, r, info), ts);

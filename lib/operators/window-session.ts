@@ -9,17 +9,23 @@
  * start order (for a process function, the earlier session's elements come first).
  * Lateness is judged on the merged window, as Flink does: an old record that extends
  * a live session is not late.
+ *
+ * Without allowed lateness (the common case) sessions live in window-session-lazy.ts,
+ * which does not move timers and fields on every extension; this file keeps sessions
+ * that outlive their firing.
  */
 import type { StreamRecord } from '../api/types.ts';
 import type { TimeWindow } from '../api/windows.ts';
 import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
 import type { WindowOperator, WindowSpec } from './window.ts';
 import { checkTimestamp, decodeWindowKey, windowContents, windowKey } from './window-state.ts';
+import { lazySessionOperator } from './window-session-lazy.ts';
 
 const INDEX = 'i';
 
 export function sessionWindowOperator(ctx: OperatorContext, spec: WindowSpec): WindowOperator {
   if (spec.assigner.kind !== 'session') throw new TypeError('sessionWindowOperator: a session assigner');
+  if (spec.allowedLatenessMs === 0) return lazySessionOperator(ctx, spec, spec.assigner.gap);
   const gap = spec.assigner.gap;
   const contents = windowContents(ctx, spec.fn, spec.allowedLatenessMs > 0);
   const lateness = spec.allowedLatenessMs;

@@ -5,12 +5,17 @@
  * how a firing turns it into output).
  *
  * Field layout of a window operator's keyed state (one entity per key):
- * - `w${windowKey}`: the window's contents (accumulator, reduced value, or element list);
- * - `i`: session windows only, the key's open sessions as a flat [start, end, ...] array sorted by start;
+ * - `P`: tumbling and sliding windows without allowed lateness, the key's panes as a flat
+ *   [paneStart, contents, ...] array (window-panes.ts);
+ * - `S`: session windows without allowed lateness, the key's sessions as a flat
+ *   [start, end, contents, ...] array (window-session-lazy.ts);
+ * - with allowed lateness: `w${windowKey}`, a window's contents (accumulator, reduced value,
+ *   or element list), and for sessions `i`, the open sessions as [start, end, ...] by start;
  * - window joins: `l${windowKey}` / `r${windowKey}`, the left / right elements of a window;
  * - interval joins: `L${time}` / `R${time}`, the left / right elements with that timestamp.
- * A window's timers use windowKey as namespace, so the runtime's (time, key, ns) order
- * fires the windows of one key by end, then start.
+ * Timers: where a timer's time names the window (fixed sizes; sessions, which never share
+ * an end), the namespace is '' and the runtime's (time, key, ns) order fires one key's
+ * windows by end; the retaining operators use windowKey as namespace (by end, then start).
  */
 import type { Collector, WindowInfo } from '../api/functions.ts';
 import type { Key } from '../api/types.ts';

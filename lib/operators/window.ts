@@ -3,8 +3,8 @@
  * incremental (aggregate, reduce) or full (process) window function.
  *
  * Semantics (Flink's event-time windows with EventTimeTrigger):
- * - state lives per (key, window): an aggregate keeps only its accumulator, a reduce
- *   the reduced value, a process function the list of elements (see window-state.ts);
+ * - state lives per (key, window) (or per pane, window-panes.ts): an aggregate keeps only
+ *   its accumulator, a reduce the reduced value, a process function the list of elements;
  * - a window fires when the watermark reaches end - 1; its results carry timestamp
  *   end - 1; only windows that received a record exist, so empty windows never fire;
  * - one key's windows that fire at the same watermark fire by end, then start;
@@ -20,6 +20,7 @@ import type { StreamRecord } from '../api/types.ts';
 import type { TimeWindow } from '../api/windows.ts';
 import type { NodeSpec } from '../graph/logical.ts';
 import type { OperatorContext, StreamOperator, TimeDomain } from '../runtime/operator.ts';
+import { paneWindowOperator, panesApply } from './window-panes.ts';
 import { sessionWindowOperator } from './window-session.ts';
 import { checkTimestamp, decodeWindowKey, firstWindowStart, type FixedWindows, windowContents, WindowKeyCache } from './window-state.ts';
 
@@ -37,10 +38,15 @@ export interface WindowOperator extends StreamOperator {
 export function windowOperator(ctx: OperatorContext, spec: WindowSpec): WindowOperator {
   const a = spec.assigner;
   if (a.kind === 'session') return sessionWindowOperator(ctx, spec);
-  return fixedWindowOperator(ctx, spec, { size: a.size, slide: a.kind === 'tumbling' ? a.size : a.slide, offset: a.offset });
+  const w: FixedWindows = { size: a.size, slide: a.kind === 'tumbling' ? a.size : a.slide, offset: a.offset };
+  return panesApply(spec, w) ? paneWindowOperator(ctx, spec, w) : fixedWindowOperator(ctx, spec, w);
 }
 
-/** Tumbling and sliding windows: a record's windows are known from its timestamp alone. */
+/**
+ * Tumbling and sliding windows kept per window: a record's windows are known from its
+ * timestamp alone. Used with allowed lateness, and for sliding windows whose function
+ * cannot merge partial results (reduce, process, aggregate without merge).
+ */
 function fixedWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: FixedWindows): WindowOperator {
   const contents = windowContents(ctx, spec.fn, spec.allowedLatenessMs > 0);
   const lateness = spec.allowedLatenessMs;

@@ -2,43 +2,72 @@
  * One operator's timers in one partition: the committed set plus this batch's
  * changes, with a min-heap for firing in (time, key, namespace) order. The order is
  * total, so firing is deterministic and does not depend on how the set was rebuilt.
+ *
+ * Hot path: every window of every key has a timer, so a timer costs no string
+ * building. Timers are found by key, then (when a key has several) by namespace and
+ * time; the heap holds nodes whose `live` flag says whether they still count, so a
+ * deleted timer is dropped when it reaches the top instead of being searched for.
  */
-import { type TimerEntry, timerId } from '../state/backend.ts';
+import type { TimerEntry } from '../state/backend.ts';
 
-function before(a: TimerEntry, b: TimerEntry): boolean {
+interface Node {
+  readonly time: number;
+  readonly key: string;
+  readonly ns: string;
+  readonly entry: TimerEntry;
+  live: boolean;
+  inHeap: boolean;
+  /** The backend has it (loaded at recovery, or added by an earlier commit). */
+  committed: boolean;
+}
+
+/** A key's timers: usually one, so no map until there are two. */
+interface KeyTimers {
+  one?: Node;
+  many?: Map<string, Node>;
+}
+
+const slot = (ns: string, time: number) => ns + '\u0001' + time;
+
+function before(a: Node, b: Node): boolean {
   if (a.time !== b.time) return a.time < b.time;
   if (a.key !== b.key) return a.key < b.key;
   return a.ns < b.ns;
 }
 
 export class TimerQueue {
-  private readonly heap: TimerEntry[] = [];
-  private readonly live = new Map<string, TimerEntry>();
-  /** Changes since the last commit. */
-  readonly added = new Map<string, TimerEntry>();
-  readonly deleted = new Map<string, TimerEntry>();
+  private readonly heap: Node[] = [];
+  /** Live timers, and committed ones deleted in this batch (so that registering again revives them). */
+  private readonly byKey = new Map<string, KeyTimers>();
+  private liveCount = 0;
+  /** Nodes added or deleted since the last commit. */
+  private changed: Node[] = [];
+  /** Changes since the last commit (entries to add to / delete from the backend). */
+  readonly added = new Set<TimerEntry>();
+  readonly deleted = new Set<TimerEntry>();
 
   load(t: TimerEntry): void {
-    this.live.set(timerId(t), t);
-    this.push(t);
+    if (this.find(t.key, t.ns, t.time)) return;
+    const n = this.insert(t);
+    n.committed = true;
   }
 
   register(t: TimerEntry): void {
-    const id = timerId(t);
-    if (this.live.has(id)) return;
-    this.live.set(id, t);
-    this.push(t);
-    if (this.deleted.has(id)) this.deleted.delete(id);
-    else this.added.set(id, t);
+    const n = this.find(t.key, t.ns, t.time);
+    if (n === undefined) {
+      this.added.add(this.insert(t).entry);
+    } else if (!n.live) {
+      // Deleted earlier in this batch: the deletion is cancelled.
+      n.live = true;
+      this.liveCount++;
+      this.deleted.delete(n.entry);
+      if (!n.inHeap) this.push(n);
+    }
   }
 
   delete(t: TimerEntry): void {
-    const id = timerId(t);
-    const cur = this.live.get(id);
-    if (!cur) return;
-    this.live.delete(id);
-    if (this.added.has(id)) this.added.delete(id);
-    else this.deleted.set(id, cur);
+    const n = this.find(t.key, t.ns, t.time);
+    if (n !== undefined && n.live) this.kill(n);
   }
 
   /** Earliest live timer time, or +Infinity. */
@@ -50,61 +79,126 @@ export class TimerQueue {
   /** Remove and return the earliest live timer at or before `upTo`. */
   pollUpTo(upTo: number): TimerEntry | undefined {
     this.dropDead();
-    if (!this.heap.length || this.heap[0].time > upTo) return undefined;
-    const t = this.pop()!;
-    this.delete(t);
-    return t;
+    const h = this.heap;
+    if (h.length === 0 || h[0].time > upTo) return undefined;
+    const n = this.pop();
+    this.kill(n);
+    return n.entry;
   }
 
   /** Live timers at or before `upTo` without removing them (for prefetching their keys). */
   liveUpTo(upTo: number): TimerEntry[] {
     const out: TimerEntry[] = [];
-    for (const t of this.live.values()) if (t.time <= upTo) out.push(t);
+    const take = (n: Node) => {
+      if (n.live && n.time <= upTo) out.push(n.entry);
+    };
+    for (const kt of this.byKey.values()) {
+      if (kt.one) take(kt.one);
+      else for (const n of kt.many!.values()) take(n);
+    }
     return out;
   }
 
   get size(): number {
-    return this.live.size;
+    return this.liveCount;
   }
 
   clearChanges(): void {
+    for (const n of this.changed) {
+      if (n.live) n.committed = true;
+      else if (n.committed) {
+        n.committed = false;
+        this.remove(n);
+      }
+    }
+    this.changed = [];
     this.added.clear();
     this.deleted.clear();
   }
 
-  private dropDead(): void {
-    while (this.heap.length && this.live.get(timerId(this.heap[0])) !== this.heap[0]) this.pop();
+  private find(key: string, ns: string, time: number): Node | undefined {
+    const kt = this.byKey.get(key);
+    if (kt === undefined) return undefined;
+    if (kt.one !== undefined) return kt.one.time === time && kt.one.ns === ns ? kt.one : undefined;
+    return kt.many!.get(slot(ns, time));
   }
 
-  private push(t: TimerEntry): void {
-    const h = this.heap;
-    h.push(t);
-    let i = h.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (!before(h[i], h[p])) break;
-      [h[i], h[p]] = [h[p], h[i]];
-      i = p;
+  private insert(t: TimerEntry): Node {
+    const n: Node = { time: t.time, key: t.key, ns: t.ns, entry: t, live: true, inHeap: false, committed: false };
+    const kt = this.byKey.get(t.key);
+    if (kt === undefined) this.byKey.set(t.key, { one: n });
+    else if (kt.one !== undefined) {
+      kt.many = new Map([
+        [slot(kt.one.ns, kt.one.time), kt.one],
+        [slot(n.ns, n.time), n],
+      ]);
+      kt.one = undefined;
+    } else kt.many!.set(slot(n.ns, n.time), n);
+    this.liveCount++;
+    this.changed.push(n);
+    this.push(n);
+    return n;
+  }
+
+  /** No longer live: cancel an uncommitted add, or record the deletion of a committed timer. */
+  private kill(n: Node): void {
+    n.live = false;
+    this.liveCount--;
+    if (n.committed) {
+      this.deleted.add(n.entry);
+      this.changed.push(n);
+    } else {
+      this.added.delete(n.entry);
+      this.remove(n);
     }
   }
 
-  private pop(): TimerEntry | undefined {
+  private remove(n: Node): void {
+    const kt = this.byKey.get(n.key);
+    if (kt === undefined) return;
+    if (kt.one === n) this.byKey.delete(n.key);
+    else if (kt.many !== undefined && kt.many.get(slot(n.ns, n.time)) === n) {
+      kt.many.delete(slot(n.ns, n.time));
+      if (kt.many.size === 0) this.byKey.delete(n.key);
+    }
+  }
+
+  private dropDead(): void {
+    const h = this.heap;
+    while (h.length && !h[0].live) this.pop();
+  }
+
+  private push(n: Node): void {
+    n.inHeap = true;
+    const h = this.heap;
+    h.push(n);
+    let i = h.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!before(n, h[p])) break;
+      h[i] = h[p];
+      i = p;
+    }
+    h[i] = n;
+  }
+
+  private pop(): Node {
     const h = this.heap;
     const top = h[0];
-    const last = h.pop();
-    if (h.length && last) {
-      h[0] = last;
+    top.inHeap = false;
+    const last = h.pop()!;
+    if (h.length) {
       let i = 0;
       for (;;) {
         const l = 2 * i + 1;
+        if (l >= h.length) break;
         const r = l + 1;
-        let m = i;
-        if (l < h.length && before(h[l], h[m])) m = l;
-        if (r < h.length && before(h[r], h[m])) m = r;
-        if (m === i) break;
-        [h[i], h[m]] = [h[m], h[i]];
+        const m = r < h.length && before(h[r], h[l]) ? r : l;
+        if (!before(h[m], last)) break;
+        h[i] = h[m];
         i = m;
       }
+      h[i] = last;
     }
     return top;
   }

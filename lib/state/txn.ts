@@ -12,6 +12,8 @@ interface EntityOverlay {
   readonly kg: number;
   readonly values: Map<string, unknown>;
   readonly dirty: Set<string>;
+  /** The entity's committed fields, looked up once per batch (null: not yet). */
+  committed: ReadonlyMap<string, unknown> | undefined | null;
 }
 
 /** Copies JSON-like values (state must be JSON-serialisable to live in DynamoDB). */
@@ -37,7 +39,7 @@ export class StateTxn {
   private entityOverlay(kg: number, entity: string): EntityOverlay {
     if (entity === this.lastEntity) return this.lastOverlay!;
     let o = this.overlay.get(entity);
-    if (!o) this.overlay.set(entity, (o = { kg, values: new Map(), dirty: new Set() }));
+    if (!o) this.overlay.set(entity, (o = { kg, values: new Map(), dirty: new Set(), committed: null }));
     this.lastEntity = entity;
     this.lastOverlay = o;
     return o;
@@ -45,12 +47,12 @@ export class StateTxn {
 
   get(kg: number, entity: string, field: string): unknown {
     const o = this.entityOverlay(kg, entity);
-    if (o.values.has(field)) {
-      const v = o.values.get(field);
-      return v === DELETED ? undefined : v;
-    }
-    const committed = this.backend.peek(this.scope, kg, entity)?.get(field);
-    const copy = cloneValue(committed);
+    // The overlay never holds undefined (absent is DELETED): one lookup answers.
+    const v = o.values.get(field);
+    if (v !== undefined) return v === DELETED ? undefined : v;
+    // Nothing commits during a batch, so one peek per entity serves all its fields.
+    if (o.committed === null) o.committed = this.backend.peek(this.scope, kg, entity);
+    const copy = cloneValue(o.committed?.get(field));
     o.values.set(field, copy === undefined ? DELETED : copy);
     return copy;
   }

@@ -1,0 +1,88 @@
+/**
+ * CPU profile of one query's runtime side only (no generation, no floor):
+ *
+ *   npx tsx bench/profile.ts --query q5 [--events 500000] [--parallelism N] [--out q5.cpuprofile] [--top 40]
+ *
+ * Prints the functions with the most self time and the most total (inclusive) time;
+ * the .cpuprofile opens in Chrome DevTools or speedscope.
+ */
+import { writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import { parseArgs } from 'node:util';
+import { EmbeddedRuntime } from '../lib/local/embedded.ts';
+import { CollectSink } from '../lib/api/sinks.ts';
+import { generate } from './nexmark/measure.ts';
+import { QUERIES } from './nexmark/queries.ts';
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+const { values } = parseArgs({
+  options: {
+    query: { type: 'string', default: 'q5' },
+    events: { type: 'string', default: '500000' },
+    parallelism: { type: 'string' },
+    out: { type: 'string' },
+    top: { type: 'string', default: '40' },
+  },
+});
+const q = QUERIES.find((x) => x.name === values.query);
+if (!q) throw new Error(`--query: one of ${QUERIES.map((x) => x.name).join(', ')}`);
+const events = generate(Number(values.events), 42);
+const run = async (count: number) => {
+  const runtime = new EmbeddedRuntime(q.job(values.parallelism ? Number(values.parallelism) : undefined), {
+    sources: { events: { kind: 'generator', count, generate: (n: number) => events[n] } },
+    sinks: { results: new CollectSink() },
+  });
+  const t0 = performance.now();
+  await runtime.run();
+  return performance.now() - t0;
+};
+await run(Math.min(50_000, events.length)); // warm-up
+
+const session = new Session();
+session.connect();
+await session.post('Profiler.enable');
+await session.post('Profiler.setSamplingInterval', { interval: 100 });
+await session.post('Profiler.start');
+const ms = await run(events.length);
+const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
+session.disconnect();
+if (values.out) writeFileSync(values.out, JSON.stringify(profile));
+
+const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+const parent = new Map<number, number>();
+for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+const name = (n: ProfileNode) => `${n.callFrame.functionName || '(anonymous)'} ${n.callFrame.url.split('/').slice(-2).join('/')}`;
+const self = new Map<string, number>();
+const total = new Map<string, number>();
+let all = 0;
+profile.samples.forEach((id, i) => {
+  // The first delta is the time from starting the profiler to the first sample.
+  const dt = i === 0 ? 0 : (profile.timeDeltas[i] ?? 0);
+  all += dt;
+  const k = name(byId.get(id)!);
+  self.set(k, (self.get(k) ?? 0) + dt);
+  const seen = new Set<string>();
+  for (let cur: number | undefined = id; cur !== undefined; cur = parent.get(cur)) {
+    const k2 = name(byId.get(cur)!);
+    if (!seen.has(k2)) total.set(k2, (total.get(k2) ?? 0) + dt);
+    seen.add(k2);
+  }
+});
+const top = Number(values.top);
+const show = (title: string, m: Map<string, number>) => {
+  console.log(`--- ${title}`);
+  for (const [k, t] of [...m].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`${((100 * t) / all).toFixed(1).padStart(5)}%  ${k}`);
+};
+console.log(`${q.name}: ${events.length} events in ${(ms / 1000).toFixed(2)} s = ${Math.round(events.length / (ms / 1000)).toLocaleString('en-US')} events/s (profiler on)`);
+show('self', self);
+show('total', total);

@@ -1,0 +1,144 @@
+/**
+ * The fast window paths against independent oracles, with late records included:
+ * - panes (window-panes.ts) against the per-window operator (window.ts), which the same
+ *   job uses when the aggregate has no merge(): the outputs, late side output and
+ *   order must be identical;
+ * - lazy sessions (window-session-lazy.ts) against a record-at-a-time model of session
+ *   windows under a bounded-out-of-orderness watermark.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { AggregateFunction } from '../../lib/api/functions.ts';
+import { Sinks } from '../../lib/api/sinks.ts';
+import { Job } from '../../lib/api/stream.ts';
+import { OutputTag } from '../../lib/api/types.ts';
+import { type WindowAssigner, Windows } from '../../lib/api/windows.ts';
+import { runJob } from '../../lib/local/embedded.ts';
+import { FaultInjector } from '../../lib/local/faults.ts';
+import { type Counted, countRow, type Ev, events, sorted, withTimestamps } from './helpers.ts';
+
+const withMerge: AggregateFunction<unknown, number, number> = {
+  createAccumulator: () => 0,
+  add: (_v, n) => n + 1,
+  getResult: (n) => n,
+  merge: (a, b) => a + b,
+};
+const withoutMerge: AggregateFunction<unknown, number, number> = { createAccumulator: () => 0, add: (_v, n) => n + 1, getResult: (n) => n };
+
+interface Run {
+  rows: (Counted & { ts: number })[];
+  late: Ev[];
+}
+
+async function counts(items: readonly Ev[], assigner: WindowAssigner, agg: AggregateFunction<unknown, number, number>, o: { delay: number; parallelism: number; batch: number; faults?: FaultInjector }): Promise<Run> {
+  const job = new Job('panes', { parallelism: o.parallelism });
+  const main = Sinks.collect<Counted & { ts: number }>();
+  const late = Sinks.collect<Ev>();
+  const tag = new OutputTag<Ev>('late');
+  const counted = events(job, 'in', items, o.delay).keyBy((e) => e.k).window(assigner).sideOutputLateData(tag).aggregate(agg, countRow);
+  withTimestamps(counted).sinkTo(main);
+  counted.getSideOutput(tag).sinkTo(late);
+  await runJob(job, { sourceBatchSize: o.batch, maxEnvelopesPerBatch: 2, faults: o.faults });
+  return { rows: main.records, late: late.records };
+}
+
+/** Streams with disorder up to twice the watermark delay: some records are late. */
+const streamArb = fc
+  .record({
+    delay: fc.integer({ min: 0, max: 10 }),
+    rows: fc.array(fc.record({ k: fc.constantFrom('a', 'b', 'c'), step: fc.integer({ min: 0, max: 12 }), back: fc.nat() }), { maxLength: 50 }),
+    start: fc.integer({ min: -100, max: 100 }),
+    parallelism: fc.constantFrom(1, 2, 3),
+    batch: fc.integer({ min: 1, max: 4 }),
+  })
+  .map(({ delay, rows, start, parallelism, batch }) => {
+    let base = start;
+    const items = rows.map((r) => {
+      base += r.step;
+      return { k: r.k, t: base - (r.back % (2 * delay + 2)) };
+    });
+    return { items, delay, parallelism, batch };
+  });
+
+describe('panes', () => {
+  it('sliding windows with merge() give exactly what the per-window operator gives (late records, offsets, gaps)', async () => {
+    await fc.assert(
+      fc.asyncProperty(streamArb, fc.integer({ min: 1, max: 24 }), fc.integer({ min: 1, max: 24 }), fc.integer({ min: -30, max: 30 }), async (s, size, slide, offsetMs) => {
+        const assigner = Windows.sliding(size, slide, { offsetMs });
+        const panes = await counts(s.items, assigner, withMerge, s);
+        const perWindow = await counts(s.items, assigner, withoutMerge, s);
+        expect(panes).toEqual(perWindow);
+      }),
+      { seed: 424242, numRuns: 120 },
+    );
+  });
+
+  it('crashes and duplicate deliveries change no result, panes and lazy sessions (order across partitions may differ)', async () => {
+    const items: Ev[] = [];
+    for (let i = 0; i < 400; i++) items.push({ k: `k${i % 5}`, t: i * 3 + ((i * 31) % 13) });
+    const o = { delay: 12, parallelism: 2, batch: 3 };
+    const clean = await counts(items, Windows.sliding(40, 10), withMerge, o);
+    expect(clean).toEqual(await counts(items, Windows.sliding(40, 10), withoutMerge, o));
+    for (const seed of [1, 2]) {
+      for (const assigner of [Windows.tumbling(25), Windows.sliding(40, 10), Windows.session(7)]) {
+        const faulty = await counts(items, assigner, withMerge, { ...o, faults: new FaultInjector({ seed, crashProbability: 0.05, duplicateProbability: 0.1 }) });
+        const expected = await counts(items, assigner, withMerge, o);
+        expect(sorted(faulty.rows)).toEqual(sorted(expected.rows));
+        expect(faulty.late).toEqual([]);
+      }
+    }
+  });
+});
+
+/**
+ * Session windows, record at a time: parallelism 1 and one record per envelope, so the
+ * watermark moves to max t - delay - 1 after each record, and sessions whose end - 1 it
+ * reaches fire in (end, key) order.
+ */
+function sessionModel(items: readonly Ev[], gap: number, delay: number): Run {
+  const open = new Map<string, { start: number; end: number; n: number }[]>();
+  const rows: Run['rows'] = [];
+  const late: Ev[] = [];
+  let wm = -Infinity;
+  let maxT = -Infinity;
+  for (const e of items) {
+    const list = open.get(e.k) ?? [];
+    const touched = list.filter((s) => s.start <= e.t + gap && e.t <= s.end);
+    if (touched.length === 0 && e.t + gap - 1 <= wm) late.push(e);
+    else {
+      const merged = {
+        start: Math.min(e.t, ...touched.map((s) => s.start)),
+        end: Math.max(e.t + gap, ...touched.map((s) => s.end)),
+        n: 1 + touched.reduce((n, s) => n + s.n, 0),
+      };
+      open.set(e.k, [...list.filter((s) => !touched.includes(s)), merged]);
+    }
+    maxT = Math.max(maxT, e.t);
+    wm = Math.max(wm, maxT - delay - 1);
+    fire(wm);
+  }
+  fire(Infinity);
+  return { rows, late };
+
+  function fire(upTo: number) {
+    const due: { key: string; start: number; end: number; n: number }[] = [];
+    for (const [key, list] of open) {
+      for (const s of list) if (s.end - 1 <= upTo) due.push({ key, ...s });
+      open.set(key, list.filter((s) => s.end - 1 > upTo));
+    }
+    due.sort((a, b) => a.end - b.end || (('s' + a.key < 's' + b.key) ? -1 : 1));
+    for (const d of due) rows.push({ key: d.key, start: d.start, end: d.end, n: d.n, ts: d.end - 1 });
+  }
+}
+
+describe('lazy sessions', () => {
+  it('match the record-at-a-time model, late records and bridging merges included', async () => {
+    await fc.assert(
+      fc.asyncProperty(streamArb, fc.integer({ min: 1, max: 20 }), async (s, gap) => {
+        const run = await counts(s.items, Windows.session(gap), withMerge, { delay: s.delay, parallelism: 1, batch: 1 });
+        expect(run).toEqual(sessionModel(s.items, gap, s.delay));
+      }),
+      { seed: 99, numRuns: 150 },
+    );
+  });
+});
