@@ -5,7 +5,7 @@
  *
  *   npm run bench -- [--events 1000000] [--query q5 --query q7 | --query q5,q7]
  *                    [--parallelism N] [--seed 42] [--warmup 100000] [--json] [--in-process]
- *                    [--checkpoint-interval MS]   (not available yet: checkpoints are being added)
+ *                    [--checkpoint-interval MS]   (default: checkpoints off)
  *
  * Each query runs in a fresh child process (`--expose-gc`), so its JIT state and peak
  * memory are its own. Events are generated into memory first, so neither side pays
@@ -18,7 +18,7 @@ import { spawn } from 'node:child_process';
 import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { generate, measure, type MeasureConfig, type QueryResult, runtimeOptions } from './nexmark/measure.ts';
+import { checkpointLabel, generate, measure, type MeasureConfig, type QueryResult } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
 
 function fail(message: string): never {
@@ -115,13 +115,8 @@ function table(rows: string[][]): string {
 
 async function main(): Promise<void> {
   if (values.worker) return worker(values.worker);
-  try {
-    runtimeOptions(cfg);
-  } catch (e) {
-    fail((e as Error).message);
-  }
   const say = values.json ? (_: string) => {} : (line: string) => console.log(line);
-  say(`Nexmark on the embedded runtime: ${count.toLocaleString('en-US')} events (seed ${cfg.seed}, 10 000 events/s of event time), warm-up ${cfg.warmup.toLocaleString('en-US')}, checkpoints: off`);
+  say(`Nexmark on the embedded runtime: ${count.toLocaleString('en-US')} events (seed ${cfg.seed}, 10 000 events/s of event time), warm-up ${cfg.warmup.toLocaleString('en-US')}, checkpoints: ${checkpointLabel(cfg)}`);
   say(`node ${process.version}, ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}); ${values['in-process'] ? 'all queries in this process' : 'one process per query'}`);
   const events = values['in-process'] ? generate(cfg.events, cfg.seed) : undefined;
   const results: QueryResult[] = [];
@@ -130,14 +125,14 @@ async function main(): Promise<void> {
     results.push(r);
     say(
       `  ${r.query.padEnd(4)} ${k(r.runtime.eventsPerSec)}/s in ${(r.runtime.durationMs / 1000).toFixed(2)} s (${r.runtime.coresUsed.toFixed(2)} cores), ` +
-        `per core ${k(r.runtime.eventsPerCoreSec)}/s; floor ${k(r.floor.eventsPerSec)}/s, ${k(r.floor.eventsPerCoreSec)}/s per core; ratio ${r.ratio.toFixed(3)}, ${r.runtime.results} rows ${r.resultsMatch ? 'match' : `DIFFER: ${r.mismatch}`}`,
+        `per core ${k(r.runtime.eventsPerCoreSec)}/s${r.runtime.checkpoints ? `, ${r.runtime.checkpoints} checkpoints` : ''}; floor ${k(r.floor.eventsPerSec)}/s, ${k(r.floor.eventsPerCoreSec)}/s per core; ratio ${r.ratio.toFixed(3)}, ${r.runtime.results} rows ${r.resultsMatch ? 'match' : `DIFFER: ${r.mismatch}`}`,
     );
   }
   say('\n' + table(results.map(row)));
   say('\nper core = events / CPU seconds of the process (ratio = runtime / floor, both per core); Flink/core = NEXMARK.md 7.1 (runner V1);');
   say('latency: the row\'s trigger event read by the source -> the row at the sink (bench/nexmark/measure.ts).');
   if (values.json) {
-    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: 'off', node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, results }, null, 2));
+    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: checkpointLabel(cfg), node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, results }, null, 2));
   }
   if (results.some((r) => !r.resultsMatch)) {
     console.error('bench: the runtime and the floor disagree on the results');

@@ -8,7 +8,12 @@
  * timers), not event-time waiting: a window's 10 s and the 4 s watermark delay are
  * excluded, because they depend on the query and the replay speed, not on the engine.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { IdempotentSink } from '../../lib/api/sinks.ts';
+import type { Job } from '../../lib/api/stream.ts';
+import { openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
 import { EmbeddedRuntime, type EmbeddedOptions } from '../../lib/local/embedded.ts';
 import { generateEvent, type NexmarkEvent } from '../../lib/nexmark/index.ts';
 import * as hdr from 'hdr-histogram-js';
@@ -20,7 +25,7 @@ export interface MeasureConfig {
   readonly parallelism?: number;
   /** Events run through both sides first (JIT warm-up), not measured. */
   readonly warmup: number;
-  /** Not available yet: the embedded runtime's checkpoints are being built. */
+  /** Checkpoints every this many ms (local driver, snapshots in a temporary directory); undefined: off. */
   readonly checkpointIntervalMs?: number;
 }
 
@@ -31,6 +36,8 @@ export interface QueryResult {
   parallelism: number;
   checkpoints: string;
   runtime: {
+    /** Checkpoints completed during the measured run. */
+    checkpoints: number;
     durationMs: number;
     eventsPerSec: number;
     /** Events per CPU-second of the whole process (all threads: GC included), Flink's "throughput/cores". */
@@ -54,13 +61,19 @@ export interface QueryResult {
   mismatch?: string;
 }
 
-/** Where checkpoint settings go once the embedded runtime has them. */
-export function runtimeOptions(cfg: MeasureConfig): Partial<EmbeddedOptions> {
-  if (cfg.checkpointIntervalMs !== undefined) {
-    throw new Error('--checkpoint-interval: the embedded runtime has no checkpoints yet (being added); run without it');
-  }
-  return {};
+/**
+ * The runtime, with the local checkpoint driver when an interval is set: snapshots,
+ * manifests and the coordinator's files go to a temporary directory, not fsynced (the
+ * bench measures the runtime's work, not the disk's flush latency).
+ */
+async function openRuntime(job: Job, options: EmbeddedOptions, cfg: MeasureConfig): Promise<{ runtime: EmbeddedRuntime; cleanup: () => void; checkpoints: () => number }> {
+  if (cfg.checkpointIntervalMs === undefined) return { runtime: new EmbeddedRuntime(job, options), cleanup: () => {}, checkpoints: () => 0 };
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-ck-'));
+  const opened = await openCheckpointedRuntime(job, options, { dir, intervalMs: cfg.checkpointIntervalMs, durable: false, start: 'fresh' });
+  return { runtime: opened.runtime, cleanup: () => rmSync(dir, { recursive: true, force: true }), checkpoints: () => opened.checkpoints.driver.completed.length };
 }
+
+export const checkpointLabel = (cfg: MeasureConfig) => (cfg.checkpointIntervalMs === undefined ? 'off' : `every ${cfg.checkpointIntervalMs} ms`);
 
 /** Samples memory at most every 100 ms; also ticked from the source, as a busy runtime may not yield to timers. */
 class MemorySampler {
@@ -131,8 +144,7 @@ const BLOCK = 8; // read times are kept per 256 events: a source pull reads whol
 async function runOnce(q: BenchQuery, events: readonly NexmarkEvent[], cfg: MeasureConfig, expected: readonly unknown[] | undefined, sampler?: MemorySampler) {
   const readAt = new Float64Array((events.length >> BLOCK) + 1);
   const sink = new BenchSink(expected);
-  const runtime = new EmbeddedRuntime(q.job(cfg.parallelism), {
-    ...runtimeOptions(cfg),
+  const { runtime, cleanup, checkpoints } = await openRuntime(q.job(cfg.parallelism), {
     sources: {
       events: {
         kind: 'generator',
@@ -147,13 +159,15 @@ async function runOnce(q: BenchQuery, events: readonly NexmarkEvent[], cfg: Meas
       },
     },
     sinks: { results: sink },
-  });
+  }, cfg);
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   const stats = await runtime.run();
   const durationMs = performance.now() - t0;
   const cpu = process.cpuUsage(cpu0);
-  return { sink, readAt, durationMs, cpuMs: (cpu.user + cpu.system) / 1000, stats, parallelism: runtime.plan.job.parallelism };
+  const completed = checkpoints();
+  cleanup();
+  return { sink, readAt, durationMs, cpuMs: (cpu.user + cpu.system) / 1000, stats, parallelism: runtime.plan.job.parallelism, checkpoints: completed };
 }
 
 function runFloor(q: BenchQuery, events: readonly NexmarkEvent[]) {
@@ -231,8 +245,9 @@ export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cf
     title: q.title,
     events: n,
     parallelism: run.parallelism,
-    checkpoints: 'off',
+    checkpoints: checkpointLabel(cfg),
     runtime: {
+      checkpoints: run.checkpoints,
       durationMs: run.durationMs,
       eventsPerSec,
       eventsPerCoreSec: perCore,
