@@ -124,6 +124,10 @@ export class CheckpointDriver {
     return this.state.job;
   }
 
+  get acksPending(): number {
+    return this.pendingAcks.length;
+  }
+
   /** A partition's ack: recorded at the next tick (several acks, one record write). */
   ack(ack: Ack): void {
     this.pendingAcks.push(ack);

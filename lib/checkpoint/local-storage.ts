@@ -24,15 +24,15 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.byteLength === b.byteLength && Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
 }
 
-/** Write bytes to a fresh temporary file beside `path`, fsynced; returns its name. */
-function writeTemp(path: string, body: Uint8Array | string): string {
+/** Write bytes to a fresh temporary file beside `path`, fsynced unless `durable` is false; returns its name. */
+function writeTemp(path: string, body: Uint8Array | string, durable = true): string {
   mkdirSync(dirname(path), { recursive: true });
   const tmp = join(dirname(path), `${TMP}${process.pid}-${Math.random().toString(36).slice(2, 10)}`);
   const fd = openSync(tmp, 'wx');
   try {
     if (typeof body === 'string') writeSync(fd, body);
     else writeSync(fd, body);
-    fsyncSync(fd);
+    if (durable) fsyncSync(fd);
   } finally {
     closeSync(fd);
   }
@@ -52,15 +52,30 @@ export function fsyncDir(dir: string): void {
   }
 }
 
-/** Replace a file atomically: temporary file, fsync, rename, fsync of the directory. */
-export function writeFileAtomic(path: string, body: Uint8Array | string): void {
-  const tmp = writeTemp(path, body);
+/**
+ * Replace a file atomically: temporary file, fsync, rename, fsync of the directory.
+ * `durable: false` skips the fsyncs (still atomic against a process crash, not against
+ * a power loss): for tests and benchmarks that measure the protocol, not the disk.
+ */
+export function writeFileAtomic(path: string, body: Uint8Array | string, durable = true): void {
+  const tmp = writeTemp(path, body, durable);
   renameSync(tmp, path);
-  fsyncDir(dirname(path));
+  if (durable) fsyncDir(dirname(path));
+}
+
+export interface LocalStorageOptions {
+  /** fsync files and directories (default true). */
+  readonly durable?: boolean;
 }
 
 export class DirectoryBlobStore implements BlobStore {
-  constructor(readonly root: string) {}
+  private readonly durable: boolean;
+  constructor(
+    readonly root: string,
+    options: LocalStorageOptions = {},
+  ) {
+    this.durable = options.durable ?? true;
+  }
 
   private path(key: string): string {
     const parts = key.split('/');
@@ -75,7 +90,7 @@ export class DirectoryBlobStore implements BlobStore {
       if (sameBytes(stored, body)) return;
       throw new BlobOverwriteError(key);
     }
-    const tmp = writeTemp(path, body);
+    const tmp = writeTemp(path, body, this.durable);
     try {
       linkSync(tmp, path);
     } catch (e) {
@@ -85,7 +100,7 @@ export class DirectoryBlobStore implements BlobStore {
     } finally {
       unlinkSync(tmp);
     }
-    fsyncDir(dirname(path));
+    if (this.durable) fsyncDir(dirname(path));
   }
 
   async get(key: string): Promise<Uint8Array | undefined> {
@@ -142,7 +157,13 @@ function sleepSync(ms: number): void {
 }
 
 export class FilePointerStore implements PointerStore {
-  constructor(readonly dir: string) {}
+  private readonly durable: boolean;
+  constructor(
+    readonly dir: string,
+    options: LocalStorageOptions = {},
+  ) {
+    this.durable = options.durable ?? true;
+  }
 
   private file(name: string): string {
     if (!/^[A-Za-z0-9._-]+$/.test(name)) throw new BlobKeyError(name);
@@ -164,7 +185,7 @@ export class FilePointerStore implements PointerStore {
     try {
       const current = (await this.read<T>(name))?.version ?? 0;
       if (current !== expectedVersion) return false;
-      writeFileAtomic(path, encodeJson({ version: current + 1, value }));
+      writeFileAtomic(path, encodeJson({ version: current + 1, value }), this.durable);
       return true;
     } finally {
       unlock();

@@ -154,6 +154,11 @@ export class EmbeddedRuntime implements IngestTarget {
     }
   }
 
+  /** Wake the scheduler when it waits for work (a savepoint was asked for, input arrived). */
+  wakeUp(): void {
+    this.wake?.();
+  }
+
   stop(): void {
     this.stopping = true;
     this.wake?.();

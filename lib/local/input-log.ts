@@ -44,6 +44,8 @@ export class SourceLog {
   constructor(
     root: string,
     readonly source: string,
+    /** fsync closed segments and barrier entries (default true). */
+    private readonly durable = true,
   ) {
     this.dir = join(root, encodeURIComponent(source));
   }
@@ -69,7 +71,7 @@ export class SourceLog {
   /** Close the current segments (fsynced) and record the barrier durably. */
   barrier(entry: BarrierEntry): void {
     for (const fd of this.open.values()) {
-      fsyncSync(fd);
+      if (this.durable) fsyncSync(fd);
       closeSync(fd);
     }
     this.open.clear();
@@ -77,7 +79,7 @@ export class SourceLog {
     const fd = openSync(join(this.dir, 'barriers.jsonl'), 'a');
     try {
       writeSync(fd, JSON.stringify(entry) + '\n');
-      fsyncSync(fd);
+      if (this.durable) fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
@@ -149,7 +151,7 @@ export class SourceLog {
       if (s.start >= at) rmSync(s.file, { force: true });
       else {
         const recs = SourceLog.records(s.file);
-        if (s.start + recs.length > at) writeFileAtomic(s.file, recs.slice(0, at - s.start).map((r) => encodeJson([r.timestamp, r.value]) + '\n').join(''));
+        if (s.start + recs.length > at) writeFileAtomic(s.file, recs.slice(0, at - s.start).map((r) => encodeJson([r.timestamp, r.value]) + '\n').join(''), this.durable);
       }
     }
   }

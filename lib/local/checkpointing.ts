@@ -1,0 +1,302 @@
+/**
+ * Checkpoints for the embedded runtime: the local driver. The pure coordinator steps run
+ * in the scheduler's loop (CheckpointDriver); the coordinator record and the commit
+ * pointer are files replaced atomically, snapshots and manifests immutable files, all in
+ * the checkpoint directory (default `.sluice/<job>/`):
+ *
+ *   blobs/<job>/{snapshots,manifests,checkpoints}/...   objects (DirectoryBlobStore)
+ *   pointers/{coordinator,pointer}.json                   control items (FilePointerStore)
+ *   log/<source>/...                                      logged input, barrier cursors
+ *   sinks/<sink>/...                                      transactional sinks' staging
+ *   savepoints/<label>/{meta.json,blobs/}                 self-contained savepoints
+ *
+ * Start modes: 'fresh' clears the chain (savepoints stay); 'resume' continues from the
+ * last completed checkpoint (the coordinator first finishes or aborts what was in
+ * flight, then the runtime restores what the pointer names); { from } restores a
+ * savepoint (a directory or label) or a retained checkpoint (an epoch) and starts a new
+ * chain from it.
+ */
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Job } from '../api/stream.ts';
+import { type Clock, systemClock } from '../api/types.ts';
+import { fromBytes } from '../checkpoint/codec.ts';
+import { type CheckpointStats, CheckpointDriver, type DriverPorts, type InjectDecision, RECORD_NAME } from '../checkpoint/driver.ts';
+import { RestoreError } from '../checkpoint/driver-errors.ts';
+import { participantsOf, planFingerprint, stateDescriptors } from '../checkpoint/fingerprint.ts';
+import { DirectoryBlobStore, FilePointerStore, writeFileAtomic } from '../checkpoint/local-storage.ts';
+import { type CoordinatorRecord, type LogRetention, type Manifest, manifestObjectKey } from '../checkpoint/protocol.ts';
+import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
+import { compile, type PhysicalPlan } from '../graph/compile.ts';
+import type { BarrierAck } from '../transport/envelope.ts';
+import type { TransactionalSink } from './committed-sink.ts';
+import type { EmbeddedCheckpointHooks, RestorePlan } from './embedded-options.ts';
+import { EmbeddedRuntime } from './embedded.ts';
+import type { EmbeddedOptions } from './embedded-options.ts';
+import { SourceLog } from './input-log.ts';
+import { buildRestorePlan, type LoadedCheckpoint, loadSavepoint, positionsBySource, type SavepointMeta } from './restore.ts';
+
+export interface CheckpointingOptions {
+  readonly dir: string;
+  /** Periodic epochs every intervalMs while input arrives; 0: only the drain epoch of a bounded run and savepoints. */
+  readonly intervalMs: number;
+  readonly timeoutMs?: number;
+  /** Chain length after which a partition writes a full snapshot (default 10). */
+  readonly maxChainLength?: number;
+  readonly retention?: Partial<LogRetention>;
+  /** Log the records of every source, or only of sources that cannot be read again (default). */
+  readonly logInput?: 'auto' | 'always';
+  readonly start?: 'fresh' | 'resume' | { readonly from: string };
+  /** Sinks that commit with checkpoints (opened here, before the coordinator resumes). */
+  readonly sinks?: readonly TransactionalSink[];
+  readonly clock?: Clock;
+  /** fsync checkpoint files (default true); false keeps them atomic against a process crash only (tests, benches). */
+  readonly durable?: boolean;
+  /** Tests: runs before every checkpoint-storage write (blob put or delete, pointer write); may throw to simulate a crash. */
+  readonly beforeWrite?: (op: string) => void;
+}
+
+export function defaultCheckpointDir(job: string): string {
+  return join('.sluice', job.replace(/[^A-Za-z0-9._-]/g, '_'));
+}
+
+const SAVEPOINT_LABEL = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+
+export class LocalCheckpointing implements EmbeddedCheckpointHooks {
+  readonly store: BlobStore;
+  readonly pointers: PointerStore;
+  readonly plan: PhysicalPlan;
+  driver!: CheckpointDriver;
+  /** The epoch the run started from (0: none). */
+  restoredEpoch = 0;
+  private runtime?: EmbeddedRuntime;
+  private deferred: InjectDecision[] = [];
+  private finalEpoch: number | null = null;
+  private readonly logs = new Map<string, SourceLog>();
+  private readonly clock: Clock;
+  private readonly waiting = new Map<string, (s: CheckpointStats) => void>();
+
+  private constructor(
+    readonly job: Job,
+    readonly options: CheckpointingOptions,
+  ) {
+    this.plan = compile(job.graph);
+    const durable = { durable: options.durable ?? true };
+    this.store = new DirectoryBlobStore(join(options.dir, 'blobs'), durable);
+    this.pointers = new FilePointerStore(join(options.dir, 'pointers'), durable);
+    const hook = options.beforeWrite;
+    if (hook) {
+      const [blobs, pointers] = [this.store, this.pointers];
+      this.store = { ...bind(blobs), put: (k, b) => (hook(`put ${k}`), blobs.put(k, b)), delete: (ks) => (hook('delete'), blobs.delete(ks)) };
+      this.pointers = { read: (n) => pointers.read(n), compareAndSet: (n, v, x) => (hook(`cas ${n}`), pointers.compareAndSet(n, v, x)) };
+    }
+    this.clock = options.clock ?? systemClock;
+  }
+
+  /** Prepare a checkpointed run: coordinator resumed or started, restore plan read. Pass both to the EmbeddedRuntime. */
+  static async open(job: Job, options: CheckpointingOptions): Promise<{ hooks: LocalCheckpointing; restore?: RestorePlan }> {
+    const h = new LocalCheckpointing(job, options);
+    const start = options.start ?? 'fresh';
+    const dir = options.dir;
+    mkdirSync(dir, { recursive: true });
+    const previous = (await h.pointers.read<CoordinatorRecord>(RECORD_NAME))?.value.highestEpoch ?? 0;
+    let restore: RestorePlan | undefined;
+    let keep: string[] = [];
+    if (typeof start === 'object') {
+      const loaded = await h.load(start.from);
+      restore = await buildRestorePlan(job, h.plan, loaded);
+      // A checkpoint of this directory keeps its log (replay) and its sinks' output up to it.
+      keep = loaded.meta ? [] : ['log', 'sinks'];
+    }
+    if (start !== 'resume') for (const d of ['blobs', 'pointers', 'log', 'sinks']) if (!keep.includes(d)) rmSync(join(dir, d), { recursive: true, force: true });
+    for (const s of options.sinks ?? []) await (s as { open?: () => unknown }).open?.();
+    h.driver = await CheckpointDriver.start(h.setup(), h.ports(), h.clock.now(), {
+      fresh: start === 'resume' ? undefined : { startAfterEpoch: previous },
+      onCompleted: (stats, manifest) => h.completed(stats, manifest),
+    });
+    if (start === 'resume') {
+      const last = h.driver.state.lastCompleted;
+      if (last) restore = await buildRestorePlan(job, h.plan, h.loadedOf(last.manifest, h.store, `checkpoint ${last.epoch}`));
+      else rmSync(join(dir, 'log'), { recursive: true, force: true }); // Nothing to resume: input starts over (sinks drop what they staged below).
+    }
+    h.restoredEpoch = restore?.epoch ?? 0;
+    for (const s of options.sinks ?? []) await s.recover(restore && (start === 'resume' || keep.length) ? restore.epoch : 0);
+    return { hooks: h, restore };
+  }
+
+  private setup() {
+    const o = this.options;
+    return {
+      job: this.job.name,
+      fingerprint: planFingerprint(this.plan),
+      participants: participantsOf(this.plan),
+      config: {
+        minIntervalMs: o.intervalMs,
+        ...(o.timeoutMs !== undefined ? { timeoutMs: o.timeoutMs } : {}),
+        ...(o.maxChainLength !== undefined ? { maxChainLength: o.maxChainLength } : {}),
+        ...(o.retention ? { retention: o.retention } : {}),
+      },
+    };
+  }
+
+  private ports(): DriverPorts {
+    const sinks = () => this.options.sinks ?? [];
+    return {
+      blobs: this.store,
+      pointers: this.pointers,
+      injectBarriers: async (d) => {
+        this.deferred.push(d);
+        this.flushInjections();
+      },
+      prepareSinks: async (e) => {
+        for (const s of sinks()) await s.prepare(e);
+      },
+      commitSinks: async (e) => {
+        for (const s of sinks()) await s.commit(e);
+      },
+      truncateLogs: async (d) => {
+        if (!d.logs) return;
+        for (const [source, below] of Object.entries(positionsBySource({ positions: d.logs.belowPositions } as Manifest))) {
+          const log = this.logs.get(source) ?? new SourceLog(join(this.options.dir, 'log'), source);
+          below.forEach((n, p) => log.truncateBelow(p, n));
+        }
+      },
+    };
+  }
+
+  /** The runtime that receives barriers (call before its first step). */
+  attach(runtime: EmbeddedRuntime): void {
+    this.runtime = runtime;
+  }
+
+  private flushInjections(): void {
+    if (!this.runtime) return;
+    for (const d of this.deferred.splice(0)) {
+      this.runtime.injectBarrier({ epoch: d.epoch, baseEpoch: d.baseEpoch, full: d.fullSnapshot, savepoint: d.savepoint !== null });
+    }
+  }
+
+  // ---- EmbeddedCheckpointHooks ----
+
+  logFor(source: string, replayable: boolean): { log: SourceLog; logRecords: boolean } {
+    const log = new SourceLog(join(this.options.dir, 'log'), source, this.options.durable ?? true);
+    this.logs.set(source, log);
+    return { log, logRecords: this.options.logInput === 'always' || !replayable };
+  }
+
+  onAck(ack: BarrierAck): void {
+    this.driver.ack(ack);
+  }
+
+  async tick(drained: boolean): Promise<boolean> {
+    this.flushInjections();
+    const d = this.driver;
+    const now = this.clock.now();
+    if (drained && this.finalEpoch === null && !d.state.inFlight && this.runtime) {
+      // The checkpoint after the last record: transactional output of a bounded run commits.
+      this.finalEpoch = await d.forceEpoch(now);
+      return true;
+    }
+    const interval = this.options.intervalMs;
+    const openNew = !drained && ((interval > 0 && now >= d.nextWakeAt(interval)) || (d.state.pendingSavepoint !== null && !d.state.inFlight));
+    const due = d.state.inFlight !== null && now >= d.state.inFlight.deadline;
+    if (!openNew && !due && !this.hasAcks()) return false;
+    return d.tick(now, { heads: this.runtime?.sourceHeads() ?? {} }, openNew);
+  }
+
+  private hasAcks(): boolean {
+    return this.driver.acksPending > 0;
+  }
+
+  nextWakeAt(): number {
+    const d = this.driver;
+    if (d.state.inFlight) return d.state.inFlight.deadline;
+    return this.options.intervalMs > 0 ? d.nextWakeAt(this.options.intervalMs) : Number.POSITIVE_INFINITY;
+  }
+
+  finished(): boolean {
+    return this.finalEpoch !== null && (this.driver.state.lastCompleted?.epoch ?? 0) >= this.finalEpoch;
+  }
+
+  // ---- savepoints ----
+
+  /** Take a savepoint now (after the epoch in flight); resolves when it is written to savepoints/<label>. */
+  savepoint(label: string = `sp-${new Date(this.clock.now()).toISOString().replace(/[:.]/g, '-')}`): Promise<{ label: string; dir: string; stats: CheckpointStats }> {
+    if (!SAVEPOINT_LABEL.test(label)) throw new RestoreError('savepoint label', 'letters, digits, ".", "_" or "-"', JSON.stringify(label));
+    const dir = join(this.options.dir, 'savepoints', label);
+    if (existsSync(dir)) throw new RestoreError('savepoint label', 'a label not used before', `"${label}" (${dir} exists)`);
+    const done = new Promise<CheckpointStats>((resolve) => this.waiting.set(label, resolve));
+    return this.driver.savepoint(label, this.clock.now()).then(async () => {
+      this.runtime?.wakeUp();
+      return { label, dir, stats: await done };
+    });
+  }
+
+  private async completed(stats: CheckpointStats, manifest: Manifest): Promise<void> {
+    if (!stats.savepoint) return;
+    const dir = join(this.options.dir, 'savepoints', stats.savepoint);
+    const out = new DirectoryBlobStore(join(dir, 'blobs'), { durable: this.options.durable ?? true });
+    const keys = [stats.manifestKey, ...Object.values(manifest.partitions).flatMap((p) => p.chain.map((l) => l.key))];
+    for (const k of keys) await out.put(k, (await this.store.get(k))!);
+    const positions = positionsBySource(manifest);
+    const meta: SavepointMeta = {
+      format: 1,
+      job: this.job.name,
+      label: stats.savepoint,
+      epoch: stats.epoch,
+      createdAt: stats.completedAt,
+      planFingerprint: planFingerprint(this.plan),
+      maxParallelism: this.plan.job.maxParallelism,
+      states: stateDescriptors(this.plan),
+      nodes: this.plan.job.nodes.map((n) => n.name),
+      sources: Object.fromEntries(Object.entries(positions).map(([s, pos]) => [s, { entry: this.logs.get(s)?.barrierOf(stats.epoch), positions: pos }])),
+      manifestKey: stats.manifestKey,
+      bytes: stats.restoreBytes,
+    };
+    writeFileAtomic(join(dir, 'meta.json'), JSON.stringify(meta, null, 2), this.options.durable ?? true);
+    this.waiting.get(stats.savepoint)?.(stats);
+    this.waiting.delete(stats.savepoint);
+  }
+
+  // ---- restore sources ----
+
+  /** `from`: a savepoint directory, a savepoint label of this directory, or a retained checkpoint's epoch. */
+  private async load(from: string): Promise<LoadedCheckpoint> {
+    if (/^\d+$/.test(from)) {
+      const epoch = Number(from);
+      const bytes = await this.store.get(manifestObjectKey(this.job.name, epoch));
+      if (!bytes) throw new RestoreError('--from', `a retained checkpoint of job "${this.job.name}" in ${this.options.dir} (see sluice checkpoints)`, `epoch ${epoch}, which is not there`);
+      return this.loadedOf(fromBytes<Manifest>(bytes), this.store, `checkpoint ${epoch}`);
+    }
+    const byLabel = join(this.options.dir, 'savepoints', from);
+    return loadSavepoint(existsSync(join(byLabel, 'meta.json')) ? byLabel : from);
+  }
+
+  private loadedOf(manifest: Manifest, blobs: BlobStore, what: string): LoadedCheckpoint {
+    const sources: Record<string, { entry?: ReturnType<SourceLog['barrierOf']>; positions: number[] }> = {};
+    for (const [s, positions] of Object.entries(positionsBySource(manifest))) {
+      sources[s] = { entry: new SourceLog(join(this.options.dir, 'log'), s).barrierOf(manifest.epoch), positions };
+    }
+    return { what, manifest, blobs, sources };
+  }
+
+  close(): void {
+    for (const l of this.logs.values()) l.close();
+  }
+}
+
+function bind(b: BlobStore): BlobStore {
+  return { put: b.put.bind(b), get: b.get.bind(b), list: b.list.bind(b), delete: b.delete.bind(b) };
+}
+
+/** An embedded runtime with local checkpoints: coordinator resumed, state restored, barriers wired. */
+export async function openCheckpointedRuntime(
+  job: Job,
+  embedded: Omit<EmbeddedOptions, 'checkpoints' | 'restore'>,
+  checkpoints: CheckpointingOptions,
+): Promise<{ runtime: EmbeddedRuntime; checkpoints: LocalCheckpointing }> {
+  const { hooks, restore } = await LocalCheckpointing.open(job, { clock: embedded.clock, ...checkpoints });
+  const runtime = new EmbeddedRuntime(job, { ...embedded, checkpoints: hooks, restore });
+  hooks.attach(runtime);
+  return { runtime, checkpoints: hooks };
+}
