@@ -9,6 +9,7 @@ import { EmbeddedRuntime, type RuntimeStats } from '../local/embedded.ts';
 import { startIngestServer } from '../local/ingest-server.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { fmt, validateFlags } from './options.ts';
+import type { Target } from './targets.ts';
 
 export interface DevCommandOptions {
   port?: string | number;
@@ -16,6 +17,8 @@ export interface DevCommandOptions {
   param?: string[];
   /** Table refresh period; tests shorten it. */
   intervalMs?: number;
+  /** Default `embedded`; `local-aws`: the Lambda handlers against local servers (target-local-aws.ts). */
+  target?: Target;
 }
 
 const DevFlags = z.object({
@@ -66,6 +69,7 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
     port: { flag: '--port', expected: 'an integer from 0 to 65535 (0 = any free port)' },
     host: { flag: '--host', expected: 'a host name or IP address to listen on' },
   });
+  if (opts.target === 'local-aws') return (await import('./target-local-aws.ts')).devLocalAwsCommand(jobPath, flags, opts, log);
   const job = await loadJob(jobPath, parseParams(opts.param));
   const runtime = new EmbeddedRuntime(job);
   await runtime.start();

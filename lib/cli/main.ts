@@ -10,6 +10,7 @@ import { devCommand } from './dev.ts';
 import { fmt, validateFlags } from './options.ts';
 import { publishFile } from './publish.ts';
 import { runCommand } from './run.ts';
+import { type Target, TARGETS } from './targets.ts';
 import { z } from 'zod';
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
@@ -32,6 +33,11 @@ function action<A extends unknown[]>(command: string, fn: (...args: A) => Promis
   };
 }
 
+/** embedded (default): one process; local-aws: the Lambda handlers against DynamoDB Local and fauxqs, or the servers AWS_ENDPOINT_URL_* name. */
+function targetOption(): Option {
+  return new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(TARGETS).default('embedded');
+}
+
 const program = new Command('sluice')
   .description('Sluice: Flink-style stream processing, serverless on AWS or in one process')
   .showHelpAfterError('(add --help for usage)');
@@ -46,8 +52,9 @@ program
   .option('--sink <name>', 'sink to write to --output (default: the only sink)')
   .option('--param <key=value>', 'job parameter, repeatable (numbers and true/false are converted)', collect, [])
   .option('--dead-letters <file>', 'write rejected input lines and dead letters as JSON lines')
+  .addOption(targetOption())
   .action(
-    action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string }) => {
+    action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target }) => {
       await runCommand(job, opts);
     }),
   );
@@ -59,8 +66,9 @@ program
   .option('--port <port>', 'ingestion endpoint port (0 = any free port)', '8080')
   .option('--host <host>', 'interface to listen on', '127.0.0.1')
   .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+  .addOption(targetOption())
   .action(
-    action('dev', async (job: string, opts: { port: string; host: string; param: string[] }) => {
+    action('dev', async (job: string, opts: { port: string; host: string; param: string[]; target: Target }) => {
       await devCommand(job, opts);
       process.exit(process.exitCode ?? 0);
     }),

@@ -11,6 +11,7 @@ import { ConfigError } from '../errors.ts';
 import { EmbeddedRuntime } from '../local/embedded.ts';
 import { loadJob, parseParams, pickNode } from './load-job.ts';
 import { fmt } from './options.ts';
+import type { Target } from './targets.ts';
 
 export interface RunCommandOptions {
   input: string;
@@ -19,6 +20,8 @@ export interface RunCommandOptions {
   sink?: string;
   param?: string[];
   deadLetters?: string;
+  /** Default `embedded`; `local-aws`: the Lambda handlers against local servers (target-local-aws.ts). */
+  target?: Target;
 }
 
 export interface RunSummary {
@@ -63,10 +66,9 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   }
 
   const output = new CountingFileSink<unknown>(opts.output);
-  const runtime = new EmbeddedRuntime(job, {
-    sources: { [source.name]: { kind: 'file', path: opts.input } },
-    sinks: { [sink.name]: output },
-  });
+  const bindings = { sources: { [source.name]: { kind: 'file' as const, path: opts.input } }, sinks: { [sink.name]: output } };
+  const localAws = opts.target === 'local-aws' ? new (await import('./target-local-aws.ts')).LocalAwsRun(job, bindings, log) : undefined;
+  const runtime = localAws ?? new EmbeddedRuntime(job, bindings);
   const t0 = performance.now();
   const stats = await runtime.run();
   const durationMs = performance.now() - t0;
@@ -108,6 +110,7 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
       `${fmt.int(summary.rejectedInputs)} rejected inputs, ${fmt.int(summary.deadLetters)} dead letters, ` +
       `${fmt.secs(durationMs)}, ${fmt.int(rate)} events/s`,
   );
+  localAws?.printCost();
   return summary;
 }
 

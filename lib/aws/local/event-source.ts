@@ -194,7 +194,6 @@ export class SqsEventSource {
       if (batch.length === 0) continue;
       const p = this.invoke(batch).finally(() => {
         this.inFlight.delete(p);
-        for (const g of new Set(batch.map(groupOf))) this.leaveGroup(g);
         this.slotFreed?.();
       });
       this.inFlight.add(p);
@@ -274,6 +273,9 @@ export class SqsEventSource {
       failedIds = new Set(batch.map((m) => m.MessageId!));
     }
     this.metrics.billedMs += Math.ceil(Math.min(performance.now() - started, this.timeoutMs));
+    // The handler is done (or abandoned after its timeout): from here SQS decides when the group's next
+    // batch comes, and it may come as soon as the deletes below unlock the group.
+    for (const g of new Set(batch.map(groupOf))) this.leaveGroup(g);
     this.checkFifoRule(batch, failedIds, event);
     this.metrics.failures += failedIds.size;
     const ok = batch.filter((m) => !failedIds.has(m.MessageId!));
@@ -314,7 +316,8 @@ export class SqsEventSource {
       if (failed.has(m.MessageId!)) failedGroups.add(g);
       else if (failedGroups.has(g)) {
         this.metrics.fifoRuleViolations++;
-        this.options.onError?.(new Error(`FIFO rule broken: message ${m.MessageId} of group ${g} follows a failed one but was not reported; Lambda deletes it`), event);
+        const batchShape = batch.map((x) => `${x.MessageId}@${groupOf(x)}${failed.has(x.MessageId!) ? '!' : ''}`).join(' ');
+        this.options.onError?.(new Error(`FIFO rule broken: message ${m.MessageId} of group ${g} follows a failed one but was not reported; Lambda deletes it (batch: ${batchShape})`), event);
         return;
       }
     }

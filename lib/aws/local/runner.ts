@@ -1,0 +1,337 @@
+/**
+ * Local-AWS mode: a whole job through the real Lambda handlers against local servers
+ * (DynamoDB Local, fauxqs) or whatever the SDK's endpoint variables name.
+ *
+ * - Resources as a deployment has them (naming.ts), under a per-run prefix so runs on a
+ *   shared server never meet: per stage a FIFO queue and its DLQ, the state table, a
+ *   bucket for envelopes too large for a message.
+ * - One operator handler per stage (its own warm cache, as one Lambda function per stage),
+ *   each fed by an SqsEventSource on its stage queue; all share the job's sinks, run
+ *   in-process (the handler factory accepts injected sinks; we open and close them).
+ * - Input: ingestion sources through the ingest handler, other sources straight into
+ *   their queue (feeder.ts), chunked as the embedded runtime chunks them.
+ * - A bounded run is over when all input and end markers are sent, every stage queue
+ *   is empty (nothing visible, in flight or delayed) and no invocation runs or waits for
+ *   a retry, twice in a row with no invocation in between. Outputs are delivered before
+ *   an input message is deleted, so this state is final.
+ * - Every request is counted in one AwsAccounting (the handlers', the pollers'), and the
+ *   run's cost is estimated with the price table (prices.ts). Setup and our own polling
+ *   of queue depths go to a separate accounting: a deployment pays them once, not per event.
+ */
+import { randomBytes } from 'node:crypto';
+import { ReceiveMessageCommand, DeleteMessageBatchCommand } from '@aws-sdk/client-sqs';
+import type { Sink } from '../../api/sinks.ts';
+import type { SourceBinding, SourceDef } from '../../api/sources.ts';
+import type { Job } from '../../api/stream.ts';
+import { type Clock, systemClock } from '../../api/types.ts';
+import { BackPressureError } from '../../errors.ts';
+import { compile, type PhysicalPlan } from '../../graph/compile.ts';
+import { createReader, type RejectedInput } from '../../local/sources.ts';
+import { AwsAccounting } from '../accounting.ts';
+import { createStateTable } from '../dynamodb-state.ts';
+import { createIngestHandler, type IngestHandler } from '../ingest-handler.ts';
+import { stateTableName } from '../naming.ts';
+import { createOperatorHandler } from '../operator-handler.ts';
+import { type CostEstimate, estimateCost, type LambdaUsage } from '../prices.ts';
+import { createBucket, S3BlobStore } from '../s3-blob-store.ts';
+import { decodeBody, type DeadLetterMessage } from '../sqs-codec.ts';
+import { createStageQueues, type StageQueues, StaticQueues } from '../sqs-queues.ts';
+import { SqsTransport } from '../sqs-transport.ts';
+import type { LocalAwsEnvironment } from './endpoints.ts';
+import { type EventSourceMetrics, SqsEventSource } from './event-source.ts';
+import { type FeederContext, type FeedTarget, feedSource } from './feeder.ts';
+import { queueDepth } from './queues.ts';
+
+export interface LocalAwsOptions {
+  readonly env: LocalAwsEnvironment;
+  /** Replace sinks by name (e.g. `sluice run --output`). */
+  readonly sinks?: Readonly<Record<string, Sink<any>>>;
+  /** Rebind sources by name (e.g. `sluice run --input`). */
+  readonly sources?: Readonly<Record<string, SourceBinding<any>>>;
+  /** Prefix of queue, table and bucket names; default a fresh `r` + 3 base-36 characters. */
+  readonly runId?: string;
+  /** Events per chunk (one ingest request or one direct message batch), as the embedded sourceBatchSize. Default 512. */
+  readonly chunkSize?: number;
+  /** Per stage, 2..1000 (Lambda's maximum concurrency). Default 1000: the groups bound it. */
+  readonly maximumConcurrency?: number;
+  /** Messages per Lambda batch, 1..10. Default 10. */
+  readonly batchSize?: number;
+  /** Failed messages come back after this instead of the visibility timeout (default 100 ms, to keep local runs fast). */
+  readonly retryDelayMs?: number;
+  readonly timeoutMs?: number;
+  readonly memoryLimitInMB?: number;
+  readonly maxAttempts?: number;
+  readonly maxReceiveCount?: number;
+  readonly maxMessageBytes?: number;
+  readonly clock?: Clock;
+  /** Handler errors (failed groups, thrown batches) as log lines; default ignored. */
+  readonly log?: (line: string) => void;
+}
+
+export interface StageReport {
+  readonly stage: number;
+  readonly name: string;
+  readonly metrics: EventSourceMetrics;
+}
+
+/** A record parked by the operator handler, or a message SQS redrove after maxReceiveCount. */
+export type DeadLetterReport = ({ kind: 'deadLetter' } & DeadLetterMessage) | { kind: 'redriven'; stage: number; messageId: string; receives: string; body: string };
+
+export interface LocalAwsRunResult {
+  readonly sourceRecords: number;
+  readonly rejectedInputs: readonly RejectedInput[];
+  readonly deadLetters: readonly DeadLetterReport[];
+  readonly durationMs: number;
+  readonly stages: readonly StageReport[];
+  readonly lambda: LambdaUsage;
+  readonly cost: CostEstimate;
+  readonly accounting: AwsAccounting;
+}
+
+interface FeedPlan extends FeedTarget {
+  readonly binding: SourceBinding<any>;
+}
+
+export class LocalAwsRuntime {
+  readonly plan: PhysicalPlan;
+  /** What a deployment pays per event: handlers, ingest, pollers. */
+  readonly accounting = new AwsAccounting();
+  /** Setup and the runner's own queue-depth checks. */
+  readonly overhead = new AwsAccounting();
+  readonly runId: string;
+  readonly rejectedInputs: RejectedInput[] = [];
+  readonly tableName: string;
+  readonly bucket: string;
+  queues: StageQueues[] = [];
+  sources: SqsEventSource[] = [];
+  ingest?: IngestHandler;
+  private transport?: SqsTransport;
+  private readonly sinks = new Map<string, Sink<any>>();
+  private readonly clock: Clock;
+  private ingestUsage = { invocations: 0, billedMs: 0 };
+  private sourceRecords = 0;
+  private feeding: Promise<number>[] = [];
+  private stopping = false;
+  private started = false;
+
+  constructor(
+    readonly job: Job,
+    private readonly options: LocalAwsOptions,
+  ) {
+    this.plan = compile(job.graph);
+    this.clock = options.clock ?? systemClock;
+    this.runId = options.runId ?? `r${randomBytes(2).readUInt16BE(0).toString(36).padStart(3, '0')}`;
+    this.tableName = stateTableName(`${this.runId}-${this.plan.job.name}`);
+    this.bucket = `sluice-${this.runId}-spill`.toLowerCase();
+    for (const node of this.plan.job.sinks()) {
+      if (node.spec.kind === 'sink') this.sinks.set(node.name, options.sinks?.[node.name] ?? node.spec.sink);
+    }
+  }
+
+  private get prefix(): string {
+    return `${this.runId}-`;
+  }
+
+  /** Create the resources, open the sinks and start one event source per stage. */
+  async start(): Promise<void> {
+    if (this.started) return;
+    this.started = true;
+    const { clients } = this.options.env;
+    const o = this.options;
+    const maxReceiveCount = o.maxReceiveCount ?? 10;
+    const timeoutMs = o.timeoutMs ?? 30_000;
+    await createStateTable(clients.dynamodb, this.tableName);
+    await createBucket(clients.s3, this.bucket);
+    // Lambda wants the visibility timeout at least 6x the function timeout.
+    this.queues = await createStageQueues(clients.sqs, this.plan, { prefix: this.prefix, maxReceiveCount, visibilityTimeoutSeconds: Math.ceil((6 * timeoutMs) / 1000), maxMessageBytes: o.maxMessageBytes });
+    this.overhead.record('sqs', 'CreateQueue', { requests: 2 * this.queues.length });
+    const queues = new StaticQueues(this.queues);
+    const blobs = new S3BlobStore({ s3: clients.s3, bucket: this.bucket, prefix: `${this.plan.job.name}/`, accounting: this.accounting });
+    const sinks = Object.fromEntries(this.sinks);
+    for (const s of this.sinks.values()) await s.open?.();
+    this.transport = new SqsTransport({ sqs: clients.sqs, job: this.plan.job.name, queues, accounting: this.accounting, blobs, maxMessageBytes: o.maxMessageBytes });
+    this.ingest = createIngestHandler({ job: this.job, sqs: clients.sqs, queues, clock: this.clock, accounting: this.accounting, maxMessageBytes: o.maxMessageBytes });
+    for (const stage of this.plan.stages) {
+      const handler = createOperatorHandler({
+        job: this.job,
+        stage: stage.id,
+        sqs: clients.sqs,
+        dynamodb: clients.dynamodb,
+        tableName: this.tableName,
+        queues,
+        blobs,
+        sinks,
+        clock: this.clock,
+        accounting: this.accounting,
+        maxAttempts: o.maxAttempts,
+        maxReceiveCount,
+        maxMessageBytes: o.maxMessageBytes,
+      });
+      this.sources.push(
+        new SqsEventSource({
+          sqs: clients.sqs,
+          queueUrl: this.queues[stage.id].url,
+          handler,
+          functionName: `${this.plan.job.name}-${stage.name}`.slice(0, 64),
+          batchSize: o.batchSize,
+          maximumConcurrency: o.maximumConcurrency,
+          timeoutMs,
+          retryDelayMs: o.retryDelayMs ?? 100,
+          memoryLimitInMB: o.memoryLimitInMB,
+          accounting: this.accounting,
+          onError: (e) => o.log?.(`stage ${stage.name}: ${e.message}`),
+        }),
+      );
+    }
+    await Promise.all(this.sources.map((s) => s.start()));
+  }
+
+  /** Where each source's events go, and what they are read from. */
+  private feedPlans(): FeedPlan[] {
+    const out: FeedPlan[] = [];
+    for (const edge of this.plan.edges) {
+      if (edge.from.kind !== 'source') continue;
+      const node = this.plan.job.nodes[edge.toNode];
+      if (node.spec.kind !== 'source') continue;
+      const def: SourceDef<any> = node.spec.source;
+      const binding = this.options.sources?.[def.name] ?? def.binding;
+      const partitions = this.plan.stages[edge.toStage].parallelism;
+      // The ingest function knows only sources declared as ingestion streams.
+      out.push({ def, stage: edge.toStage, partitions, binding, ingest: def.binding.kind === 'ingest' ? this.ingest : undefined });
+    }
+    return out;
+  }
+
+  /** Start feeding every source that has something to read (all but unbound ingestion streams). */
+  feed(): void {
+    const ctx: FeederContext = {
+      plan: this.plan,
+      sqs: this.options.env.clients.sqs,
+      transport: this.transport!,
+      accounting: this.accounting,
+      clock: this.clock,
+      chunkSize: this.options.chunkSize ?? 512,
+      maxBacklogMessages: 10_000,
+      onIngestInvocation: (ms) => {
+        this.ingestUsage.invocations++;
+        this.ingestUsage.billedMs += ms;
+      },
+      rejected: this.rejectedInputs,
+      shouldStop: () => this.stopping,
+    };
+    for (const p of this.feedPlans()) {
+      if (p.binding.kind === 'ingest') continue;
+      this.feeding.push(feedSource(ctx, p, createReader(p.binding, p.def.name, this.clock)).then((n) => (this.sourceRecords += n)));
+    }
+  }
+
+  /** Run a bounded job to the end: feed, wait until every queue is drained, stop. */
+  async run(): Promise<LocalAwsRunResult> {
+    const unbounded = this.feedPlans().filter((p) => p.binding.kind === 'ingest' || (p.binding.kind === 'generator' && p.binding.count === undefined));
+    if (unbounded.length) throw new BackPressureError(0, `run() needs bounded sources ("${unbounded[0].def.name}" is ${unbounded[0].binding.kind}); use start() + feed() for unbounded ones`);
+    const t0 = performance.now();
+    await this.start();
+    try {
+      this.feed();
+      await Promise.all(this.feeding);
+      await this.drained();
+    } finally {
+      await this.stop();
+    }
+    const deadLetters = await this.deadLetters();
+    return { ...this.report(), deadLetters, durationMs: performance.now() - t0 };
+  }
+
+  /** Resolves once every stage queue is empty and no invocation runs or waits, stably. */
+  async drained(pollMs = 50): Promise<void> {
+    let stableSince: number | undefined;
+    for (;;) {
+      const invocations = this.totalInvocations();
+      const quiet = this.sources.every((s) => !s.busy) && (await this.queuesEmpty()) && this.sources.every((s) => !s.busy);
+      if (quiet && stableSince === invocations) return;
+      stableSince = quiet ? invocations : undefined;
+      await new Promise((r) => setTimeout(r, pollMs));
+    }
+  }
+
+  private totalInvocations(): number {
+    return this.sources.reduce((n, s) => n + s.metrics.invocations, 0);
+  }
+
+  private async queuesEmpty(): Promise<boolean> {
+    for (const q of this.queues) {
+      const d = await queueDepth(this.options.env.clients.sqs, q.url);
+      this.overhead.record('sqs', 'GetQueueAttributes', { requests: 1 });
+      if (d.visible || d.inFlight || d.delayed) return false;
+    }
+    return true;
+  }
+
+  /** Stop feeding and polling, then close the sinks. Idempotent. */
+  async stop(): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    await Promise.allSettled(this.feeding);
+    await Promise.allSettled(this.sources.map((s) => s.stop()));
+    for (const s of this.sinks.values()) await s.close?.();
+  }
+
+  /** Drain the stage DLQs: parked records (with their errors) and messages SQS redrove whole. */
+  async deadLetters(): Promise<DeadLetterReport[]> {
+    const sqs = this.options.env.clients.sqs;
+    const out: DeadLetterReport[] = [];
+    for (const [stage, q] of this.queues.entries()) {
+      for (;;) {
+        const got = await sqs.send(new ReceiveMessageCommand({ QueueUrl: q.dlqUrl, MaxNumberOfMessages: 10, MessageSystemAttributeNames: ['All'] }));
+        this.overhead.record('sqs', 'ReceiveMessage', { requests: 1 });
+        const messages = got.Messages ?? [];
+        if (!messages.length) break;
+        for (const m of messages) {
+          let report: DeadLetterReport;
+          try {
+            const body = decodeBody(m.Body ?? '', m.MessageId);
+            report = body.k === 'd' ? { kind: 'deadLetter', ...body } : redriven(stage, m);
+          } catch {
+            report = redriven(stage, m);
+          }
+          out.push(report);
+        }
+        // Drained as read: fauxqs hands out one message per group while any is in flight.
+        await sqs.send(new DeleteMessageBatchCommand({ QueueUrl: q.dlqUrl, Entries: messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle! })) }));
+      }
+    }
+    return out;
+  }
+
+  lambdaUsage(): LambdaUsage {
+    const memoryGb = (this.options.memoryLimitInMB ?? 1024) / 1024;
+    return {
+      invocations: this.totalInvocations() + this.ingestUsage.invocations,
+      gbSeconds: this.sources.reduce((n, s) => n + s.gbSeconds, 0) + (this.ingestUsage.billedMs / 1000) * memoryGb,
+    };
+  }
+
+  /** Counters and cost so far. */
+  report(): Omit<LocalAwsRunResult, 'deadLetters' | 'durationMs'> {
+    const lambda = this.lambdaUsage();
+    return {
+      sourceRecords: this.sourceRecords,
+      rejectedInputs: this.rejectedInputs,
+      stages: this.plan.stages.map((s) => ({ stage: s.id, name: s.name, metrics: { ...this.sources[s.id]?.metrics } as EventSourceMetrics })),
+      lambda,
+      cost: estimateCost(this.accounting, lambda),
+      accounting: this.accounting,
+    };
+  }
+
+  /** Accepted ingest requests add to the source records (dev mode's HTTP endpoint calls this). */
+  countIngested(n: number, billedMs: number): void {
+    this.sourceRecords += n;
+    this.ingestUsage.invocations++;
+    this.ingestUsage.billedMs += billedMs;
+  }
+}
+
+function redriven(stage: number, m: { MessageId?: string; Body?: string; Attributes?: Record<string, string> }): DeadLetterReport {
+  return { kind: 'redriven', stage, messageId: m.MessageId ?? '?', receives: m.Attributes?.ApproximateReceiveCount ?? '?', body: (m.Body ?? '').slice(0, 200) };
+}

@@ -1,0 +1,157 @@
+/**
+ * `--target local-aws` for `sluice run` and `sluice dev`: the job through the real
+ * Lambda handlers against local servers (lib/aws/local/). Endpoints come from the SDK's
+ * variables (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB, ..._SQS, ..._S3); for a
+ * service without one, DynamoDB Local or fauxqs is started here and stopped at the end.
+ */
+import type { Sink } from '../api/sinks.ts';
+import type { SourceBinding } from '../api/sources.ts';
+import type { Job } from '../api/stream.ts';
+import { type LocalAwsEnvironment, openLocalAws } from '../aws/local/endpoints.ts';
+import { startFunctionUrl } from '../aws/local/http-ingest.ts';
+import { type DeadLetterReport, type LocalAwsRunResult, LocalAwsRuntime } from '../aws/local/runner.ts';
+import { type CostEstimate, formatDollars, type LambdaUsage } from '../aws/prices.ts';
+import type { RejectedInput } from '../local/sources.ts';
+import type { DeadLetter } from '../transport/envelope.ts';
+import { loadJob, parseParams } from './load-job.ts';
+import { fmt } from './options.ts';
+
+type Log = (line: string) => void;
+
+async function open(log: Log): Promise<LocalAwsEnvironment> {
+  log('local-aws: resolving endpoints (starting DynamoDB Local and/or fauxqs where none is configured)...');
+  const env = await openLocalAws();
+  log(`local-aws: DynamoDB ${env.dynamodb.origin}; SQS ${env.sqs.origin}; S3 ${env.s3.origin}`);
+  return env;
+}
+
+/** Handler errors are retried and end as dead letters; print them only when debugging. */
+const debugLog = (log: Log): Log | undefined => (process.env.SLUICE_DEBUG ? (l) => log(`  [debug] ${l}`) : undefined);
+
+/**
+ * What `sluice run` needs from a runtime (the EmbeddedRuntime's surface): run(), then
+ * the rejected inputs and dead letters; plus the cost line for the end of the run.
+ */
+export class LocalAwsRun {
+  rejectedInputs: RejectedInput[] = [];
+  deadLetters: DeadLetter[] = [];
+  result?: LocalAwsRunResult;
+
+  constructor(
+    private readonly job: Job,
+    private readonly bindings: { sources: Record<string, SourceBinding<any>>; sinks: Record<string, Sink<any>> },
+    private readonly log: Log,
+  ) {}
+
+  async run(): Promise<{ sourceRecords: number }> {
+    const env = await open(this.log);
+    try {
+      const runtime = new LocalAwsRuntime(this.job, { env, ...this.bindings, log: debugLog(this.log) });
+      this.result = await runtime.run();
+      this.rejectedInputs = [...this.result.rejectedInputs];
+      this.deadLetters = this.result.deadLetters.map(asDeadLetter);
+      return { sourceRecords: this.result.sourceRecords };
+    } finally {
+      await env.close();
+    }
+  }
+
+  printCost(): void {
+    if (this.result) this.log(costLine(this.result.cost, this.result.lambda, this.result.sourceRecords));
+  }
+}
+
+/** A message SQS redrove whole is reported like a parked record: what, why, how often. */
+function asDeadLetter(d: DeadLetterReport): DeadLetter {
+  if (d.kind === 'deadLetter') return d;
+  return {
+    operator: `(stage ${d.stage} message)`,
+    channel: d.messageId,
+    seq: 0,
+    index: 0,
+    record: { value: d.body, timestamp: 0 },
+    error: `SQS moved the whole message to the dead-letter queue after ${d.receives} receives (the handler never acknowledged it)`,
+    attempts: Number(d.receives) || 0,
+  };
+}
+
+/** One line: what the run would have cost on AWS, and per million events. */
+export function costLine(cost: CostEstimate, lambda: LambdaUsage, events: number): string {
+  const q = (service: string, unit: string) => cost.lines.find((l) => l.service === service && l.unit === unit)?.quantity ?? 0;
+  const s3 = q('s3', 'PUT/LIST requests') + q('s3', 'GET requests');
+  const perMillion = events > 0 ? `, ${formatDollars((cost.dollars / events) * 1e6)} per million events` : '';
+  return (
+    `cost on AWS (us-east-1 prices as of ${cost.pricesAsOf}): ${fmt.int(lambda.invocations)} Lambda requests (${lambda.gbSeconds.toFixed(1)} GB-s), ` +
+    `${fmt.int(q('sqs', '64 KB requests'))} SQS requests, ${fmt.int(q('dynamodb', 'write units'))} DynamoDB write units, ${fmt.int(q('dynamodb', 'read units'))} read units, ` +
+    `${fmt.int(s3)} S3 requests, ${fmt.int(q('httpapi', 'requests'))} HTTP API requests = ${formatDollars(cost.dollars)}${perMillion}`
+  );
+}
+
+/** `sluice dev --target local-aws`: the handlers behind a local Function URL, with a live table. */
+export async function devLocalAwsCommand(jobPath: string, flags: { port: number; host: string }, opts: { param?: string[]; intervalMs?: number }, log: Log): Promise<void> {
+  const job = await loadJob(jobPath, parseParams(opts.param));
+  const env = await open(log);
+  let runtime: LocalAwsRuntime | undefined;
+  let server: Awaited<ReturnType<typeof startFunctionUrl>> | undefined;
+  try {
+    runtime = new LocalAwsRuntime(job, { env, log: debugLog(log) });
+    await runtime.start();
+    runtime.feed();
+    const rt = runtime;
+    server = await startFunctionUrl(rt.ingest!, {
+      port: flags.port,
+      host: flags.host,
+      onRequest: (result, ms) => {
+        rt.accounting.record('httpapi', 'Request', { requests: 1 });
+        let accepted = 0;
+        try {
+          accepted = result.statusCode === 202 ? Number((JSON.parse(String(result.body)) as { accepted?: number }).accepted ?? 0) : 0;
+        } catch {
+          // not JSON: nothing accepted
+        }
+        rt.countIngested(accepted, ms);
+      },
+    });
+    const streams = [...job.graph.sources()].filter((n) => n.spec.kind === 'source' && n.spec.source.binding.kind === 'ingest').map((n) => n.name);
+    log(`sluice dev: job "${job.name}" on local AWS (run ${runtime.runId}: queues ${runtime.runId}-${job.name}-s<stage>.fifo, table ${runtime.tableName})`);
+    log(`ingestion endpoint ${server.url}  (GET ${server.url}/healthz; the ingest Lambda handler behind a local Function URL)`);
+    for (const s of streams) log(`  stream "${s}": POST ${server.url}/streams/${encodeURIComponent(s)}/events   (JSON array or JSON lines)`);
+    if (streams.length === 0) log('  (the job has no ingestion streams)');
+    if (streams[0]) log(`publish a file: sluice publish ${streams[0]} events.jsonl --url ${server.url}`);
+    log('Ctrl-C to stop');
+
+    const timer = setInterval(() => {
+      for (const line of table(rt)) log(line);
+    }, opts.intervalMs ?? 1000);
+    await new Promise<void>((resolveStop) => {
+      const stop = (signal: string) => {
+        log(`${signal}: stopping...`);
+        resolveStop();
+      };
+      process.once('SIGINT', () => stop('SIGINT'));
+      process.once('SIGTERM', () => stop('SIGTERM'));
+    });
+    clearInterval(timer);
+  } finally {
+    await server?.close();
+    if (runtime) {
+      await runtime.stop();
+      const dead = await runtime.deadLetters().catch(() => []);
+      const r = runtime.report();
+      log(`stopped: ${fmt.int(r.sourceRecords)} records ingested, ${fmt.int(r.rejectedInputs.length)} rejected, ${fmt.int(dead.length)} dead letters`);
+      log(costLine(r.cost, r.lambda, r.sourceRecords));
+    }
+    await env.close();
+  }
+}
+
+function table(rt: LocalAwsRuntime): string[] {
+  const r = rt.report();
+  const lines = [`-- ${new Date().toISOString().slice(11, 19)}  ingested ${fmt.int(r.sourceRecords)} records, rejected ${fmt.int(r.rejectedInputs.length)}; ${formatDollars(r.cost.dollars)} so far on AWS prices`];
+  lines.push(`   ${'stage'.padEnd(24)} ${'invocations'.padStart(11)} ${'messages'.padStart(9)} ${'failed'.padStart(7)} ${'running'.padStart(7)}`);
+  for (const s of r.stages) {
+    const src = rt.sources[s.stage];
+    lines.push(`   ${s.name.padEnd(24)} ${fmt.int(s.metrics.invocations).padStart(11)} ${fmt.int(s.metrics.messages).padStart(9)} ${fmt.int(s.metrics.failures).padStart(7)} ${fmt.int(src?.concurrency ?? 0).padStart(7)}`);
+  }
+  return lines;
+}
