@@ -1,0 +1,92 @@
+/**
+ * The hook for the checkpoint state machine (Step Functions Standard, issue "Checkpoint
+ * epochs"). SluiceJob owns the resources around it (log group, alarms, dashboard,
+ * storage and grants); the definition belongs to the checkpoint work, so the one the
+ * local runner executes and the one deployed are the same (one source of truth).
+ *
+ * Contract for infra/checkpoint-state-machine.ts (not written yet): export
+ *
+ *   export const checkpointStateMachine: CheckpointStateMachineFactory =
+ *     (scope, ctx) => new sfn.StateMachine(scope, 'StateMachine', {
+ *       stateMachineType: sfn.StateMachineType.STANDARD,
+ *       definitionBody: ...,                       // the ASL the local runner runs
+ *       logs: { destination: ctx.logGroup, level: sfn.LogLevel.ALL },
+ *       tracingEnabled: true,                      // cdk-nag AwsSolutions-SF2
+ *     });
+ *
+ * creating its task functions with `ctx.newFunction` (bundled and permissioned like the
+ * handlers) and granting them with `ctx.grantCoordinator` / `ctx.grantInjectBarriers`.
+ * `loadCheckpointStateMachine()` picks the file up when it exists; infra/app.ts calls it.
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { Duration } from 'aws-cdk-lib';
+import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import type * as iam from 'aws-cdk-lib/aws-iam';
+import type * as kms from 'aws-cdk-lib/aws-kms';
+import type * as logs from 'aws-cdk-lib/aws-logs';
+import type * as s3 from 'aws-cdk-lib/aws-s3';
+import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import type { Construct } from 'constructs';
+import type { PhysicalPlan } from '../lib/graph/compile.ts';
+import { SluiceJobPropsError } from './errors.ts';
+import { REPO_ROOT, type SluiceFunction } from './function.ts';
+
+export interface CheckpointFunctionOptions {
+  /** @default Duration.seconds(60) */
+  readonly timeout?: Duration;
+  /** @default 512 */
+  readonly memorySize?: number;
+  /** Added to the handlers' environment (infra/handler-environment.ts). @default - none */
+  readonly environment?: Readonly<Record<string, string>>;
+}
+
+export interface CheckpointContext {
+  readonly plan: PhysicalPlan;
+  readonly table: dynamodb.ITable;
+  readonly bucket: s3.IBucket;
+  /** Stage queues by stage id (barriers enter through the source stages' queues). */
+  readonly stageQueues: readonly sqs.IQueue[];
+  /** Where the state machine must log its executions (level ALL). */
+  readonly logGroup: logs.ILogGroup;
+  readonly encryptionKey?: kms.IKey;
+  /** The environment the handlers get (SLUICE_BUCKET, ...). */
+  readonly environment: Readonly<Record<string, string>>;
+  /** A function bundled like the handlers (esbuild, ESM, nodejs22.x, arm64), with its own role and log group. */
+  newFunction(id: string, entry: string, options?: CheckpointFunctionOptions): SluiceFunction;
+  /**
+   * Checkpoint storage: the coordinator's pointer items (`${job}#c`, read and
+   * compare-and-set), snapshots, manifests and checkpoint stats in the bucket (read,
+   * write, delete for garbage collection).
+   */
+  grantCoordinator(grantee: iam.IGrantable): iam.Grant;
+  /** Send barriers into the source stages' queues. */
+  grantInjectBarriers(grantee: iam.IGrantable): iam.Grant;
+}
+
+/** Builds the state machine in `scope` (a construct SluiceJob created for it). */
+export type CheckpointStateMachineFactory = (scope: Construct, context: CheckpointContext) => sfn.IStateMachine;
+
+export const CHECKPOINT_STATE_MACHINE_FILE = join(REPO_ROOT, 'infra/checkpoint-state-machine.ts');
+
+/**
+ * The factory exported as `checkpointStateMachine` by infra/checkpoint-state-machine.ts,
+ * or undefined while that file does not exist. Async because ES modules load
+ * asynchronously, which a construct's constructor cannot wait for.
+ */
+export async function loadCheckpointStateMachine(file = CHECKPOINT_STATE_MACHINE_FILE): Promise<CheckpointStateMachineFactory | undefined> {
+  if (!existsSync(file)) return undefined;
+  const mod = (await import(pathToFileURL(file).href)) as { checkpointStateMachine?: unknown };
+  if (typeof mod.checkpointStateMachine !== 'function') {
+    throw new SluiceJobPropsError(`${file}`, 'an export `checkpointStateMachine: CheckpointStateMachineFactory`', typeof mod.checkpointStateMachine);
+  }
+  return mod.checkpointStateMachine as CheckpointStateMachineFactory;
+}
+
+/** Combine grants into one (iam.Grant has no n-ary form). */
+export function allOf(grants: readonly iam.Grant[]): iam.Grant {
+  return grants.reduce((a, b) => a.combine(b));
+}
+

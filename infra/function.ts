@@ -1,0 +1,85 @@
+/**
+ * How every Sluice Lambda function is built: esbuild on this machine (no Docker),
+ * nodejs22.x on arm64, ESM with source maps, its own log group, and its own role that
+ * holds only what the construct grants: no AWS managed policy, not even
+ * AWSLambdaBasicExecutionRole (it allows writing to every log group of the account);
+ * its equivalent here is scoped to the function's own group.
+ */
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Duration, RemovalPolicy } from 'aws-cdk-lib';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import { type BundlingOptions, NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import type { Construct } from 'constructs';
+
+/** The repository root: esbuild resolves the handlers' imports (lib/, functions/, node_modules) from here. */
+export const REPO_ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+export const ENTRIES = {
+  operator: join(REPO_ROOT, 'functions/operator.ts'),
+  ingest: join(REPO_ROOT, 'functions/ingest.ts'),
+  apiKeyAuthorizer: join(REPO_ROOT, 'infra/functions/api-key-authorizer.ts'),
+} as const;
+
+/**
+ * ESM output has no `require`, but bundled CommonJS dependencies call it for Node
+ * built-ins. The alias keeps the banner from clashing with a bundled `createRequire`.
+ */
+export const REQUIRE_BANNER = "import { createRequire as __sluiceCreateRequire } from 'node:module'; const require = __sluiceCreateRequire(import.meta.url);";
+
+export function bundlingOptions(): BundlingOptions {
+  return {
+    forceDockerBundling: false,
+    format: OutputFormat.ESM,
+    target: 'node22',
+    // ESM builds of the dependencies first, so esbuild can drop what is unused.
+    mainFields: ['module', 'main'],
+    banner: REQUIRE_BANNER,
+    minify: true,
+    sourceMap: true,
+    // Stack traces need file:line only; the sources would triple the asset.
+    sourcesContent: false,
+    // Bundle the AWS SDK too: the versions the tests ran, not whichever the runtime ships.
+    externalModules: [],
+  };
+}
+
+export interface SluiceFunctionOptions {
+  readonly entry: string;
+  readonly description: string;
+  readonly timeout: Duration;
+  readonly memorySize: number;
+  readonly environment: Readonly<Record<string, string>>;
+  readonly logRetention: logs.RetentionDays;
+  readonly removalPolicy: RemovalPolicy;
+}
+
+export interface SluiceFunction {
+  readonly fn: NodejsFunction;
+  readonly role: iam.Role;
+  readonly logGroup: logs.LogGroup;
+}
+
+export function sluiceFunction(scope: Construct, id: string, o: SluiceFunctionOptions): SluiceFunction {
+  const logGroup = new logs.LogGroup(scope, `${id}Logs`, { retention: o.logRetention, removalPolicy: o.removalPolicy });
+  const role = new iam.Role(scope, `${id}Role`, { assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'), description: o.description });
+  logGroup.grantWrite(role);
+  const fn = new NodejsFunction(scope, id, {
+    entry: o.entry,
+    handler: 'handler',
+    runtime: lambda.Runtime.NODEJS_22_X,
+    architecture: lambda.Architecture.ARM_64,
+    description: o.description,
+    timeout: o.timeout,
+    memorySize: o.memorySize,
+    environment: { ...o.environment },
+    role,
+    logGroup,
+    projectRoot: REPO_ROOT,
+    depsLockFilePath: join(REPO_ROOT, 'package-lock.json'),
+    bundling: bundlingOptions(),
+  });
+  return { fn, role, logGroup };
+}

@@ -1,0 +1,95 @@
+/**
+ * Least-privilege grants, written out instead of CDK's grant helpers where those add
+ * wildcard actions (`kms:GenerateDataKey*`, `kms:ReEncrypt*`) or more than a function
+ * uses. Each grant names exact actions on exact resources; table access is limited to
+ * the function's own partition keys (dynamodb:LeadingKeys), bucket access to a prefix.
+ */
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as kms from 'aws-cdk-lib/aws-kms';
+import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import type * as s3 from 'aws-cdk-lib/aws-s3';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+
+/**
+ * What a stage's partitions do on the table (lib/aws/dynamodb-state.ts,
+ * record-attempts.ts): recover (GetItem, Query), commit (TransactWriteItems is
+ * authorised per item as Put/Update/Delete/ConditionCheck), clear the outbox and the
+ * redo log (BatchWriteItem), count record attempts (PutItem). No Scan: with
+ * ForAllValues a request without a partition key would pass the LeadingKeys condition.
+ */
+export const STAGE_TABLE_ACTIONS = [
+  'dynamodb:GetItem',
+  'dynamodb:Query',
+  'dynamodb:PutItem',
+  'dynamodb:UpdateItem',
+  'dynamodb:DeleteItem',
+  'dynamodb:ConditionCheckItem',
+  'dynamodb:BatchWriteItem',
+] as const;
+
+/** Checkpoint pointers and coordinator records: read, compare-and-set (lib/aws/dynamodb-pointers.ts). */
+export const COORDINATOR_TABLE_ACTIONS = ['dynamodb:GetItem', 'dynamodb:PutItem'] as const;
+
+/**
+ * The partition keys of stage `stage` (layouts in lib/aws/dynamodb-layout.ts and
+ * record-attempts.ts): state per key group, control items per partition, record
+ * attempts per partition. State is per stage, not per partition (rescaling moves key
+ * groups), so the finest practical scope is the stage.
+ */
+export function stageLeadingKeys(job: string, stage: number): string[] {
+  return [`${job}#s#${stage}#*`, `${job}#p#${stage}#*`, `${job}#f#${stage}#*`];
+}
+
+/** The checkpoint coordinator's items (lib/aws/dynamodb-pointers.ts). */
+export function coordinatorLeadingKeys(job: string): string[] {
+  return [`${job}#c`];
+}
+
+/** Bucket prefixes (keys under `${job}/`, see lib/aws/sqs-transport.ts and lib/checkpoint). */
+export function bucketPrefixes(job: string) {
+  return {
+    /** Oversized envelopes (claim check): the operator's blob store has prefix `${job}/`, its keys start `spill/${job}/`. */
+    spill: `${job}/spill/`,
+    snapshots: `${job}/snapshots/`,
+    manifests: `${job}/manifests/`,
+    checkpoints: `${job}/checkpoints/`,
+  } as const;
+}
+
+export function grantTable(grantee: iam.IGrantable, table: dynamodb.ITable, actions: readonly string[], leadingKeys: readonly string[], key?: kms.IKey): iam.Grant {
+  const grant = iam.Grant.addToPrincipal({
+    grantee,
+    actions: [...actions],
+    resourceArns: [table.tableArn],
+    conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [...leadingKeys] } },
+  });
+  return key ? grant.combine(grantKey(grantee, key, ['kms:Decrypt', 'kms:Encrypt', 'kms:GenerateDataKey', 'kms:DescribeKey'])) : grant;
+}
+
+/**
+ * Objects under prefixes. ListBucket (on the whole bucket, which belongs to this job
+ * alone) is what makes S3 answer 404 rather than 403 for a missing key: the blob store
+ * reads a key before writing it and must tell "absent" from "denied".
+ */
+export function grantObjects(grantee: iam.IGrantable, bucket: s3.IBucket, prefixes: readonly string[], access: { read?: boolean; write?: boolean; delete?: boolean }, key?: kms.IKey): iam.Grant {
+  const actions = [...(access.read ? ['s3:GetObject'] : []), ...(access.write ? ['s3:PutObject'] : []), ...(access.delete ? ['s3:DeleteObject'] : [])];
+  let grant = iam.Grant.addToPrincipal({ grantee, actions, resourceArns: prefixes.map((p) => bucket.arnForObjects(`${p}*`)) });
+  if (access.read) grant = grant.combine(iam.Grant.addToPrincipal({ grantee, actions: ['s3:ListBucket'], resourceArns: [bucket.bucketArn] }));
+  if (key) {
+    const keyActions = [...(access.read ? ['kms:Decrypt'] : []), ...(access.write ? ['kms:GenerateDataKey', 'kms:Decrypt'] : [])];
+    if (keyActions.length) grant = grant.combine(grantKey(grantee, key, [...new Set(keyActions)]));
+  }
+  return grant;
+}
+
+/** Send to queues (SendMessageBatch is authorised as SendMessage); GetQueueUrl because the handlers find queues by name. */
+export function grantSend(grantee: iam.IGrantable, queues: readonly sqs.IQueue[], options: { readAttributes?: boolean; key?: kms.IKey } = {}): iam.Grant {
+  const actions = ['sqs:SendMessage', 'sqs:GetQueueUrl', ...(options.readAttributes ? ['sqs:GetQueueAttributes'] : [])];
+  const grant = iam.Grant.addToPrincipal({ grantee, actions, resourceArns: queues.map((q) => q.queueArn) });
+  // SQS with a customer managed key: senders need a data key; Decrypt lets SQS reuse a cached one.
+  return options.key ? grant.combine(grantKey(grantee, options.key, ['kms:GenerateDataKey', 'kms:Decrypt'])) : grant;
+}
+
+export function grantKey(grantee: iam.IGrantable, key: kms.IKey, actions: readonly string[]): iam.Grant {
+  return iam.Grant.addToPrincipal({ grantee, actions: [...actions], resourceArns: [key.keyArn] });
+}

@@ -1,0 +1,260 @@
+/**
+ * SluiceJob's props, their defaults, and the checks that fail at synth (with what was
+ * received and what was expected) before any resource exists.
+ */
+import { Duration, RemovalPolicy } from 'aws-cdk-lib';
+import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import type * as kms from 'aws-cdk-lib/aws-kms';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import type { Job } from '../lib/api/stream.ts';
+import type { PhysicalPlan } from '../lib/graph/compile.ts';
+import type { CheckpointStateMachineFactory } from './checkpoints.ts';
+import { SluiceJobPropsError } from './errors.ts';
+import type { LogLevel } from './handler-environment.ts';
+
+/** How callers of the ingestion endpoint authenticate. */
+export type EndpointAuth =
+  /** AWS SigV4 (IAM): grant callers with `SluiceJob.grantPublish`. */
+  | { readonly kind: 'iam' }
+  /** A JWT authorizer (HTTP API only): tokens from `issuer` with one of `audience`. */
+  | { readonly kind: 'jwt'; readonly issuer: string; readonly audience: readonly string[] }
+  /**
+   * An `x-api-key` header checked by a small Lambda authorizer (HTTP API only) against
+   * SHA-256 digests (hex), so the key itself never enters the template. Rotate by
+   * deploying the new digest beside the old one, then removing the old one.
+   */
+  | { readonly kind: 'apiKey'; readonly keySha256: readonly string[] };
+
+export interface IngestionEndpointOptions {
+  /**
+   * An HTTP API (routes, stage throttling, access logs, JWT and API-key options) or a
+   * Lambda Function URL (cheapest; IAM auth only).
+   * @default 'httpApi'
+   */
+  readonly kind?: 'httpApi' | 'functionUrl';
+  /** @default { kind: 'iam' } */
+  readonly auth?: EndpointAuth;
+  /**
+   * Steady-state requests per second and burst of the HTTP API stage.
+   * @default - the account's API Gateway limits
+   */
+  readonly throttle?: { readonly rateLimit: number; readonly burstLimit: number };
+  /**
+   * Timeout of the ingest function (HTTP API integrations stop waiting at 30 s).
+   * @default Duration.seconds(15)
+   */
+  readonly timeout?: Duration;
+  /** @default 512 */
+  readonly memorySize?: number;
+}
+
+export interface SluiceJobRetention {
+  /**
+   * Age at which envelopes spilled to the bucket (claim check, `${job}/spill/`) expire.
+   * Must outlive a message in the stage queue (4 days) plus its DLQ (14 days).
+   * @default Duration.days(19)
+   */
+  readonly spilledEnvelopes?: Duration;
+  /**
+   * How long a snapshot, manifest or checkpoint object stays recoverable after the
+   * coordinator deleted it (bucket versioning; the noncurrent version then expires).
+   * @default Duration.days(7)
+   */
+  readonly deletedSnapshots?: Duration;
+  /** Age at which S3 server access logs expire. @default Duration.days(90) */
+  readonly accessLogs?: Duration;
+  /** Retention of every function's, the API's and the state machine's log group. @default logs.RetentionDays.ONE_MONTH */
+  readonly logs?: logs.RetentionDays;
+}
+
+export interface SluiceJobAlarmOptions {
+  /** Age of the oldest message in a stage queue that raises the alarm. @default Duration.minutes(5) */
+  readonly oldestMessageAge?: Duration;
+  /** Actions of every alarm (for example an SNS topic). @default - none: alarms show on the dashboard only */
+  readonly actions?: readonly cloudwatch.IAlarmAction[];
+}
+
+export interface SluiceJobProps {
+  /**
+   * The job to deploy; its compiled stages decide the queues and functions. It must be
+   * the job the handler entries bundle (functions/job.ts for the default entries).
+   */
+  readonly job: Job;
+  /**
+   * Handler entry files (each exports `handler`).
+   * @default - functions/operator.ts and functions/ingest.ts
+   */
+  readonly entries?: { readonly operator?: string; readonly ingest?: string };
+  /**
+   * Prefix of the queue names (lib/aws/naming.ts), passed to the handlers as SLUICE_QUEUE_PREFIX.
+   * @default ''
+   */
+  readonly queuePrefix?: string;
+  /**
+   * Lambda's maximum concurrency per stage event source (2..1000). A stage never runs
+   * more invocations than it has partitions (message groups), so more does not help.
+   * @default - min(max(2, the stage's parallelism), 10)
+   */
+  readonly maxConcurrency?: number;
+  /** Operator function timeout; the stage queue's visibility timeout is 6x this. @default Duration.seconds(30) */
+  readonly operatorTimeout?: Duration;
+  /** @default 1024 */
+  readonly operatorMemorySize?: number;
+  /** @default - an HTTP API with IAM (SigV4) auth */
+  readonly ingestion?: IngestionEndpointOptions;
+  /**
+   * A customer managed key for the queues, the table and the snapshot bucket.
+   * @default - SQS-managed SSE, DynamoDB's AWS managed key, S3-managed SSE
+   */
+  readonly encryptionKey?: kms.IKey;
+  /**
+   * FIFO high throughput (deduplication and throughput per message group). The ingest
+   * function's Idempotency-Key relies on queue-wide deduplication, so it is off by default.
+   * @default false
+   */
+  readonly highThroughputFifo?: boolean;
+  /** Of the table, the buckets and the log groups (queues are always destroyed). @default RemovalPolicy.RETAIN */
+  readonly removalPolicy?: RemovalPolicy;
+  /** @default 'INFO' */
+  readonly logLevel?: LogLevel;
+  /**
+   * Builds the checkpoint state machine (see infra/checkpoints.ts; `loadCheckpointStateMachine`
+   * finds infra/checkpoint-state-machine.ts).
+   * @default - no state machine: epochs are not coordinated on AWS
+   */
+  readonly checkpoints?: CheckpointStateMachineFactory;
+  /** @default - see each field */
+  readonly retention?: SluiceJobRetention;
+  /** @default - see each field */
+  readonly alarms?: SluiceJobAlarmOptions;
+}
+
+/** Props with every default applied. */
+export interface ResolvedProps {
+  readonly job: Job;
+  readonly plan: PhysicalPlan;
+  readonly entries: { readonly operator?: string; readonly ingest?: string };
+  readonly queuePrefix: string;
+  readonly maxConcurrency: (parallelism: number) => number;
+  readonly operatorTimeout: Duration;
+  readonly operatorMemorySize: number;
+  readonly ingestion: { readonly kind: 'httpApi' | 'functionUrl'; readonly auth: EndpointAuth; readonly throttle?: { readonly rateLimit: number; readonly burstLimit: number }; readonly timeout: Duration; readonly memorySize: number };
+  readonly encryptionKey?: kms.IKey;
+  readonly highThroughputFifo: boolean;
+  readonly removalPolicy: RemovalPolicy;
+  readonly logLevel: LogLevel;
+  readonly checkpoints?: CheckpointStateMachineFactory;
+  readonly retention: { readonly spilledEnvelopes: Duration; readonly deletedSnapshots: Duration; readonly accessLogs: Duration; readonly logs: logs.RetentionDays };
+  readonly alarms: { readonly oldestMessageAge: Duration; readonly actions: readonly cloudwatch.IAlarmAction[] };
+}
+
+/** A stage message lives at most this long in its queue, then in its DLQ (SQS's default and maximum). */
+export const QUEUE_RETENTION = Duration.days(4);
+export const DLQ_RETENTION = Duration.days(14);
+/** Lambda's limits for an SQS event source's maximum concurrency. */
+const MIN_CONCURRENCY = 2;
+const MAX_CONCURRENCY = 1000;
+const LOG_LEVELS: readonly LogLevel[] = ['DEBUG', 'INFO', 'WARN', 'ERROR'];
+
+function fail(field: string, expected: string, received: unknown): never {
+  throw new SluiceJobPropsError(field, expected, typeof received === 'string' ? JSON.stringify(received) : String(received));
+}
+
+function integer(field: string, value: number | undefined, min: number, max: number, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < min || value > max) fail(field, `an integer from ${min} to ${max}`, value);
+  return value;
+}
+
+function seconds(field: string, value: Duration | undefined, min: number, max: number, fallback: Duration): Duration {
+  if (value === undefined) return fallback;
+  if (value.isUnresolved()) fail(field, 'a literal duration (not a token)', 'a token');
+  const s = value.toSeconds();
+  if (s < min || s > max) fail(field, `a duration from ${min} s to ${max} s`, `${s} s`);
+  return value;
+}
+
+function days(field: string, value: Duration | undefined, min: number, fallback: Duration): Duration {
+  if (value === undefined) return fallback;
+  if (value.isUnresolved()) fail(field, 'a literal duration (not a token)', 'a token');
+  const d = value.toDays({ integral: false });
+  if (!Number.isInteger(d) || d < min) fail(field, `a whole number of days, at least ${min}`, `${d} days`);
+  return value;
+}
+
+function checkAuth(kind: 'httpApi' | 'functionUrl', auth: EndpointAuth): EndpointAuth {
+  const field = 'ingestion.auth';
+  if (auth.kind === 'iam') return auth;
+  if (kind === 'functionUrl') fail(field, "{ kind: 'iam' } for a Function URL (JWT and API keys need ingestion.kind 'httpApi')", auth.kind);
+  if (auth.kind === 'jwt') {
+    if (!/^https:\/\/[^\s/]+/.test(auth.issuer)) fail(`${field}.issuer`, 'an https:// issuer URL', auth.issuer);
+    if (auth.audience.length === 0 || auth.audience.some((a) => a.length === 0)) fail(`${field}.audience`, 'at least one non-empty audience', JSON.stringify(auth.audience));
+    return auth;
+  }
+  if (auth.kind === 'apiKey') {
+    if (auth.keySha256.length === 0) fail(`${field}.keySha256`, 'at least one SHA-256 digest', '[]');
+    for (const d of auth.keySha256) if (!/^[0-9a-f]{64}$/.test(d)) fail(`${field}.keySha256`, 'SHA-256 digests as 64 lowercase hex characters (printf %s "$KEY" | sha256sum)', d);
+    return auth;
+  }
+  return fail(`${field}.kind`, "'iam', 'jwt' or 'apiKey'", (auth as { kind: unknown }).kind);
+}
+
+export function resolveProps(props: SluiceJobProps, plan: PhysicalPlan): ResolvedProps {
+  if (plan.stages.length === 0) fail('job', 'a job with at least one stage', 'none');
+  const fixedConcurrency = props.maxConcurrency === undefined ? undefined : integer('maxConcurrency', props.maxConcurrency, MIN_CONCURRENCY, MAX_CONCURRENCY, 0);
+  const queuePrefix = props.queuePrefix ?? '';
+  if (!/^[A-Za-z0-9_-]*$/.test(queuePrefix)) fail('queuePrefix', 'letters, digits, "-" and "_" (SQS queue names)', queuePrefix);
+  // Lambda rejects a function timeout whose 6x exceeds SQS's maximum visibility timeout (12 h): 900 s is below it.
+  const operatorTimeout = seconds('operatorTimeout', props.operatorTimeout, 1, 900, Duration.seconds(30));
+  const kind = props.ingestion?.kind ?? 'httpApi';
+  if (kind !== 'httpApi' && kind !== 'functionUrl') fail('ingestion.kind', "'httpApi' or 'functionUrl'", kind);
+  const throttle = props.ingestion?.throttle;
+  if (throttle) {
+    if (kind === 'functionUrl') fail('ingestion.throttle', "no throttle for a Function URL (use ingestion.kind 'httpApi')", JSON.stringify(throttle));
+    if (!(throttle.rateLimit > 0)) fail('ingestion.throttle.rateLimit', 'a positive number of requests per second', throttle.rateLimit);
+    integer('ingestion.throttle.burstLimit', throttle.burstLimit, 1, 1_000_000, 0);
+  }
+  const logLevel = props.logLevel ?? 'INFO';
+  if (!LOG_LEVELS.includes(logLevel)) fail('logLevel', LOG_LEVELS.join(', '), logLevel);
+  const spilledEnvelopes = days('retention.spilledEnvelopes', props.retention?.spilledEnvelopes, QUEUE_RETENTION.toDays() + DLQ_RETENTION.toDays(), Duration.days(19));
+  return {
+    job: props.job,
+    plan,
+    entries: props.entries ?? {},
+    queuePrefix,
+    maxConcurrency: (parallelism) => fixedConcurrency ?? Math.min(Math.max(MIN_CONCURRENCY, parallelism), 10),
+    operatorTimeout,
+    operatorMemorySize: integer('operatorMemorySize', props.operatorMemorySize, 128, 10240, 1024),
+    ingestion: {
+      kind,
+      auth: checkAuth(kind, props.ingestion?.auth ?? { kind: 'iam' }),
+      throttle,
+      timeout: seconds('ingestion.timeout', props.ingestion?.timeout, 1, 30, Duration.seconds(15)),
+      memorySize: integer('ingestion.memorySize', props.ingestion?.memorySize, 128, 10240, 512),
+    },
+    encryptionKey: props.encryptionKey,
+    highThroughputFifo: props.highThroughputFifo ?? false,
+    removalPolicy: props.removalPolicy ?? RemovalPolicy.RETAIN,
+    logLevel,
+    checkpoints: props.checkpoints,
+    retention: {
+      spilledEnvelopes,
+      deletedSnapshots: days('retention.deletedSnapshots', props.retention?.deletedSnapshots, 1, Duration.days(7)),
+      accessLogs: days('retention.accessLogs', props.retention?.accessLogs, 1, Duration.days(90)),
+      logs: props.retention?.logs ?? logs.RetentionDays.ONE_MONTH,
+    },
+    alarms: {
+      oldestMessageAge: seconds('alarms.oldestMessageAge', props.alarms?.oldestMessageAge, 60, 14 * 24 * 3600, Duration.minutes(5)),
+      actions: props.alarms?.actions ?? [],
+    },
+  };
+}
+
+/** Every source must be an ingestion stream: on AWS, records enter only through the endpoint. */
+export function checkSources(plan: PhysicalPlan): void {
+  for (const node of plan.job.sources()) {
+    if (node.spec.kind === 'source' && node.spec.source.binding.kind !== 'ingest') {
+      fail(`job source "${node.name}"`, 'an ingestion stream (job.ingest(...)): on AWS records enter through the ingestion endpoint', `a ${node.spec.source.binding.kind} source`);
+    }
+  }
+}

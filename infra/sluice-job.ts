@@ -1,0 +1,151 @@
+/**
+ * SluiceJob: one Sluice job on AWS, built from its compiled stages.
+ *
+ *   ingestion endpoint (HTTP API or Function URL, IAM by default)
+ *     -> ingest function -> source stage queue (SQS FIFO, MessageGroupId = partition)
+ *     -> stage function -> downstream stage queue -> ... -> sinks
+ *   every stage queue has a FIFO DLQ; state in one DynamoDB table; snapshots and
+ *   spilled envelopes in one S3 bucket; an optional checkpoint state machine;
+ *   a dashboard and alarms.
+ *
+ * Names the handlers look up (queues, table) follow lib/aws/naming.ts; what they
+ * cannot derive comes from the environment listed in handler-environment.ts.
+ */
+import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import type * as iam from 'aws-cdk-lib/aws-iam';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import type * as s3 from 'aws-cdk-lib/aws-s3';
+import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
+import { Construct } from 'constructs';
+import { ingestStreams } from '../lib/aws/ingest-handler.ts';
+import { compile, type PhysicalPlan } from '../lib/graph/compile.ts';
+import { allOf, type CheckpointContext } from './checkpoints.ts';
+import { SluiceJobPropsError } from './errors.ts';
+import { type SluiceFunction, sluiceFunction } from './function.ts';
+import { runtimeEnvironment } from './handler-environment.ts';
+import { createIngestion, type Ingestion } from './ingestion.ts';
+import { createMonitoring } from './monitoring.ts';
+import { suppressFunctionFindings } from './nag.ts';
+import { bucketPrefixes, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys, grantObjects, grantSend, grantTable } from './permissions.ts';
+import { checkSources, type ResolvedProps, resolveProps, type SluiceJobProps } from './props.ts';
+import { createStages, type StageResources } from './stages.ts';
+import { snapshotBucket, stateTable } from './storage.ts';
+
+export type { SluiceJobProps } from './props.ts';
+
+export class SluiceJob extends Construct {
+  readonly plan: PhysicalPlan;
+  readonly table: dynamodb.Table;
+  readonly bucket: s3.Bucket;
+  readonly accessLogBucket: s3.Bucket;
+  /** By stage id. */
+  readonly stages: readonly StageResources[];
+  readonly ingestion: Ingestion;
+  /** The endpoint's base URL: publish to `${endpointUrl}streams/<stream>/events`. */
+  readonly endpointUrl: string;
+  /** Log groups of the stages that run sinks: a stdout sink's results land there. */
+  readonly resultLogGroups: readonly logs.ILogGroup[];
+  readonly stateMachine?: sfn.IStateMachine;
+  readonly checkpointLogGroup?: logs.LogGroup;
+  readonly dashboard: cloudwatch.Dashboard;
+  readonly alarms: readonly cloudwatch.Alarm[];
+  /** Every function the construct created (stages, ingest, authorizer, checkpoint tasks). */
+  readonly functions: readonly SluiceFunction[];
+  private readonly resolved: ResolvedProps;
+
+  constructor(scope: Construct, id: string, props: SluiceJobProps) {
+    super(scope, id);
+    if (!props || typeof props.job !== 'object' || props.job === null || !(props.job.graph instanceof Object)) {
+      throw new SluiceJobPropsError('job', 'a Job (new Job(...), the export of the job module)', props?.job === undefined ? 'undefined' : typeof props.job);
+    }
+    // JobDefinitionError for an invalid graph: the same checks as `sluice run`.
+    this.plan = compile(props.job.graph);
+    checkSources(this.plan);
+    const p = resolveProps(props, this.plan);
+    this.resolved = p;
+
+    const { bucket, accessLogs } = snapshotBucket(this, p);
+    this.bucket = bucket;
+    this.accessLogBucket = accessLogs;
+    this.table = stateTable(this, p);
+    const environment = runtimeEnvironment({ bucketName: bucket.bucketName, queuePrefix: p.queuePrefix, logLevel: p.logLevel });
+
+    this.stages = createStages(this, p, { table: this.table, bucket }, environment);
+    const sourceStages = [...new Set([...ingestStreams(this.plan).values()].map((s) => s.stage))];
+    this.ingestion = createIngestion(
+      this,
+      p,
+      sourceStages.map((s) => this.stages[s].queue),
+      environment,
+    );
+    this.endpointUrl = this.ingestion.url;
+    const sinkStages = new Set(this.plan.job.sinks().map((n) => this.plan.stageOfNode[n.id]));
+    this.resultLogGroups = this.stages.filter((s) => sinkStages.has(s.stage.id)).map((s) => s.operator.logGroup);
+
+    const functions: SluiceFunction[] = [...this.stages.map((s) => s.operator), this.ingestion.function];
+    if (this.ingestion.authorizer) functions.push(this.ingestion.authorizer);
+
+    if (p.checkpoints) {
+      const scope = new Construct(this, 'Checkpoints');
+      this.checkpointLogGroup = new logs.LogGroup(scope, 'ExecutionLogs', { retention: p.retention.logs, removalPolicy: p.removalPolicy });
+      const context: CheckpointContext = {
+        plan: this.plan,
+        table: this.table,
+        bucket,
+        stageQueues: this.stages.map((s) => s.queue),
+        logGroup: this.checkpointLogGroup,
+        encryptionKey: p.encryptionKey,
+        environment,
+        newFunction: (fid, entry, o = {}) => {
+          const f = sluiceFunction(scope, fid, {
+            entry,
+            description: `Sluice ${p.job.name} checkpoint task ${fid}`,
+            timeout: o.timeout ?? p.operatorTimeout.plus(p.operatorTimeout),
+            memorySize: o.memorySize ?? 512,
+            environment: { ...environment, ...o.environment },
+            logRetention: p.retention.logs,
+            removalPolicy: p.removalPolicy,
+          });
+          functions.push(f);
+          return f;
+        },
+        grantCoordinator: (grantee) => this.grantCoordinator(grantee),
+        grantInjectBarriers: (grantee) => grantSend(grantee, sourceStages.map((s) => this.stages[s].queue), { key: p.encryptionKey }),
+      };
+      this.stateMachine = p.checkpoints(scope, context);
+    }
+    this.functions = functions;
+
+    const monitoring = createMonitoring(this, p, this.stages, this.ingestion, this.stateMachine);
+    this.dashboard = monitoring.dashboard;
+    this.alarms = monitoring.alarms;
+    suppressFunctionFindings(functions);
+  }
+
+  /**
+   * Publish events to the ingestion endpoint (`execute-api:Invoke` on the events route,
+   * or `lambda:InvokeFunctionUrl`). Throws SluiceJobPropsError for JWT or API-key
+   * endpoints, whose callers IAM cannot authorise.
+   */
+  grantPublish(grantee: iam.IGrantable): iam.Grant {
+    return this.ingestion.grantPublish(grantee);
+  }
+
+  /**
+   * Read the job's results: the sink stages' log groups, where stdout sinks write (the
+   * only sink lib/api has on AWS today; table and file sinks would add their grants here).
+   */
+  grantReadResults(grantee: iam.IGrantable): iam.Grant {
+    return allOf(this.resultLogGroups.map((g) => g.grantRead(grantee)));
+  }
+
+  /** Checkpoint storage: pointer items, snapshots, manifests and stats (read, write, delete). */
+  grantCoordinator(grantee: iam.IGrantable): iam.Grant {
+    const p = this.resolved;
+    const prefixes = bucketPrefixes(p.job.name);
+    return grantTable(grantee, this.table, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys(p.job.name), p.encryptionKey).combine(
+      grantObjects(grantee, this.bucket, [prefixes.snapshots, prefixes.manifests, prefixes.checkpoints], { read: true, write: true, delete: true }, p.encryptionKey),
+    );
+  }
+}

@@ -1,0 +1,35 @@
+/**
+ * The deployable stack: one SluiceJob and the outputs a user needs to publish events
+ * and find results. infra/app.ts instantiates it for functions/job.ts.
+ */
+import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
+import type { Construct } from 'constructs';
+import { SluiceJob, type SluiceJobProps } from './sluice-job.ts';
+
+export interface SluiceJobStackProps extends StackProps {
+  readonly sluice: SluiceJobProps;
+}
+
+/** A CloudFormation stack name for a job: letters, digits and hyphens, starting with a letter. */
+export function stackNameFor(job: string): string {
+  return `Sluice-${job.replace(/[^A-Za-z0-9-]/g, '-')}`;
+}
+
+export class SluiceJobStack extends Stack {
+  readonly sluice: SluiceJob;
+
+  constructor(scope: Construct, id: string, props: SluiceJobStackProps) {
+    super(scope, id, props);
+    this.sluice = new SluiceJob(this, 'Job', props.sluice);
+    const s = this.sluice;
+    new CfnOutput(this, 'EndpointUrl', { value: s.endpointUrl, description: 'POST events to <EndpointUrl>streams/<stream>/events (SigV4 by default)' });
+    new CfnOutput(this, 'StateTableName', { value: s.table.tableName });
+    new CfnOutput(this, 'SnapshotBucketName', { value: s.bucket.bucketName });
+    new CfnOutput(this, 'ResultLogGroups', { value: s.resultLogGroups.map((g) => g.logGroupName).join(',') || '-', description: 'Log groups of the sink stages (stdout sinks)' });
+    new CfnOutput(this, 'IngestFunctionName', { value: s.ingestion.function.fn.functionName });
+    new CfnOutput(this, 'DeadLetterQueueUrls', { value: s.stages.map((x) => x.deadLetterQueue.queueUrl).join(',') });
+    new CfnOutput(this, 'DashboardName', { value: s.dashboard.dashboardName });
+  }
+}
+
+export { RemovalPolicy };

@@ -1,0 +1,98 @@
+/**
+ * One compiled stage on AWS: its FIFO queue (MessageGroupId = partition) with a FIFO
+ * dead-letter queue, and the operator function fed by the queue. Queue names follow
+ * lib/aws/naming.ts, because the handlers find queues and their own stage by name.
+ */
+import { Duration } from 'aws-cdk-lib';
+import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
+import type * as s3 from 'aws-cdk-lib/aws-s3';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import type { Construct } from 'constructs';
+import { deadLetterQueueName, stageQueueName } from '../lib/aws/naming.ts';
+import { DEFAULT_MAX_MESSAGE_BYTES } from '../lib/aws/sqs-codec.ts';
+import type { StagePlan } from '../lib/graph/compile.ts';
+import { ENTRIES, type SluiceFunction, sluiceFunction } from './function.ts';
+import { bucketPrefixes, grantObjects, grantSend, grantTable, STAGE_TABLE_ACTIONS, stageLeadingKeys } from './permissions.ts';
+import { DLQ_RETENTION, QUEUE_RETENTION, type ResolvedProps } from './props.ts';
+
+/**
+ * Receives before SQS moves a message to the DLQ. It must equal the operator handler's
+ * `maxReceiveCount` (default 10, lib/aws/operator-handler.ts), which parks a failing
+ * record itself before that count; so it is not a prop.
+ */
+export const MAX_RECEIVE_COUNT = 10;
+/** Lambda requires a queue's visibility timeout of at least 6x the function timeout. */
+export const VISIBILITY_FACTOR = 6;
+/** Lambda's largest batch for a FIFO event source. */
+export const BATCH_SIZE = 10;
+
+export interface StageResources {
+  readonly stage: StagePlan;
+  readonly queue: sqs.Queue;
+  readonly deadLetterQueue: sqs.Queue;
+  readonly operator: SluiceFunction;
+}
+
+function fifoQueue(scope: Construct, id: string, p: ResolvedProps, props: sqs.QueueProps): sqs.Queue {
+  return new sqs.Queue(scope, id, {
+    ...props,
+    fifo: true,
+    // Deduplication ids are deterministic per envelope (lib/aws/sqs-transport.ts).
+    contentBasedDeduplication: false,
+    maxMessageSizeBytes: DEFAULT_MAX_MESSAGE_BYTES,
+    ...(p.encryptionKey
+      ? // A reused data key for 15 min cuts KMS requests (and their cost) per message.
+        { encryption: sqs.QueueEncryption.KMS, encryptionMasterKey: p.encryptionKey, dataKeyReuse: Duration.minutes(15) }
+      : { encryption: sqs.QueueEncryption.SQS_MANAGED }),
+    enforceSSL: true,
+    ...(p.highThroughputFifo ? { deduplicationScope: sqs.DeduplicationScope.MESSAGE_GROUP, fifoThroughputLimit: sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID } : {}),
+  });
+}
+
+/** Queues first (a stage sends to its downstream stages' queues), then functions. */
+export function createStages(scope: Construct, p: ResolvedProps, storage: { table: dynamodb.ITable; bucket: s3.IBucket }, environment: Record<string, string>): StageResources[] {
+  const job = p.job.name;
+  const queues = p.plan.stages.map((stage) => {
+    const deadLetterQueue = fifoQueue(scope, `Stage${stage.id}DeadLetterQueue`, p, {
+      queueName: deadLetterQueueName(job, stage.id, p.queuePrefix),
+      retentionPeriod: DLQ_RETENTION,
+    });
+    const queue = fifoQueue(scope, `Stage${stage.id}Queue`, p, {
+      queueName: stageQueueName(job, stage.id, p.queuePrefix),
+      retentionPeriod: QUEUE_RETENTION,
+      visibilityTimeout: Duration.seconds(p.operatorTimeout.toSeconds() * VISIBILITY_FACTOR),
+      deadLetterQueue: { queue: deadLetterQueue, maxReceiveCount: MAX_RECEIVE_COUNT },
+    });
+    return { queue, deadLetterQueue };
+  });
+
+  return p.plan.stages.map((stage) => {
+    const { queue, deadLetterQueue } = queues[stage.id];
+    const operator = sluiceFunction(scope, `Stage${stage.id}Function`, {
+      entry: p.entries.operator ?? ENTRIES.operator,
+      description: `Sluice ${job} stage ${stage.id} (${stage.name}), ${stage.parallelism} partitions`,
+      timeout: p.operatorTimeout,
+      memorySize: p.operatorMemorySize,
+      environment,
+      logRetention: p.retention.logs,
+      removalPolicy: p.removalPolicy,
+    });
+    const grantee = operator.fn;
+    // Consume its own queue (ReceiveMessage, DeleteMessage, ChangeMessageVisibility, GetQueueAttributes, GetQueueUrl; kms:Decrypt with a key).
+    grantee.addEventSource(
+      new SqsEventSource(queue, {
+        batchSize: BATCH_SIZE,
+        reportBatchItemFailures: true,
+        maxConcurrency: p.maxConcurrency(stage.parallelism),
+      }),
+    );
+    // Send to the downstream stages' queues and park dead letters in its own DLQ.
+    const downstream = [...new Set(stage.outputs.map((e) => p.plan.edges[e].toStage))].map((s) => queues[s].queue);
+    grantSend(grantee, [...downstream, deadLetterQueue], { key: p.encryptionKey });
+    grantTable(grantee, storage.table, STAGE_TABLE_ACTIONS, stageLeadingKeys(job, stage.id), p.encryptionKey);
+    // Spilled envelopes: written for downstream stages, read from upstream ones.
+    grantObjects(grantee, storage.bucket, [bucketPrefixes(job).spill], { read: true, write: true }, p.encryptionKey);
+    return { stage, queue, deadLetterQueue, operator };
+  });
+}
