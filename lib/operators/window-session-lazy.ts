@@ -49,12 +49,19 @@ export function lazySessionOperator(ctx: OperatorContext, spec: WindowSpec, gap:
         s.splice(to, 0, t, end, contents.first(r.value));
         ctx.registerTimer('event', end - 1);
       } else {
-        // Merge the touched sessions (earlier contents first), then add the record.
-        let merged = s[from + 2];
-        for (let i = from + 3; i < to; i += 3) merged = contents.merge(merged, s[i + 2]);
         const start = Math.min(s[from] as number, t);
         const end = Math.max(s[to - 2] as number, t + gap);
-        s.splice(from, to - from, start, end, contents.add(merged, r.value));
+        if (to - from === 3) {
+          // The usual case: the record extends (or falls inside) one session.
+          s[from] = start;
+          s[from + 1] = end;
+          s[from + 2] = contents.add(s[from + 2], r.value);
+        } else {
+          // It bridges several: merge them (earlier contents first), then add the record.
+          let merged = s[from + 2];
+          for (let i = from + 5; i < to; i += 3) merged = contents.merge(merged, s[i]);
+          s.splice(from, to - from, start, end, contents.add(merged, r.value));
+        }
       }
       ctx.stateSet(SESSIONS, s);
     },

@@ -19,7 +19,15 @@ interface EntityOverlay {
 /** Copies JSON-like values (state must be JSON-serialisable to live in DynamoDB). */
 export function cloneValue<T>(v: T): T {
   if (v === null || typeof v !== 'object') return v;
-  if (Array.isArray(v)) return v.map(cloneValue) as T;
+  if (Array.isArray(v)) {
+    // Window state is mostly flat arrays of numbers: copy in one go, then deepen where needed.
+    const out = v.slice();
+    for (let i = 0; i < out.length; i++) {
+      const x = out[i];
+      if (x !== null && typeof x === 'object') out[i] = cloneValue(x);
+    }
+    return out as T;
+  }
   const out: Record<string, unknown> = {};
   for (const k in v) out[k] = cloneValue((v as Record<string, unknown>)[k]);
   return out as T;
