@@ -225,23 +225,36 @@ interface Session {
   start: number;
   last: number;
   count: number;
+  closed: boolean;
 }
 
 /**
- * Q11: one open session per bidder. A session ends at last + gap, so sessions close in
- * the order of their last bid: a Map re-inserted on every bid keeps that order.
+ * Q11: one open session per bidder. Sessions end at last + gap, so every bid appends
+ * (session, its end then) to a queue that is sorted by end because time never goes
+ * back; a queue entry whose session has moved on since is skipped when it comes up.
  */
 export function q11Floor(gapMs = 10_000): Floor {
   return (events, emit) => {
     const current = new Map<number, Session>();
-    const byLast = new Map<Session, true>();
+    const queue: Session[] = [];
+    const ends: number[] = [];
+    let head = 0;
     let maxTs = -Infinity;
     const closeUpTo = (wm: number, trigger: number) => {
-      for (const s of byLast.keys()) {
-        if (s.last + gapMs - 1 > wm) break;
-        byLast.delete(s);
-        if (current.get(s.bidder) === s) current.delete(s.bidder);
-        emit({ bidder: s.bidder, bidCount: s.count, start: s.start, end: s.last + gapMs }, trigger);
+      while (head < queue.length && ends[head] - 1 <= wm) {
+        const s = queue[head];
+        // Two bids at one time queue a session twice: it closes once.
+        if (!s.closed && s.last + gapMs === ends[head]) {
+          s.closed = true;
+          if (current.get(s.bidder) === s) current.delete(s.bidder);
+          emit({ bidder: s.bidder, bidCount: s.count, start: s.start, end: s.last + gapMs }, trigger);
+        }
+        head++;
+      }
+      if (head > 65536 && head * 2 > queue.length) {
+        queue.splice(0, head);
+        ends.splice(0, head);
+        head = 0;
       }
     };
     for (let i = 0; i < events.length; i++) {
@@ -252,17 +265,16 @@ export function q11Floor(gapMs = 10_000): Floor {
         closeUpTo(t - DELAY - 1, i);
       }
       if (e.type !== 'bid') continue;
-      const s = current.get(e.bidder);
+      let s = current.get(e.bidder);
       if (s && t - s.last <= gapMs) {
         s.last = t;
         s.count++;
-        byLast.delete(s);
-        byLast.set(s, true);
       } else {
-        const n = { bidder: e.bidder, start: t, last: t, count: 1 };
-        current.set(e.bidder, n);
-        byLast.set(n, true);
+        s = { bidder: e.bidder, start: t, last: t, count: 1, closed: false };
+        current.set(e.bidder, s);
       }
+      queue.push(s);
+      ends.push(t + gapMs);
     }
     closeUpTo(Infinity, events.length - 1);
   };
