@@ -3,6 +3,7 @@
  * suppression names the resource it covers and, for IAM5, the exact wildcard it allows,
  * so a new finding anywhere else still fails the nag test.
  */
+import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { NagSuppressions } from 'cdk-nag';
 import type { SluiceFunction } from './function.ts';
 
@@ -29,4 +30,25 @@ export function suppressFunctionFindings(functions: readonly SluiceFunction[]): 
       true,
     );
   }
+}
+
+/**
+ * A state machine that logs to CloudWatch Logs and traces with X-Ray needs
+ * logs:CreateLogDelivery & co. and xray:PutTraceSegments & co., which IAM supports on
+ * Resource "*" only. Its tasks' permissions must name their resources (test/infra checks
+ * the example factory's role).
+ */
+export function suppressStateMachineFindings(stateMachine: sfn.IStateMachine): void {
+  if (!(stateMachine instanceof sfn.StateMachine)) return;
+  NagSuppressions.addResourceSuppressions(
+    stateMachine.role,
+    [
+      {
+        id: 'AwsSolutions-IAM5',
+        reason: 'CloudWatch Logs vended log delivery (logs:CreateLogDelivery, logs:PutResourcePolicy, ...) and X-Ray (xray:PutTraceSegments, ...) accept only Resource "*" for a state machine execution role.',
+        appliesTo: ['Resource::*'],
+      },
+    ],
+    true,
+  );
 }

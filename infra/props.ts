@@ -156,9 +156,12 @@ const MIN_CONCURRENCY = 2;
 const MAX_CONCURRENCY = 1000;
 const LOG_LEVELS: readonly LogLevel[] = ['DEBUG', 'INFO', 'WARN', 'ERROR'];
 
-function fail(field: string, expected: string, received: unknown): never {
-  throw new SluiceJobPropsError(field, expected, typeof received === 'string' ? JSON.stringify(received) : String(received));
+/** `received` is a description (`960 s`); user-given strings go through quote() so their bounds show. */
+function fail(field: string, expected: string, received: string | number): never {
+  throw new SluiceJobPropsError(field, expected, String(received));
 }
+
+const quote = (v: unknown) => JSON.stringify(v);
 
 function integer(field: string, value: number | undefined, min: number, max: number, fallback: number): number {
   if (value === undefined) return fallback;
@@ -185,29 +188,29 @@ function days(field: string, value: Duration | undefined, min: number, fallback:
 function checkAuth(kind: 'httpApi' | 'functionUrl', auth: EndpointAuth): EndpointAuth {
   const field = 'ingestion.auth';
   if (auth.kind === 'iam') return auth;
-  if (kind === 'functionUrl') fail(field, "{ kind: 'iam' } for a Function URL (JWT and API keys need ingestion.kind 'httpApi')", auth.kind);
+  if (kind === 'functionUrl') fail(field, "{ kind: 'iam' } for a Function URL (JWT and API keys need ingestion.kind 'httpApi')", quote(auth.kind));
   if (auth.kind === 'jwt') {
-    if (!/^https:\/\/[^\s/]+/.test(auth.issuer)) fail(`${field}.issuer`, 'an https:// issuer URL', auth.issuer);
+    if (!/^https:\/\/[^\s/]+/.test(auth.issuer)) fail(`${field}.issuer`, 'an https:// issuer URL', quote(auth.issuer));
     if (auth.audience.length === 0 || auth.audience.some((a) => a.length === 0)) fail(`${field}.audience`, 'at least one non-empty audience', JSON.stringify(auth.audience));
     return auth;
   }
   if (auth.kind === 'apiKey') {
     if (auth.keySha256.length === 0) fail(`${field}.keySha256`, 'at least one SHA-256 digest', '[]');
-    for (const d of auth.keySha256) if (!/^[0-9a-f]{64}$/.test(d)) fail(`${field}.keySha256`, 'SHA-256 digests as 64 lowercase hex characters (printf %s "$KEY" | sha256sum)', d);
+    for (const d of auth.keySha256) if (!/^[0-9a-f]{64}$/.test(d)) fail(`${field}.keySha256`, 'SHA-256 digests as 64 lowercase hex characters (printf %s "$KEY" | sha256sum)', quote(d));
     return auth;
   }
-  return fail(`${field}.kind`, "'iam', 'jwt' or 'apiKey'", (auth as { kind: unknown }).kind);
+  return fail(`${field}.kind`, "'iam', 'jwt' or 'apiKey'", quote((auth as { kind: unknown }).kind));
 }
 
 export function resolveProps(props: SluiceJobProps, plan: PhysicalPlan): ResolvedProps {
   if (plan.stages.length === 0) fail('job', 'a job with at least one stage', 'none');
   const fixedConcurrency = props.maxConcurrency === undefined ? undefined : integer('maxConcurrency', props.maxConcurrency, MIN_CONCURRENCY, MAX_CONCURRENCY, 0);
   const queuePrefix = props.queuePrefix ?? '';
-  if (!/^[A-Za-z0-9_-]*$/.test(queuePrefix)) fail('queuePrefix', 'letters, digits, "-" and "_" (SQS queue names)', queuePrefix);
+  if (!/^[A-Za-z0-9_-]*$/.test(queuePrefix)) fail('queuePrefix', 'letters, digits, "-" and "_" (SQS queue names)', quote(queuePrefix));
   // Lambda rejects a function timeout whose 6x exceeds SQS's maximum visibility timeout (12 h): 900 s is below it.
   const operatorTimeout = seconds('operatorTimeout', props.operatorTimeout, 1, 900, Duration.seconds(30));
   const kind = props.ingestion?.kind ?? 'httpApi';
-  if (kind !== 'httpApi' && kind !== 'functionUrl') fail('ingestion.kind', "'httpApi' or 'functionUrl'", kind);
+  if (kind !== 'httpApi' && kind !== 'functionUrl') fail('ingestion.kind', "'httpApi' or 'functionUrl'", quote(kind));
   const throttle = props.ingestion?.throttle;
   if (throttle) {
     if (kind === 'functionUrl') fail('ingestion.throttle', "no throttle for a Function URL (use ingestion.kind 'httpApi')", JSON.stringify(throttle));
@@ -215,7 +218,7 @@ export function resolveProps(props: SluiceJobProps, plan: PhysicalPlan): Resolve
     integer('ingestion.throttle.burstLimit', throttle.burstLimit, 1, 1_000_000, 0);
   }
   const logLevel = props.logLevel ?? 'INFO';
-  if (!LOG_LEVELS.includes(logLevel)) fail('logLevel', LOG_LEVELS.join(', '), logLevel);
+  if (!LOG_LEVELS.includes(logLevel)) fail('logLevel', LOG_LEVELS.join(', '), quote(logLevel));
   const spilledEnvelopes = days('retention.spilledEnvelopes', props.retention?.spilledEnvelopes, QUEUE_RETENTION.toDays() + DLQ_RETENTION.toDays(), Duration.days(19));
   return {
     job: props.job,

@@ -26,7 +26,7 @@ import { type SluiceFunction, sluiceFunction } from './function.ts';
 import { runtimeEnvironment } from './handler-environment.ts';
 import { createIngestion, type Ingestion } from './ingestion.ts';
 import { createMonitoring } from './monitoring.ts';
-import { suppressFunctionFindings } from './nag.ts';
+import { suppressFunctionFindings, suppressStateMachineFindings } from './nag.ts';
 import { bucketPrefixes, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys, grantObjects, grantSend, grantTable } from './permissions.ts';
 import { checkSources, type ResolvedProps, resolveProps, type SluiceJobProps } from './props.ts';
 import { createStages, type StageResources } from './stages.ts';
@@ -114,6 +114,7 @@ export class SluiceJob extends Construct {
         grantInjectBarriers: (grantee) => grantSend(grantee, sourceStages.map((s) => this.stages[s].queue), { key: p.encryptionKey }),
       };
       this.stateMachine = p.checkpoints(scope, context);
+      suppressStateMachineFindings(this.stateMachine);
     }
     this.functions = functions;
 

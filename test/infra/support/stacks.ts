@@ -22,10 +22,10 @@ export function exampleApp(context: Record<string, unknown> = {}, checkpoints?: 
 }
 
 /** A stack holding one SluiceJob with the given props (default: the example job). */
-export function jobStack(props: Partial<SluiceJobProps> = {}, options: { nag?: boolean; configure?: (stack: Stack, job: SluiceJob) => void } = {}) {
+export function jobStack(props: Partial<SluiceJobProps> | ((stack: Stack) => Partial<SluiceJobProps>) = {}, options: { nag?: boolean; configure?: (stack: Stack, job: SluiceJob) => void } = {}) {
   const app = new App({ context: { ...NO_BUNDLING, '@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy': true }, builtinCloudFormationValidation: false });
   const stack = new Stack(app, 'Test');
-  const job = new SluiceJob(stack, 'Job', { job: exampleJob, ...props });
+  const job = new SluiceJob(stack, 'Job', { job: exampleJob, ...(typeof props === 'function' ? props(stack) : props) });
   options.configure?.(stack, job);
   if (options.nag) Aspects.of(app).add(new AwsSolutionsChecks());
   const template = Template.fromStack(stack);
