@@ -9,9 +9,10 @@ import { EmbeddedRuntime, type RuntimeStats } from '../local/embedded.ts';
 import { startIngestServer } from '../local/ingest-server.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { fmt, validateFlags } from './options.ts';
+import { type CheckpointFlags, openDevRuntime } from './checkpoints.ts';
 import type { Target } from './targets.ts';
 
-export interface DevCommandOptions {
+export interface DevCommandOptions extends CheckpointFlags {
   port?: string | number;
   host?: string;
   param?: string[];
@@ -71,7 +72,9 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   });
   if (opts.target === 'local-aws') return (await import('./target-local-aws.ts')).devLocalAwsCommand(jobPath, flags, opts, log);
   const job = await loadJob(jobPath, parseParams(opts.param));
-  const runtime = new EmbeddedRuntime(job);
+  // Checkpoints every 10 s by default (savepoints on request); --checkpoint-interval 0 keeps savepoints only.
+  const checkpointed = await openDevRuntime(job, opts, log);
+  const runtime = checkpointed?.runtime ?? new EmbeddedRuntime(job);
   await runtime.start();
   const server = await startIngestServer(runtime, { port: flags.port, host: flags.host });
 
@@ -122,6 +125,7 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   await running.catch(() => undefined);
   await server.close();
   await runtime.close();
+  checkpointed?.close();
   const s = runtime.stats();
   log(`stopped: ${fmt.int(s.sourceRecords)} records ingested, ${fmt.int(s.rejectedInputs)} rejected, ${fmt.int(s.deadLetters)} dead letters`);
 }

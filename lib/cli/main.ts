@@ -10,6 +10,7 @@ import { devCommand } from './dev.ts';
 import { fmt, validateFlags } from './options.ts';
 import { publishFile } from './publish.ts';
 import { runCommand } from './run.ts';
+import { registerCheckpointCommands } from './checkpoint-commands.ts';
 import { type Target, TARGETS } from './targets.ts';
 import { z } from 'zod';
 
@@ -106,5 +107,8 @@ program
       await demoCommand(opts);
     }),
   );
+
+// Checkpoint flags on run and dev; the checkpoints, savepoint and restore commands.
+registerCheckpointCommands(program, action);
 
 await program.parseAsync(process.argv);

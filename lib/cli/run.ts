@@ -11,9 +11,10 @@ import { ConfigError } from '../errors.ts';
 import { EmbeddedRuntime } from '../local/embedded.ts';
 import { loadJob, parseParams, pickNode } from './load-job.ts';
 import { fmt } from './options.ts';
+import { prepareRunCheckpoints, type RunCheckpointFlags } from './checkpoints.ts';
 import type { Target } from './targets.ts';
 
-export interface RunCommandOptions {
+export interface RunCommandOptions extends RunCheckpointFlags {
   input: string;
   output: string;
   source?: string;
@@ -65,10 +66,12 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
     }
   }
 
-  const output = new CountingFileSink<unknown>(opts.output);
+  // With checkpoints the output is transactional: only committed epochs reach it.
+  const ckpt = await prepareRunCheckpoints(job, sink.name, opts, log);
+  const output = ckpt?.sink ?? new CountingFileSink<unknown>(opts.output);
   const bindings = { sources: { [source.name]: { kind: 'file' as const, path: opts.input } }, sinks: { [sink.name]: output } };
   const localAws = opts.target === 'local-aws' ? new (await import('./target-local-aws.ts')).LocalAwsRun(job, bindings, log) : undefined;
-  const runtime = localAws ?? new EmbeddedRuntime(job, bindings);
+  const runtime = localAws ?? (ckpt ? await ckpt.runtime(bindings) : new EmbeddedRuntime(job, bindings));
   const t0 = performance.now();
   const stats = await runtime.run();
   const durationMs = performance.now() - t0;
@@ -111,6 +114,7 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
       `${fmt.secs(durationMs)}, ${fmt.int(rate)} events/s`,
   );
   localAws?.printCost();
+  ckpt?.summary();
   return summary;
 }
 

@@ -171,6 +171,11 @@ export class CommittedFileSink<T> implements Sink<T>, TransactionalSink {
     for (const { name } of this.pending(Number.MAX_SAFE_INTEGER)) rmSync(join(this.staging, name), { force: true });
   }
 
+  /** Records committed by this process (alias for run summaries). */
+  get written(): number {
+    return this.committedRecords;
+  }
+
   /** The committed state (epoch, bytes, records): what a reader may read. */
   committed(): CommittedState {
     return this.state;

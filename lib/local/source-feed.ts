@@ -108,9 +108,12 @@ export class SourceFeed {
   restore(entry: BarrierEntry | undefined, positions: readonly number[], states: readonly PartitionCursorState[] | undefined, epoch: number): void {
     if (states) this.partitioner.restore(states, entry?.next ?? 0);
     if (this.replayable) {
-      if (!entry || entry.cursor === null) throw new RestoreError(`source "${this.def.name}"`, `a barrier record of epoch ${epoch} with the reader's position`, 'none (log/<source>/barriers.jsonl lost?)');
-      this.reader.seek!(entry.cursor);
-      this.read = entry.cursor;
+      if (!entry) throw new RestoreError(`source "${this.def.name}"`, `a barrier record of epoch ${epoch} with the reader's position`, 'none (log/<source>/barriers.jsonl lost?)');
+      // A null cursor: the checkpoint read this source from the ingestion endpoint; a file now bound to it is new input, read from its start.
+      if (entry.cursor !== null) {
+        this.reader.seek!(entry.cursor);
+        this.read = entry.cursor;
+      }
       if (this.log) positions.forEach((at, p) => this.log!.cutAt(p, at));
       return;
     }

@@ -39,6 +39,21 @@ export interface MutableProgress {
   held?: Envelope[];
 }
 
+/**
+ * A copy of the progress to commit. Envelopes are immutable once sealed, so held ones are
+ * shared, not cloned: an alignment behind a deep queue holds many, and a deep clone per
+ * commit would make every batch pay for all of them.
+ */
+export function copyProgress(p: MutableProgress): PartitionProgress {
+  const inputs: Record<string, ChannelProgress> = {};
+  for (const c in p.inputs) inputs[c] = { ...p.inputs[c] };
+  const out: MutableProgress = { inputs, outputs: { ...p.outputs }, outputWatermark: p.outputWatermark, outputIdle: p.outputIdle };
+  if (p.lastBarrier !== undefined) out.lastBarrier = p.lastBarrier;
+  if (p.aligning) out.aligning = { ...p.aligning, arrived: { ...p.aligning.arrived }, positions: { ...p.aligning.positions } };
+  if (p.held) out.held = [...p.held];
+  return out;
+}
+
 /** What the aligner needs from its partition runtime. */
 export interface AlignerHost {
   progress(): MutableProgress;

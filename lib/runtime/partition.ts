@@ -22,7 +22,7 @@ import { createOperator } from '../operators/registry.ts';
 import type { ChannelProgress, PartitionProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import { compareOffsets, type DeadLetter, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
-import { BarrierAligner, type MutableProgress } from './checkpoints.ts';
+import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, NodeContext, type NodeRuntime } from './context.ts';
 import { ChangeTracker } from './snapshots.ts';
 import { TimerQueue } from './timers.ts';
@@ -124,7 +124,7 @@ export class PartitionRuntime {
   private async recover(): Promise<void> {
     const rec = await this.deps.backend.recover(this.scope);
     this.version = rec.version;
-    this.progress = structuredClone(rec.progress) as MutableProgress;
+    this.progress = copyProgress(rec.progress as MutableProgress) as MutableProgress;
     this.recoveredOutbox = [...rec.outbox];
     for (const id of this.stage.nodes) this.createNode(this.deps.plan.job.nodes[id]);
     for (const t of rec.timers) this.nodes.get(t.node)?.timers[t.domain].load(t);
@@ -552,7 +552,7 @@ export class PartitionRuntime {
         writes,
         timerAdds,
         timerDeletes,
-        progress: structuredClone(this.progress) as PartitionProgress,
+        progress: copyProgress(this.progress),
         outbox,
         ...(tracking ? { tracking } : {}),
       });

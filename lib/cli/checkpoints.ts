@@ -1,0 +1,245 @@
+/**
+ * Checkpoints from the command line:
+ * - `sluice run ... --checkpoint-interval <ms> [--crash-after <n>] [--resume]`: a bounded
+ *   run whose --output is a transactional file (only committed epochs reach it);
+ * - `sluice dev` checkpoints every 10 s by default; `sluice savepoint <job>` asks a
+ *   running `dev` for a savepoint (a request file plus SIGUSR2; dev.json names the pid);
+ * - `sluice restore <job> --from <epoch|label|dir>`: `run` (with --input) or `dev` from it;
+ * - `sluice checkpoints <job>`: retained checkpoints and savepoints.
+ */
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { Command } from 'commander';
+import type { Job } from '../api/stream.ts';
+import { fromBytes } from '../checkpoint/codec.ts';
+import { type CheckpointStats, POINTER_NAME } from '../checkpoint/driver.ts';
+import { DirectoryBlobStore, FilePointerStore, writeFileAtomic } from '../checkpoint/local-storage.ts';
+import type { CommitPointer } from '../checkpoint/protocol.ts';
+import { ConfigError } from '../errors.ts';
+import { type CheckpointingOptions, defaultCheckpointDir, type LocalCheckpointing, openCheckpointedRuntime } from '../local/checkpointing.ts';
+import { CommittedFileSink } from '../local/committed-sink.ts';
+import type { EmbeddedOptions } from '../local/embedded-options.ts';
+import type { EmbeddedRuntime } from '../local/embedded.ts';
+import type { SavepointMeta } from '../local/restore.ts';
+import { loadJob, parseParams } from './load-job.ts';
+import { fmt } from './options.ts';
+
+type Log = (line: string) => void;
+
+/** Checkpoint flags shared by run, dev and restore. */
+export interface CheckpointFlags {
+  checkpointInterval?: string;
+  checkpointDir?: string;
+  resume?: boolean;
+  /** restore: a retained checkpoint's epoch, a savepoint label or a savepoint directory. */
+  from?: string;
+  retainCheckpoints?: string;
+  /** Tests: no fsync (still atomic against a killed process). */
+  noFsync?: boolean;
+}
+
+export interface RunCheckpointFlags extends CheckpointFlags {
+  crashAfter?: string;
+}
+
+function int(flag: string, raw: string | undefined, min: number): number | undefined {
+  if (raw === undefined) return undefined;
+  const n = Number(raw);
+  if (!Number.isSafeInteger(n) || n < min) throw new ConfigError(flag, `an integer >= ${min}`, JSON.stringify(raw));
+  return n;
+}
+
+function checkpointOptions(job: Job, flags: CheckpointFlags, defaultIntervalMs: number | undefined): CheckpointingOptions | undefined {
+  const interval = int('--checkpoint-interval', flags.checkpointInterval, 0) ?? defaultIntervalMs;
+  if (flags.resume && flags.from !== undefined) throw new ConfigError('--resume', 'either --resume or --from, not both', '--resume and --from');
+  if (interval === undefined && !flags.resume && flags.from === undefined) return undefined;
+  const retain = int('--retain-checkpoints', flags.retainCheckpoints, 1);
+  return {
+    dir: flags.checkpointDir ?? defaultCheckpointDir(job.name),
+    intervalMs: interval ?? 0,
+    start: flags.resume ? 'resume' : flags.from !== undefined ? { from: flags.from } : 'fresh',
+    ...(retain ? { retention: { epochs: retain } } : {}),
+    durable: !flags.noFsync,
+  };
+}
+
+/** `sluice run` with checkpoints: the transactional output sink and a runtime factory, or undefined when off. */
+export async function prepareRunCheckpoints(
+  job: Job,
+  sinkName: string,
+  opts: RunCheckpointFlags & { output: string; target?: string },
+  log: Log,
+): Promise<{ sink: CommittedFileSink<unknown>; runtime: (bindings: Omit<EmbeddedOptions, 'checkpoints' | 'restore'>) => Promise<EmbeddedRuntime>; summary: () => void } | undefined> {
+  const crashAfter = int('--crash-after', opts.crashAfter, 1);
+  const ck = checkpointOptions(job, opts, crashAfter !== undefined ? 0 : undefined);
+  if (!ck) return undefined;
+  if (opts.target === 'local-aws') throw new ConfigError('--target', 'embedded with checkpoint flags (checkpoints on local-aws are not built yet)', 'local-aws');
+  const sink = new CommittedFileSink<unknown>(opts.output, join(ck.dir, 'sinks', sinkName), ck.durable);
+  let checkpoints: LocalCheckpointing | undefined;
+  return {
+    sink,
+    runtime: async (bindings) => {
+      const onSourceRecords =
+        crashAfter === undefined
+          ? undefined
+          : (n: number) => {
+              // Abrupt: no cleanup, no flush, as a killed process (the CLI test relies on it).
+              if (n >= crashAfter) process.exit(137);
+            };
+      const opened = await openCheckpointedRuntime(job, { ...bindings, onSourceRecords }, { ...ck, sinks: [sink] });
+      checkpoints = opened.checkpoints;
+      if (opened.checkpoints.restoredEpoch) log(`restored checkpoint ${opened.checkpoints.restoredEpoch} from ${ck.dir}${typeof ck.start === 'object' ? ` (--from ${ck.start.from})` : ''}`);
+      return opened.runtime;
+    },
+    summary: () => {
+      if (!checkpoints) return;
+      const d = checkpoints.driver;
+      const c = d.completed;
+      const ms = c.map((s) => s.durationMs).sort((a, b) => a - b);
+      log(
+        `checkpoints: ${c.length} completed in this run (last epoch ${d.state.lastCompleted?.epoch ?? 0}, ${d.aborted.length} aborted)` +
+          (ms.length ? `, duration p50 ${ms[Math.floor(ms.length / 2)]} ms, max ${ms.at(-1)} ms` : '') +
+          `; ${ck.dir}`,
+      );
+      checkpoints.close();
+    },
+  };
+}
+
+/** `sluice dev` with checkpoints (every 10 s unless --checkpoint-interval 0) and savepoints on request. */
+export async function openDevRuntime(job: Job, flags: CheckpointFlags, log: Log): Promise<{ runtime: EmbeddedRuntime; close: () => void } | undefined> {
+  const ck = checkpointOptions(job, flags, 10_000);
+  if (!ck) return undefined;
+  const { runtime, checkpoints } = await openCheckpointedRuntime(job, {}, ck);
+  const info = join(ck.dir, 'dev.json');
+  writeFileAtomic(info, JSON.stringify({ pid: process.pid, job: job.name, startedAt: Date.now() }));
+  const requests = join(ck.dir, 'savepoint-requests');
+  mkdirSync(requests, { recursive: true });
+  const serve = () => {
+    for (const name of readdirSync(requests).filter((n) => n.endsWith('.json'))) {
+      const label = name.slice(0, -'.json'.length);
+      rmSync(join(requests, name), { force: true });
+      checkpoints.savepoint(label).then(
+        (r) => log(`savepoint "${label}" written to ${r.dir} (epoch ${r.stats.epoch}, ${fmt.int(r.stats.restoreBytes)} bytes)`),
+        (e) => {
+          log(`savepoint "${label}" failed: ${(e as Error).message}`);
+          writeFileSync(join(requests, `${label}.error`), (e as Error).message);
+        },
+      );
+    }
+  };
+  process.on('SIGUSR2', serve);
+  log(`checkpoints: ${ck.intervalMs ? `every ${fmt.span(ck.intervalMs)}` : 'off (savepoints only)'} in ${ck.dir}${checkpoints.restoredEpoch ? `, restored epoch ${checkpoints.restoredEpoch}` : ''}; savepoint: sluice savepoint <job>`);
+  return {
+    runtime,
+    close: () => {
+      process.off('SIGUSR2', serve);
+      rmSync(info, { force: true });
+      checkpoints.close();
+    },
+  };
+}
+
+/** `sluice savepoint <job>`: ask the running `sluice dev` of this job for a savepoint and wait for it. */
+export async function savepointCommand(jobPath: string, opts: { label?: string; checkpointDir?: string; param?: string[]; timeout?: string }, log: Log): Promise<void> {
+  const job = await loadJob(jobPath, parseParams(opts.param));
+  const dir = opts.checkpointDir ?? defaultCheckpointDir(job.name);
+  let pid: number;
+  try {
+    pid = (JSON.parse(readFileSync(join(dir, 'dev.json'), 'utf8')) as { pid: number }).pid;
+    process.kill(pid, 0);
+  } catch {
+    throw new ConfigError('<job>', `a job running under \`sluice dev\` with checkpoints in ${dir}`, 'no running dev process (dev.json missing or its process gone)');
+  }
+  const label = opts.label ?? `sp-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(label)) throw new ConfigError('--label', 'letters, digits, ".", "_" or "-"', JSON.stringify(label));
+  const requests = join(dir, 'savepoint-requests');
+  mkdirSync(requests, { recursive: true });
+  writeFileSync(join(requests, `${label}.json`), JSON.stringify({ requestedAt: Date.now() }));
+  process.kill(pid, 'SIGUSR2');
+  const deadline = Date.now() + (int('--timeout', opts.timeout, 1) ?? 120_000);
+  const meta = join(dir, 'savepoints', label, 'meta.json');
+  while (!existsSync(meta)) {
+    const err = join(requests, `${label}.error`);
+    if (existsSync(err)) throw new ConfigError('savepoint', 'a savepoint', `an error: ${readFileSync(err, 'utf8')}`);
+    if (Date.now() > deadline) throw new ConfigError('--timeout', 'the savepoint to complete in time (is input arriving slowly? the savepoint waits for the epoch in flight)', `nothing after ${opts.timeout ?? 120_000} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const m = JSON.parse(readFileSync(meta, 'utf8')) as SavepointMeta;
+  log(`savepoint "${label}" of job "${m.job}": epoch ${m.epoch}, ${fmt.int(m.bytes)} bytes, in ${resolve(dir, 'savepoints', label)}`);
+  log(`restore: sluice restore ${jobPath} --from ${label}`);
+}
+
+export interface CheckpointListing {
+  readonly checkpoints: (CheckpointStats & { latest: boolean })[];
+  readonly savepoints: SavepointMeta[];
+}
+
+export async function listCheckpoints(job: string, dir: string): Promise<CheckpointListing> {
+  const blobs = new DirectoryBlobStore(join(dir, 'blobs'));
+  const pointer = (await new FilePointerStore(join(dir, 'pointers')).read<CommitPointer>(POINTER_NAME))?.value;
+  const checkpoints: CheckpointListing['checkpoints'] = [];
+  for (const key of await blobs.list(`${job}/checkpoints/`)) {
+    const s = fromBytes<CheckpointStats>((await blobs.get(key))!);
+    // Only checkpoints whose manifest is still there can be restored.
+    if (await blobs.get(s.manifestKey)) checkpoints.push({ ...s, latest: s.epoch === pointer?.epoch });
+  }
+  const spDir = join(dir, 'savepoints');
+  const savepoints = existsSync(spDir)
+    ? readdirSync(spDir).flatMap((l) => {
+        try {
+          return [JSON.parse(readFileSync(join(spDir, l, 'meta.json'), 'utf8')) as SavepointMeta];
+        } catch {
+          return []; // Being written, or not a savepoint.
+        }
+      })
+    : [];
+  return { checkpoints, savepoints: savepoints.sort((a, b) => a.epoch - b.epoch) };
+}
+
+export async function checkpointsCommand(jobPath: string, opts: { checkpointDir?: string; param?: string[]; json?: boolean }, out: Log): Promise<void> {
+  const job = await loadJob(jobPath, parseParams(opts.param));
+  const dir = opts.checkpointDir ?? defaultCheckpointDir(job.name);
+  const l = await listCheckpoints(job.name, dir);
+  if (opts.json) {
+    out(JSON.stringify(l, null, 2));
+    return;
+  }
+  out(`checkpoints of job "${job.name}" in ${dir}`);
+  if (!l.checkpoints.length) out('  (none retained)');
+  else {
+    out(`  ${'epoch'.padStart(7)}  ${'completed (UTC)'.padEnd(24)} ${'duration'.padStart(9)} ${'size'.padStart(10)} ${'restore'.padStart(10)} ${'keys'.padStart(8)}`);
+    for (const c of l.checkpoints) {
+      out(
+        `  ${String(c.epoch).padStart(7)}  ${new Date(c.completedAt).toISOString().padEnd(24)} ${`${c.durationMs} ms`.padStart(9)} ${bytes(c.bytes).padStart(10)} ${bytes(c.restoreBytes).padStart(10)} ${fmt.int(c.entities).padStart(8)}` +
+          `${c.latest ? '  latest' : ''}${c.savepoint ? `  savepoint "${c.savepoint}"` : ''}`,
+      );
+    }
+  }
+  out('savepoints');
+  if (!l.savepoints.length) out('  (none)');
+  for (const s of l.savepoints) out(`  ${s.label.padEnd(28)} epoch ${s.epoch}, ${new Date(s.createdAt).toISOString()}, ${bytes(s.bytes)}`);
+}
+
+function bytes(n: number): string {
+  return n < 1024 ? `${n} B` : n < 1024 * 1024 ? `${(n / 1024).toFixed(1)} KB` : `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+/** The checkpoint flags of `run` (and `restore`). */
+export function addRunCheckpointOptions(cmd: Command): Command {
+  return cmd
+    .option('--checkpoint-interval <ms>', 'take a checkpoint every <ms> while input arrives (default: off; the output then shows only committed epochs)')
+    .option('--checkpoint-dir <dir>', 'checkpoints, logs and savepoints (default .sluice/<job>/)')
+    .option('--crash-after <records>', 'testing: kill the process abruptly (exit 137, no cleanup) after <records> input records')
+    .option('--resume', 'continue from the last completed checkpoint (after a crash)')
+    .option('--retain-checkpoints <n>', 'completed checkpoints kept restorable with their logs (default 1)');
+}
+
+/** The checkpoint flags of `dev`. */
+export function addDevCheckpointOptions(cmd: Command): Command {
+  return cmd
+    .option('--checkpoint-interval <ms>', 'checkpoint every <ms> while input arrives (default 10000; 0: savepoints only)')
+    .option('--checkpoint-dir <dir>', 'checkpoints, logs and savepoints (default .sluice/<job>/)')
+    .option('--resume', 'continue from the last completed checkpoint')
+    .option('--retain-checkpoints <n>', 'completed checkpoints kept restorable with their logs (default 1)');
+}

@@ -1,0 +1,166 @@
+/**
+ * Checkpoints from the command line, as a user checks them: `sluice run --crash-after`
+ * kills the process abruptly, `--resume` finishes from the last completed checkpoint,
+ * and the output file then equals the uninterrupted run's (sorted). `sluice checkpoints`
+ * lists what is retained; `sluice dev` takes a savepoint on `sluice savepoint`, and
+ * `sluice restore --from` starts from it, also after a compatible change (parallelism),
+ * and refuses an incompatible one (a state's kind changed) with a clear message.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, sluice } from './helpers.ts';
+
+const JOB = `
+import { Job, Sinks, mapState, valueState, WatermarkStrategies } from '${ROOT}lib/index.ts';
+
+interface Ev { user: string; amount: number; t: number }
+
+/** Per user: a sum per second (event time) and a final total. --param kind=map changes a state's kind. */
+export default function counts(p: { parallelism?: number; kind?: string } = {}) {
+  const job = new Job('cli-counts', { parallelism: p.parallelism ?? 2 });
+  const total = p.kind === 'map' ? mapState<string, number>() : valueState<number>();
+  job
+    .ingest<Ev>('events', { timestamp: (e) => e.t, watermark: WatermarkStrategies.boundedOutOfOrderness(100) })
+    .keyBy((e) => e.user)
+    .process({
+      state: { total, perSecond: mapState<number, number>() },
+      processElement(e, ctx) {
+        const s = ctx.state as any;
+        const second = Math.floor(e.t / 1000);
+        s.perSecond.set(second, (s.perSecond.get(second) ?? 0) + e.amount);
+        ctx.timers.registerEventTimeTimer(second * 1000 + 999);
+        ctx.timers.registerEventTimeTimer(Number.MAX_SAFE_INTEGER);
+        if (p.kind !== 'map') s.total.set((s.total.get() ?? 0) + e.amount);
+      },
+      onTimer(t, ctx) {
+        const s = ctx.state as any;
+        if (t === Number.MAX_SAFE_INTEGER) return ctx.emit({ user: ctx.key, total: s.total.get() });
+        const second = Math.floor(t / 1000);
+        ctx.emit({ user: ctx.key, second, sum: s.perSecond.get(second) });
+        s.perSecond.delete(second);
+      },
+    })
+    .name('per-user')
+    .sinkTo(Sinks.stdout(), 'out');
+  return job;
+}
+`;
+
+let dir: string;
+let job: string;
+let input: string;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'sluice-cli-ck-'));
+  // A module directory of its own: tsx loads .ts outside the repository as ESM only under "type": "module".
+  await writeFile(join(dir, 'package.json'), '{"type":"module"}');
+  job = join(dir, 'counts.ts');
+  await writeFile(job, JOB);
+  input = join(dir, 'events.jsonl');
+  const lines = Array.from({ length: 20_000 }, (_, i) => JSON.stringify({ user: `u${(i * 7919) % 50}`, amount: (i * 31) % 97, t: 1_700_000_000_000 + i * 3 }));
+  await writeFile(input, lines.join('\n') + '\n');
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+const sorted = async (f: string) => (await readFile(f, 'utf8')).split('\n').filter(Boolean).sort().join('\n');
+
+describe('sluice run --checkpoint-interval --crash-after / --resume', () => {
+  it('a killed run resumes from its last checkpoint; the output equals the uninterrupted run (sorted)', async () => {
+    const ref = join(dir, 'ref.jsonl');
+    const r0 = await sluice(['run', job, '--input', input, '--output', ref]);
+    expect(r0.code, r0.stderr).toBe(0);
+
+    const out = join(dir, 'out.jsonl');
+    const ck = join(dir, 'ck');
+    const args = ['run', job, '--input', input, '--output', out, '--checkpoint-interval', '1', '--checkpoint-dir', ck];
+    const crashed = await sluice([...args, '--crash-after', '12000']);
+    expect(crashed.code, crashed.stderr).toBe(137);
+    expect(crashed.stderr).not.toMatch(/records in/); // No summary: it died.
+    const partial = await sorted(out);
+
+    const resumed = await sluice([...args, '--resume']);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.stderr).toMatch(/restored checkpoint \d+ from/);
+    const expected = await sorted(ref);
+    expect(expected.split('\n').length).toBeGreaterThan(1000);
+    expect(partial.length).toBeLessThan(expected.length);
+    expect(await sorted(out)).toBe(expected);
+
+    const list = await sluice(['checkpoints', job, '--checkpoint-dir', ck]);
+    expect(list.code, list.stderr).toBe(0);
+    expect(list.stdout).toMatch(/epoch\s+completed \(UTC\)\s+duration\s+size\s+restore\s+keys/);
+    expect(list.stdout).toMatch(/^\s+\d+\s+\d{4}-\d\d-\d\dT\S+\s+\d+ ms\s+[\d.]+ [KM]?B\s+[\d.]+ [KM]?B\s+[\d,]+\s+latest$/m);
+    const json = JSON.parse((await sluice(['checkpoints', job, '--checkpoint-dir', ck, '--json'])).stdout) as { checkpoints: { epoch: number; bytes: number; durationMs: number }[] };
+    expect(json.checkpoints.length).toBeGreaterThan(0);
+  });
+
+  it('lists nothing for a directory without checkpoints', async () => {
+    const r = await sluice(['checkpoints', job, '--checkpoint-dir', join(dir, 'none')]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/\(none retained\)/);
+  });
+});
+
+/** A long-running `sluice dev`, with its ingestion URL once it is up. */
+async function startDev(args: string[]): Promise<{ child: ChildProcess; url: string; stderr: () => string }> {
+  const child = spawn(process.execPath, ['bin/sluice.js', 'dev', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
+  child.stdout!.resume();
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const m = /ingestion endpoint (http:\/\/\S+)/.exec(err);
+    if (m) return { child, url: m[1], stderr: () => err };
+    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`dev did not start: ${err}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe('sluice savepoint / restore', () => {
+  it('takes a savepoint of a running dev job and restores from it, refusing incompatible state', async () => {
+    const ck = join(dir, 'dev-ck');
+    const dev = await startDev([job, '--port', '0', '--checkpoint-dir', ck, '--checkpoint-interval', '100']);
+    try {
+      const small = join(dir, 'small.jsonl');
+      await writeFile(small, (await readFile(input, 'utf8')).split('\n').slice(0, 3000).join('\n') + '\n');
+      const pub = await sluice(['publish', 'events', small, '--url', dev.url]);
+      expect(pub.code, pub.stderr).toBe(0);
+      const sp = await sluice(['savepoint', job, '--checkpoint-dir', ck, '--label', 'before-change']);
+      expect(sp.code, sp.stderr).toBe(0);
+      expect(sp.stderr).toMatch(/savepoint "before-change" of job "cli-counts": epoch \d+/);
+    } finally {
+      dev.child.kill('SIGINT');
+      await new Promise((r) => dev.child.once('close', r));
+    }
+    expect(dev.stderr()).toMatch(/savepoint "before-change" written to/);
+
+    const list = await sluice(['checkpoints', job, '--checkpoint-dir', ck]);
+    expect(list.stdout).toMatch(/before-change\s+epoch \d+/);
+
+    const rest = join(dir, 'rest.jsonl');
+    const tail = join(dir, 'tail.jsonl');
+    await writeFile(tail, (await readFile(input, 'utf8')).split('\n').slice(3000, 6000).join('\n') + '\n');
+    // The savepoint's totals continue: the final totals equal a run over both parts.
+    const both = join(dir, 'both.jsonl');
+    await writeFile(both, (await readFile(input, 'utf8')).split('\n').slice(0, 6000).join('\n') + '\n');
+    const ref = join(dir, 'both-out.jsonl');
+    expect((await sluice(['run', job, '--input', both, '--output', ref])).code).toBe(0);
+    const totals = async (f: string) => (await sorted(f)).split('\n').filter((l) => l.includes('"total"')).join('\n');
+
+    for (const extra of [[], ['--param', 'parallelism=3']]) {
+      const r = await sluice(['restore', job, '--from', 'before-change', '--checkpoint-dir', ck, '--input', tail, '--output', rest, ...extra]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(await totals(rest)).toBe(await totals(ref));
+    }
+
+    const bad = await sluice(['restore', job, '--from', 'before-change', '--checkpoint-dir', ck, '--input', tail, '--output', rest, '--param', 'kind=map']);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/does not fit this job's state/);
+    expect(bad.stderr).toMatch(/operator "per-user": state "total" was value state, is now map state/);
+  });
+});
