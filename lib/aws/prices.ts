@@ -91,6 +91,7 @@ export function estimateCost(accounting: AwsAccounting, lambda: LambdaUsage = { 
 export function formatDollars(d: number): string {
   if (d === 0) return '$0';
   if (d >= 1) return `$${d.toFixed(2)}`;
-  const digits = Math.min(10, Math.max(2, 1 - Math.floor(Math.log10(d)) + 1));
+  // Two significant digits.
+  const digits = Math.min(10, Math.max(2, 1 - Math.floor(Math.log10(d))));
   return `$${d.toFixed(digits)}`;
 }

@@ -101,15 +101,17 @@ export async function devLocalAwsCommand(jobPath: string, flags: { port: number;
     server = await startFunctionUrl(rt.ingest!, {
       port: flags.port,
       host: flags.host,
-      onRequest: (result, ms) => {
+      onRequest: (result, ms, event) => {
         rt.accounting.record('httpapi', 'Request', { requests: 1 });
-        let accepted = 0;
+        let body: { accepted?: number; rejected?: { index: number; error: string }[] } = {};
         try {
-          accepted = result.statusCode === 202 ? Number((JSON.parse(String(result.body)) as { accepted?: number }).accepted ?? 0) : 0;
+          body = JSON.parse(String(result.body));
         } catch {
           // not JSON: nothing accepted
         }
-        rt.countIngested(accepted, ms);
+        const stream = decodeURIComponent(event.rawPath.split('/')[2] ?? '');
+        for (const r of body.rejected ?? []) rt.rejectedInputs.push({ source: stream, position: `request ${event.requestContext.requestId}, event ${r.index}`, error: r.error });
+        rt.countIngested(result.statusCode === 202 ? Number(body.accepted ?? 0) : 0, ms);
       },
     });
     const streams = [...job.graph.sources()].filter((n) => n.spec.kind === 'source' && n.spec.source.binding.kind === 'ingest').map((n) => n.name);

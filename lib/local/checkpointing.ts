@@ -218,6 +218,25 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     return this.finalEpoch !== null && (this.driver.state.lastCompleted?.epoch ?? 0) >= this.finalEpoch;
   }
 
+  /**
+   * A checkpoint of everything accepted so far (after the epoch in flight, if any);
+   * resolves with its epoch once committed. The scheduler loop must be running.
+   */
+  async checkpointNow(): Promise<number> {
+    for (;;) {
+      const epoch = await this.driver.forceEpoch(this.clock.now());
+      if (epoch !== null) {
+        this.runtime?.wakeUp();
+        while ((this.driver.state.lastCompleted?.epoch ?? 0) < epoch) {
+          if (!this.driver.state.inFlight) throw new RestoreError(`checkpoint ${epoch}`, 'to complete', `aborted (${this.driver.aborted.includes(epoch) ? 'timed out' : 'superseded'})`);
+          await new Promise((r) => setTimeout(r, 2));
+        }
+        return epoch;
+      }
+      await new Promise((r) => setTimeout(r, 2));
+    }
+  }
+
   // ---- savepoints ----
 
   /** Take a savepoint now (after the epoch in flight); resolves when it is written to savepoints/<label>. */

@@ -41,8 +41,12 @@ export interface LocalAwsEnvironment {
   close(): Promise<void>;
 }
 
-/** Resolve each service's endpoint, starting DynamoDB Local and/or fauxqs where none is configured. */
-export async function openLocalAws(env: NodeJS.ProcessEnv = process.env): Promise<LocalAwsEnvironment> {
+/**
+ * Resolve each service's endpoint, starting DynamoDB Local and/or fauxqs where none is
+ * configured. Reads process.env, the same variables the SDK reads for configured services.
+ */
+export async function openLocalAws(): Promise<LocalAwsEnvironment> {
+  const env = process.env;
   const region = env.AWS_REGION ?? env.AWS_DEFAULT_REGION ?? LOCAL_REGION;
   const started: LocalServer[] = [];
   const need = { dynamodb: !configuredEndpoint('dynamodb', env), fauxqs: !configuredEndpoint('sqs', env) || !configuredEndpoint('s3', env) };
@@ -64,7 +68,9 @@ export async function openLocalAws(env: NodeJS.ProcessEnv = process.env): Promis
     const base = (e: ServiceEndpoint) => (e.endpoint ? { region, endpoint: e.endpoint, credentials: LOCAL_CREDENTIALS } : { region });
     const clients = {
       dynamodb: new DynamoDBClient(base(dynamodb)),
-      sqs: new SQSClient(base(sqs)),
+      // Queue URLs from local servers may name hosts that do not resolve (fauxqs: sqs.<region>.localhost);
+      // every queue lives on the endpoint we talk to, so never switch to the URL's host.
+      sqs: new SQSClient({ ...base(sqs), useQueueUrlAsEndpoint: false }),
       // Local S3 servers serve path-style URLs only.
       s3: new S3Client({ ...base(s3), forcePathStyle: true }),
     };
@@ -89,7 +95,7 @@ export async function openLocalAws(env: NodeJS.ProcessEnv = process.env): Promis
 export function localAwsAt(endpoints: { readonly dynamodb: string; readonly sqs: string; readonly s3: string }, region = LOCAL_REGION, credentials = LOCAL_CREDENTIALS): LocalAwsEnvironment {
   const clients = {
     dynamodb: new DynamoDBClient({ region, endpoint: endpoints.dynamodb, credentials }),
-    sqs: new SQSClient({ region, endpoint: endpoints.sqs, credentials }),
+    sqs: new SQSClient({ region, endpoint: endpoints.sqs, credentials, useQueueUrlAsEndpoint: false }),
     s3: new S3Client({ region, endpoint: endpoints.s3, credentials, forcePathStyle: true }),
   };
   const at = (endpoint: string) => ({ endpoint, origin: endpoint });

@@ -20,7 +20,9 @@ export interface FunctionUrlServer {
   close(): Promise<void>;
 }
 
-export async function startFunctionUrl(handler: ProxyHandler, options: { port?: number; host?: string; onRequest?: (result: APIGatewayProxyStructuredResultV2, billedMs: number) => void } = {}): Promise<FunctionUrlServer> {
+type OnRequest = (result: APIGatewayProxyStructuredResultV2, billedMs: number, event: APIGatewayProxyEventV2) => void;
+
+export async function startFunctionUrl(handler: ProxyHandler, options: { port?: number; host?: string; onRequest?: OnRequest } = {}): Promise<FunctionUrlServer> {
   const server = createServer((req, res) => {
     void serve(handler, req, res, options.onRequest).catch((e) => {
       if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
@@ -43,7 +45,7 @@ export async function startFunctionUrl(handler: ProxyHandler, options: { port?: 
   };
 }
 
-async function serve(handler: ProxyHandler, req: IncomingMessage, res: ServerResponse, onRequest?: (r: APIGatewayProxyStructuredResultV2, ms: number) => void): Promise<void> {
+async function serve(handler: ProxyHandler, req: IncomingMessage, res: ServerResponse, onRequest?: OnRequest): Promise<void> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const c of req) {
@@ -57,8 +59,9 @@ async function serve(handler: ProxyHandler, req: IncomingMessage, res: ServerRes
     chunks.push(c as Buffer);
   }
   const t0 = performance.now();
-  const result = await handler(toEvent(req, Buffer.concat(chunks)));
-  onRequest?.(result, Math.ceil(performance.now() - t0));
+  const event = toEvent(req, Buffer.concat(chunks));
+  const result = await handler(event);
+  onRequest?.(result, Math.ceil(performance.now() - t0), event);
   const headers: Record<string, string> = {};
   for (const [k, v] of Object.entries(result.headers ?? {})) headers[k] = String(v);
   res.writeHead(result.statusCode ?? 200, headers);

@@ -151,8 +151,10 @@ async function launch(dir: string, port: number): Promise<LocalServer> {
 /**
  * fauxqs (SQS, SNS and S3 emulator) in this process on a free loopback port.
  * startFauxqs() from the package listens on 0.0.0.0; building the app ourselves keeps
- * it on 127.0.0.1. Queue URLs then carry the request's host (127.0.0.1:port), so SDK
- * clients need only `endpoint` (and `forcePathStyle: true` for S3). Imported lazily:
+ * it on 127.0.0.1. Its queue URLs name `sqs.<region>.localhost:<port>`, which does not
+ * resolve here: an SQS client must either get `endpoint` in its config (then the SDK
+ * ignores the URL's host) or `useQueueUrlAsEndpoint: false` (needed when the endpoint
+ * comes from AWS_ENDPOINT_URL_SQS). S3 needs `forcePathStyle: true`. Imported lazily:
  * fauxqs is a development dependency, needed only when no SQS/S3 endpoint is configured.
  */
 export async function startFauxqs(): Promise<LocalServer> {

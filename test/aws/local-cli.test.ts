@@ -1,0 +1,134 @@
+/**
+ * `--target local-aws` as a user runs it, in child processes:
+ * - `sluice run` with no endpoint configured starts DynamoDB Local and fauxqs itself,
+ *   writes the embedded runtime's output and ends with the cost line;
+ * - `sluice dev` with AWS_ENDPOINT_URL_DYNAMODB/_SQS/_S3 set uses those servers (the
+ *   test setup's) and serves the ingest handler behind a local Function URL, which
+ *   `sluice publish` feeds.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, inject, it } from 'vitest';
+import q5 from '../../examples/nexmark/q5.ts';
+import { Sinks, type Sink } from '../../lib/api/sinks.ts';
+import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
+import { generateEvents, serializeEvent } from '../../lib/nexmark/index.ts';
+import { ROOT, sluice } from '../cli/helpers.ts';
+
+/** The environment without any endpoint variable, plus `extra`. */
+function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  for (const k of Object.keys(env)) if (k.startsWith('AWS_ENDPOINT_URL') || k === 'AWS_IGNORE_CONFIGURED_ENDPOINT_URLS') delete env[k];
+  return { ...env, ...extra };
+}
+
+function run(args: string[], env: NodeJS.ProcessEnv, timeoutMs: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['bin/sluice.js', ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`timed out: sluice ${args.join(' ')}\n${stderr}`));
+    }, timeoutMs);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+function waitFor(read: () => string, pattern: RegExp, timeoutMs: number): Promise<RegExpMatchArray> {
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    const poll = setInterval(() => {
+      const m = read().match(pattern);
+      if (m) {
+        clearInterval(poll);
+        resolve(m);
+      } else if (Date.now() - started > timeoutMs) {
+        clearInterval(poll);
+        reject(new Error(`timed out waiting for ${pattern}; output so far:\n${read()}`));
+      }
+    }, 50);
+  });
+}
+
+describe('sluice --target local-aws', () => {
+  it('run: starts its own local servers and writes the embedded output, then the cost line', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-local-aws-cli-'));
+    const input = join(dir, 'events.jsonl');
+    const output = join(dir, 'hot.jsonl');
+    writeFileSync(input, [...generateEvents(0, 1000, { ratePerSec: 100 })].map(serializeEvent).join('\n') + '\n{"type":"bid"}\n');
+    const expected = Sinks.collect<unknown>();
+    await new EmbeddedRuntime(q5(), { sources: { events: { kind: 'file', path: input } }, sinks: { results: expected as Sink<any> } }).run();
+
+    const res = await run(['run', 'examples/nexmark/q5.ts', '--input', input, '--output', output, '--target', 'local-aws'], childEnv(), 170_000);
+    expect(res.code, res.stderr).toBe(0);
+    expect(res.stderr).toMatch(/DynamoDB DynamoDB Local at http:\/\/127\.0\.0\.1:\d+; SQS fauxqs at http:\/\/127\.0\.0\.1:\d+/);
+    expect(res.stderr).toMatch(/events\.jsonl:1001: dateTime/);
+    expect(res.stderr).toMatch(/sluice run nexmark-q5: 1,000 records in, \d+ out .* 1 rejected inputs, 0 dead letters/);
+    expect(res.stderr).toMatch(/cost on AWS \(us-east-1 prices as of \d{4}-\d\d\): [\d,]+ Lambda requests .* = \$[\d.]+, \$[\d.]+ per million events\n?$/);
+    const got = readFileSync(output, 'utf8').trim().split('\n').sort();
+    expect(got).toEqual(expected.records.map((r) => JSON.stringify(r)).sort());
+  }, 180_000);
+
+  it('dev: uses the servers the SDK variables name and takes events through the ingest handler', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-local-aws-dev-'));
+    const file = join(dir, 'views.jsonl');
+    // Published 4 lines per request: the ingest function sends each request to the next source
+    // partition, and both must see t = 130 s, because on AWS a source partition without data is
+    // never marked idle (no timer runs there) and would hold event time back.
+    const views = [
+      { page: '/a', user: 'u1', time: 1_000 },
+      { page: '/a', user: 'u2', time: 2_000 },
+      { page: '/b', user: 'u1', time: 59_999 },
+      { page: '/b', user: 'u2', time: 130_000 },
+      { page: '/a', user: 'u3', time: 60_000 },
+      { page: '/b', user: 'u3', time: 130_000 },
+    ];
+    writeFileSync(file, views.map((v) => JSON.stringify(v)).join('\n') + '\n{"page": 1}\n');
+    const env = childEnv({
+      AWS_ENDPOINT_URL_DYNAMODB: inject('dynamodbEndpoint'),
+      AWS_ENDPOINT_URL_SQS: inject('fauxqsEndpoint'),
+      AWS_ENDPOINT_URL_S3: inject('fauxqsEndpoint'),
+      AWS_REGION: inject('awsRegion'),
+      AWS_ACCESS_KEY_ID: inject('awsCredentials').accessKeyId,
+      AWS_SECRET_ACCESS_KEY: inject('awsCredentials').secretAccessKey,
+    });
+    const dev = spawn(process.execPath, ['bin/sluice.js', 'dev', 'examples/first-job.ts', '--port', '0', '--target', 'local-aws'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    dev.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    dev.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    const exited = new Promise<number | null>((resolve) => dev.on('close', resolve));
+    try {
+      const [, url] = await waitFor(() => stderr, /ingestion endpoint (http:\/\/127\.0\.0\.1:\d+)/, 60_000);
+      expect(stderr).toContain(`DynamoDB AWS_ENDPOINT_URL_DYNAMODB=${inject('dynamodbEndpoint')}`);
+      expect(stderr).toContain(`SQS AWS_ENDPOINT_URL_SQS=${inject('fauxqsEndpoint')}`);
+      const published = await sluice(['publish', 'views', file, '--url', url, '--batch-size', '4']);
+      expect(published.code).toBe(1); // one line was rejected by the ingest handler, and publish says so
+      expect(published.stdout + published.stderr).toMatch(/6 accepted/);
+      expect(published.stdout + published.stderr).toMatch(/line 7/);
+      await waitFor(() => stdout, /"windowStart":60000/, 60_000);
+      const lines = stdout.trim().split('\n').map((l) => JSON.parse(l));
+      expect(lines).toEqual(
+        expect.arrayContaining([
+          { page: '/a', windowStart: 0, views: 2 },
+          { page: '/b', windowStart: 0, views: 1 },
+          { page: '/a', windowStart: 60000, views: 1 },
+        ]),
+      );
+      await waitFor(() => stderr, /invocations\s+messages/, 10_000);
+    } finally {
+      dev.kill('SIGINT');
+    }
+    expect(await exited).toBe(0);
+    expect(stderr).toMatch(/stopped: 6 records ingested, 1 rejected, 0 dead letters/);
+    expect(stderr).toMatch(/cost on AWS .* [1-9]\d* HTTP API requests = \$/);
+  }, 120_000);
+});
