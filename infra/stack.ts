@@ -2,7 +2,7 @@
  * The deployable stack: one SluiceJob and the outputs a user needs to publish events
  * and find results. infra/app.ts instantiates it for functions/job.ts.
  */
-import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
+import { CfnOutput, Stack, type StackProps } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
 import { SluiceJob, type SluiceJobProps } from './sluice-job.ts';
 
@@ -25,6 +25,7 @@ export class SluiceJobStack extends Stack {
     new CfnOutput(this, 'EndpointUrl', { value: s.endpointUrl, description: 'POST events to <EndpointUrl>streams/<stream>/events (SigV4 by default)' });
     new CfnOutput(this, 'StateTableName', { value: s.table.tableName });
     new CfnOutput(this, 'SnapshotBucketName', { value: s.bucket.bucketName });
+    new CfnOutput(this, 'AccessLogBucketName', { value: s.accessLogBucket.bucketName });
     new CfnOutput(this, 'ResultLogGroups', { value: s.resultLogGroups.map((g) => g.logGroupName).join(',') || '-', description: 'Log groups of the sink stages (stdout sinks)' });
     new CfnOutput(this, 'IngestFunctionName', { value: s.ingestion.function.fn.functionName });
     new CfnOutput(this, 'DeadLetterQueueUrls', { value: s.stages.map((x) => x.deadLetterQueue.queueUrl).join(',') });
@@ -32,4 +33,3 @@ export class SluiceJobStack extends Stack {
   }
 }
 
-export { RemovalPolicy };

@@ -5,6 +5,7 @@
  */
 import { App, Aspects, Stack } from 'aws-cdk-lib';
 import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
+import type { SynthesisMessage } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { createApp } from '../../../infra/app.ts';
 import type { CheckpointStateMachineFactory } from '../../../infra/checkpoints.ts';
@@ -79,7 +80,7 @@ export function logicalId(stack: Stack, construct: { node: { defaultChild?: unkn
 /** Unsuppressed cdk-nag errors and warnings (AwsSolutions-*). */
 export function nagFindings(stack: Stack): { errors: string[]; warnings: string[] } {
   const a = Annotations.fromStack(stack);
-  const fmt = (m: { id: string; entry: { data: unknown } }) => `${m.id}: ${String(m.entry.data).split('\n')[0]}`;
+  const fmt = (m: SynthesisMessage) => `${m.id}: ${String(m.entry.data).split('\n')[0]}`;
   return {
     errors: a.findError('*', Match.stringLikeRegexp('AwsSolutions-.*')).map(fmt),
     warnings: a.findWarning('*', Match.stringLikeRegexp('AwsSolutions-.*')).map(fmt),
