@@ -1,12 +1,14 @@
 /**
  * One operator's timers in one partition: the committed set plus this batch's
- * changes, with a min-heap for firing in (time, key, namespace) order. The order is
- * total, so firing is deterministic and does not depend on how the set was rebuilt.
+ * changes, fired in (time, key, namespace) order. The order is total, so firing is
+ * deterministic and does not depend on how the set was rebuilt.
  *
- * Hot path: every window of every key has a timer, so a timer costs no string
- * building. Timers are found by key, then (when a key has several) by namespace and
- * time; the heap holds nodes whose `live` flag says whether they still count, so a
- * deleted timer is dropped when it reaches the top instead of being searched for.
+ * Hot path: every window of every key has a timer, and thousands of keys share each
+ * window's end. So a timer costs no string building (timers are found by key, then in
+ * the key's short list by namespace and time), and the firing order is kept per time:
+ * a min-heap of distinct times, each with a bucket of timers sorted by (key, namespace)
+ * once, when its time comes (one sort instead of a heap step per timer). Nodes carry a
+ * `live` flag, so a deleted timer is skipped when its turn comes rather than searched for.
  */
 import type { TimerEntry } from '../state/backend.ts';
 
@@ -21,22 +23,36 @@ interface Node {
   committed: boolean;
 }
 
-/** A key's timers: usually one, so no map until there are two. */
+/**
+ * A key's timers (live, and committed ones deleted in this batch): usually one or two,
+ * searched in a list; a map by (namespace, time) only for keys with many.
+ */
 interface KeyTimers {
-  one?: Node;
-  many?: Map<string, Node>;
+  list: Node[];
+  map?: Map<string, Node>;
 }
+
+const LIST_MAX = 8;
 
 const slot = (ns: string, time: number) => ns + '\u0001' + time;
 
-function before(a: Node, b: Node): boolean {
-  if (a.time !== b.time) return a.time < b.time;
-  if (a.key !== b.key) return a.key < b.key;
-  return a.ns < b.ns;
+/** (key, namespace) order within one time. */
+function compare(a: Node, b: Node): number {
+  if (a.key !== b.key) return a.key < b.key ? -1 : 1;
+  return a.ns < b.ns ? -1 : a.ns > b.ns ? 1 : 0;
+}
+
+/** The timers of one time, sorted once firing reaches them; `next` is the firing position. */
+interface Bucket {
+  nodes: Node[];
+  sorted: boolean;
+  next: number;
 }
 
 export class TimerQueue {
-  private readonly heap: Node[] = [];
+  /** Min-heap of the times that have a bucket. */
+  private readonly times: number[] = [];
+  private readonly buckets = new Map<number, Bucket>();
   /** Live timers, and committed ones deleted in this batch (so that registering again revives them). */
   private readonly byKey = new Map<string, KeyTimers>();
   private liveCount = 0;
@@ -72,16 +88,22 @@ export class TimerQueue {
 
   /** Earliest live timer time, or +Infinity. */
   peekTime(): number {
-    this.dropDead();
-    return this.heap.length ? this.heap[0].time : Number.POSITIVE_INFINITY;
+    const b = this.firstBucket();
+    return b === undefined ? Number.POSITIVE_INFINITY : this.times[0];
   }
 
   /** Remove and return the earliest live timer at or before `upTo`. */
   pollUpTo(upTo: number): TimerEntry | undefined {
-    this.dropDead();
-    const h = this.heap;
-    if (h.length === 0 || h[0].time > upTo) return undefined;
-    const n = this.pop();
+    if (this.times.length === 0 || this.times[0] > upTo) return undefined;
+    const b = this.firstBucket();
+    if (b === undefined || this.times[0] > upTo) return undefined;
+    if (!b.sorted) {
+      b.nodes.sort(compare);
+      b.sorted = true;
+      while (!b.nodes[b.next].live) b.nodes[b.next++].inHeap = false;
+    }
+    const n = b.nodes[b.next++];
+    n.inHeap = false;
     this.kill(n);
     return n.entry;
   }
@@ -93,8 +115,8 @@ export class TimerQueue {
       if (n.live && n.time <= upTo) out.push(n.entry);
     };
     for (const kt of this.byKey.values()) {
-      if (kt.one) take(kt.one);
-      else for (const n of kt.many!.values()) take(n);
+      if (kt.map !== undefined) for (const n of kt.map.values()) take(n);
+      else for (const n of kt.list) take(n);
     }
     return out;
   }
@@ -119,21 +141,22 @@ export class TimerQueue {
   private find(key: string, ns: string, time: number): Node | undefined {
     const kt = this.byKey.get(key);
     if (kt === undefined) return undefined;
-    if (kt.one !== undefined) return kt.one.time === time && kt.one.ns === ns ? kt.one : undefined;
-    return kt.many!.get(slot(ns, time));
+    if (kt.map !== undefined) return kt.map.get(slot(ns, time));
+    for (const n of kt.list) if (n.time === time && n.ns === ns) return n;
+    return undefined;
   }
 
   private insert(t: TimerEntry): Node {
     const n: Node = { time: t.time, key: t.key, ns: t.ns, entry: t, live: true, inHeap: false, committed: false };
     const kt = this.byKey.get(t.key);
-    if (kt === undefined) this.byKey.set(t.key, { one: n });
-    else if (kt.one !== undefined) {
-      kt.many = new Map([
-        [slot(kt.one.ns, kt.one.time), kt.one],
-        [slot(n.ns, n.time), n],
-      ]);
-      kt.one = undefined;
-    } else kt.many!.set(slot(n.ns, n.time), n);
+    if (kt === undefined) this.byKey.set(t.key, { list: [n] });
+    else if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
+    else if (kt.list.length < LIST_MAX) kt.list.push(n);
+    else {
+      kt.map = new Map(kt.list.map((x) => [slot(x.ns, x.time), x]));
+      kt.map.set(slot(n.ns, n.time), n);
+      kt.list = [];
+    }
     this.liveCount++;
     this.changed.push(n);
     this.push(n);
@@ -156,50 +179,79 @@ export class TimerQueue {
   private remove(n: Node): void {
     const kt = this.byKey.get(n.key);
     if (kt === undefined) return;
-    if (kt.one === n) this.byKey.delete(n.key);
-    else if (kt.many !== undefined && kt.many.get(slot(n.ns, n.time)) === n) {
-      kt.many.delete(slot(n.ns, n.time));
-      if (kt.many.size === 0) this.byKey.delete(n.key);
+    if (kt.map !== undefined) {
+      if (kt.map.get(slot(n.ns, n.time)) === n) kt.map.delete(slot(n.ns, n.time));
+      if (kt.map.size === 0) this.byKey.delete(n.key);
+      return;
+    }
+    const i = kt.list.indexOf(n);
+    if (i < 0) return;
+    if (kt.list.length === 1) this.byKey.delete(n.key);
+    else kt.list.splice(i, 1);
+  }
+
+  /** The bucket of the earliest time with a live timer, positioned on it (dead ones skipped, empty buckets dropped). */
+  private firstBucket(): Bucket | undefined {
+    while (this.times.length > 0) {
+      const b = this.buckets.get(this.times[0])!;
+      if (b.sorted) {
+        while (b.next < b.nodes.length && !b.nodes[b.next].live) b.nodes[b.next++].inHeap = false;
+        if (b.next < b.nodes.length) return b;
+      } else if (b.nodes.some((n) => n.live)) return b;
+      else for (const n of b.nodes) n.inHeap = false;
+      this.buckets.delete(this.times[0]);
+      this.popTime();
+    }
+    return undefined;
+  }
+
+  /** Queue a node for firing; into a bucket being fired, at its place among the rest. */
+  private push(n: Node): void {
+    n.inHeap = true;
+    const b = this.buckets.get(n.time);
+    if (b === undefined) {
+      this.buckets.set(n.time, { nodes: [n], sorted: false, next: 0 });
+      this.pushTime(n.time);
+    } else if (!b.sorted) b.nodes.push(n);
+    else {
+      let lo = b.next;
+      let hi = b.nodes.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (compare(b.nodes[mid], n) <= 0) lo = mid + 1;
+        else hi = mid;
+      }
+      b.nodes.splice(lo, 0, n);
     }
   }
 
-  private dropDead(): void {
-    const h = this.heap;
-    while (h.length && !h[0].live) this.pop();
-  }
-
-  private push(n: Node): void {
-    n.inHeap = true;
-    const h = this.heap;
-    h.push(n);
-    let i = h.length - 1;
+  private pushTime(t: number): void {
+    const h = this.times;
+    let i = h.length;
+    h.push(t);
     while (i > 0) {
       const p = (i - 1) >> 1;
-      if (!before(n, h[p])) break;
+      if (h[p] <= t) break;
       h[i] = h[p];
       i = p;
     }
-    h[i] = n;
+    h[i] = t;
   }
 
-  private pop(): Node {
-    const h = this.heap;
-    const top = h[0];
-    top.inHeap = false;
+  private popTime(): void {
+    const h = this.times;
     const last = h.pop()!;
-    if (h.length) {
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1;
-        if (l >= h.length) break;
-        const r = l + 1;
-        const m = r < h.length && before(h[r], h[l]) ? r : l;
-        if (!before(h[m], last)) break;
-        h[i] = h[m];
-        i = m;
-      }
-      h[i] = last;
+    if (h.length === 0) return;
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1;
+      if (l >= h.length) break;
+      const r = l + 1;
+      const m = r < h.length && h[r] < h[l] ? r : l;
+      if (h[m] >= last) break;
+      h[i] = h[m];
+      i = m;
     }
-    return top;
+    h[i] = last;
   }
 }
