@@ -9,6 +9,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import q5 from '../../examples/nexmark/q5.ts';
 import q8 from '../../examples/nexmark/q8.ts';
@@ -152,5 +153,32 @@ describe('local-AWS mode gives the embedded runtime\'s output', () => {
     // Its group was retried (failed messages came back) before the record was parked.
     expect(run.stages.reduce((n, s) => n + s.metrics.failures, 0)).toBeGreaterThan(0);
     expectCleanRun(run);
+  }, 180_000);
+
+  it('a message no handler can read is redriven to the DLQ by SQS after maxReceiveCount; its partition then flows', async () => {
+    const makeJob = () => {
+      const job = new Job('garbage', { parallelism: 2, maxParallelism: 16 });
+      job
+        .fromItems('n', Array.from({ length: 50 }, (_, i) => i), { timestamp: (i) => i })
+        .keyBy((i) => i % 5)
+        .process<number, Record<string, never>>({
+          processElement(i, ctx) {
+            ctx.emit(i * 2);
+          },
+        })
+        .name('double')
+        .sinkTo(Sinks.collect(), 'out');
+      return job;
+    };
+    const out = Sinks.collect<number>();
+    const runtime = new LocalAwsRuntime(makeJob(), { env, sinks: { out: out as Sink<any> }, maxReceiveCount: 4 });
+    await runtime.start();
+    // Ahead of any real input, partition 1 of the keyed stage gets a body that is not a Sluice message.
+    await env.clients.sqs.send(new SendMessageCommand({ QueueUrl: runtime.queues[1].url, MessageBody: 'not a sluice message', MessageGroupId: '1', MessageDeduplicationId: 'garbage-1' }));
+    const run = await runtime.run();
+    expect([...out.records].sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i * 2));
+    expect(run.deadLetters).toEqual([{ kind: 'redriven', stage: 1, messageId: expect.any(String), receives: expect.any(String), body: 'not a sluice message' }]);
+    // Received maxReceiveCount times, failing each time, before SQS moved it.
+    expect(run.stages[1].metrics.failures).toBeGreaterThanOrEqual(4);
   }, 180_000);
 });
