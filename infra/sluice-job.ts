@@ -11,6 +11,7 @@
  * Names the handlers look up (queues, table) follow lib/aws/naming.ts; what they
  * cannot derive comes from the environment listed in handler-environment.ts.
  */
+import { Duration } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import type * as iam from 'aws-cdk-lib/aws-iam';
@@ -101,7 +102,7 @@ export class SluiceJob extends Construct {
           const f = sluiceFunction(scope, fid, {
             entry,
             description: `Sluice ${p.job.name} checkpoint task ${fid}`,
-            timeout: o.timeout ?? p.operatorTimeout.plus(p.operatorTimeout),
+            timeout: o.timeout ?? Duration.seconds(60),
             memorySize: o.memorySize ?? 512,
             environment: { ...environment, ...o.environment },
             logRetention: p.retention.logs,
