@@ -60,7 +60,8 @@ async function emptyBucket(s3: S3Client, bucket: string): Promise<void> {
 
 describe.skipIf(!LOCALSTACK && !REAL_AWS)(`deploy ${STACK} (${LOCALSTACK ? 'LocalStack' : 'AWS'}, ${KIND}), publish, read results`, () => {
   const outputsFile = join(mkdtempSync(join(tmpdir(), 'sluice-e2e-')), 'outputs.json');
-  let outputs: Record<string, string>;
+  let outputs: Record<string, string> | undefined;
+  let attempted = false;
   let credentials: AwsCredentials;
   let region: string;
   const s3 = new S3Client({ ...(LOCALSTACK ? { forcePathStyle: true } : {}) });
@@ -70,20 +71,21 @@ describe.skipIf(!LOCALSTACK && !REAL_AWS)(`deploy ${STACK} (${LOCALSTACK ? 'Loca
     credentials = await s3.config.credentials();
     region = env.AWS_REGION ?? (await s3.config.region());
     if (LOCALSTACK) cdk('bootstrap');
+    attempted = true;
     cdk('deploy', STACK, '--require-approval', 'never', '--outputs-file', outputsFile);
     outputs = (JSON.parse(readFileSync(outputsFile, 'utf8')) as Record<string, Record<string, string>>)[STACK];
   }, 1_600_000);
 
   afterAll(async () => {
-    if (!outputs || process.env.SLUICE_E2E_KEEP === '1') return;
+    if (!attempted || process.env.SLUICE_E2E_KEEP === '1') return;
     // Versioned buckets must be empty for CloudFormation to delete them.
-    for (const bucket of [outputs.SnapshotBucketName, outputs.AccessLogBucketName].filter(Boolean)) await emptyBucket(s3, bucket);
+    for (const bucket of [outputs?.SnapshotBucketName, outputs?.AccessLogBucketName]) if (bucket) await emptyBucket(s3, bucket);
     cdk('destroy', STACK, '--force');
   }, 1_600_000);
 
   const service = () => (KIND === 'functionUrl' ? 'lambda' : 'execute-api');
   async function post(path: string, body: unknown, headers: Record<string, string> = {}, sign = true): Promise<Response> {
-    const url = new URL(path, outputs.EndpointUrl).href;
+    const url = new URL(path, outputs!.EndpointUrl).href;
     const text = JSON.stringify(body);
     const base = { 'content-type': 'application/json', ...headers };
     const signed = sign ? signRequest({ method: 'POST', url, headers: base, body: text, service: service(), region, credentials }) : base;
@@ -121,7 +123,7 @@ describe.skipIf(!LOCALSTACK && !REAL_AWS)(`deploy ${STACK} (${LOCALSTACK ? 'Loca
     const deadline = Date.now() + 300_000;
     while (Date.now() < deadline && found.size < expected.length) {
       await new Promise((r) => setTimeout(r, 5000));
-      for (const group of outputs.ResultLogGroups.split(',')) {
+      for (const group of outputs!.ResultLogGroups.split(',')) {
         let nextToken: string | undefined;
         do {
           const body = JSON.stringify({ logGroupName: group, startTime: started - 60_000, nextToken });
