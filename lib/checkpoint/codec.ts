@@ -8,20 +8,38 @@
 
 const TAGS = new Set(['$n', '$u', '$o']);
 
+/** Tags what JSON cannot hold; copy-on-write, so clean subtrees (most state) are not copied. */
 function encodeWalk(v: unknown): unknown {
   if (typeof v === 'number') return Number.isFinite(v) ? v : { $n: String(v) };
   if (v === undefined) return { $u: 1 };
   if (v === null || typeof v !== 'object') return v;
-  if (Array.isArray(v)) return v.map(encodeWalk);
-  const out: Record<string, unknown> = {};
-  let tagged = false;
-  for (const k of Object.keys(v)) {
-    const x = (v as Record<string, unknown>)[k];
-    if (x === undefined) continue;
-    if (TAGS.has(k)) tagged = true;
-    out[k] = encodeWalk(x);
+  if (Array.isArray(v)) {
+    let out: unknown[] | undefined;
+    for (let i = 0; i < v.length; i++) {
+      const x = v[i];
+      const y = encodeWalk(x);
+      if (y !== x && !out) out = v.slice(0, i);
+      if (out) out.push(y);
+    }
+    return out ?? v;
   }
-  return tagged ? { $o: out } : out;
+  let out: Record<string, unknown> | undefined;
+  let tagged = false;
+  const keys = Object.keys(v);
+  for (let i = 0; i < keys.length; i++) {
+    const k = keys[i];
+    const x = (v as Record<string, unknown>)[k];
+    if (TAGS.has(k)) tagged = true;
+    // JSON drops undefined properties itself; keep them out of copies too.
+    const y = x === undefined ? x : encodeWalk(x);
+    if (y !== x && !out) {
+      out = {};
+      for (let j = 0; j < i; j++) out[keys[j]] = (v as Record<string, unknown>)[keys[j]];
+    }
+    if (out && y !== undefined) out[k] = y;
+  }
+  const o = out ?? v;
+  return tagged ? { $o: o } : o;
 }
 
 function decodeWalk(v: unknown): unknown {

@@ -7,8 +7,7 @@
  * chain oldest first: the full snapshot, then each delta.
  */
 import { createHash } from 'node:crypto';
-import type { PartitionProgress, TimerEntry } from '../state/backend.ts';
-import { timerId } from '../state/backend.ts';
+import { type PartitionProgress, type TimerEntry, timerId } from '../state/backend.ts';
 import { fromBytes, toBytes } from './codec.ts';
 import { ManifestChainError } from './errors.ts';
 import type { BlobStore } from './storage.ts';
@@ -23,11 +22,12 @@ export interface SnapshotObject {
   readonly baseEpoch: number;
   readonly full: boolean;
   readonly progress: PartitionProgress;
-  /** [key group, entity, [field, value][] or null (deleted)], sorted by (kg, entity). */
-  readonly entities: readonly (readonly [number, string, readonly (readonly [string, unknown])[] | null])[];
-  /** [timerId, entry or null (deleted)], sorted by id. */
-  readonly timers: readonly (readonly [string, TimerEntry | null])[];
+  /** One row per entity (changed ones in a delta, all in a full snapshot), sorted by entity. */
+  readonly entities: readonly SnapshotRow[];
 }
+
+/** [key group, entity, its fields or null (none left), all its live timers]: an entity is replaced whole. */
+export type SnapshotRow = readonly [number, string, readonly (readonly [string, unknown])[] | null, readonly TimerEntry[]];
 
 export function snapshotKey(job: string, stage: number, partition: number, epoch: number, bytes: Uint8Array): string {
   // Content-addressed: a retried barrier that computes the same snapshot rewrites the same
@@ -42,7 +42,7 @@ export function encodeSnapshot(s: SnapshotObject): Uint8Array {
 
 export function decodeSnapshot(bytes: Uint8Array): SnapshotObject {
   const s = fromBytes<SnapshotObject>(bytes);
-  if (s?.format !== 1 || !Array.isArray(s.entities) || !Array.isArray(s.timers)) {
+  if (s?.format !== 1 || !Array.isArray(s.entities)) {
     throw new ManifestChainError(0, null, 'a snapshot object of format 1', `an object of format ${String((s as { format?: unknown })?.format)}`);
   }
   return s;
@@ -64,26 +64,26 @@ export function applyChain(objects: readonly SnapshotObject[], links: readonly C
   if (objects.length === 0) throw new ManifestChainError(epoch, null, 'a non-empty snapshot chain', 'none');
   if (!objects[0].full) throw new ManifestChainError(epoch, `${objects[0].stage}/${objects[0].partition}`, 'a chain starting with a full snapshot', `a delta of epoch ${objects[0].epoch}`);
   const entities = new Map<string, { kg: number; fields: Map<string, unknown> }>();
-  const timers = new Map<string, TimerEntry>();
+  const timersOf = new Map<string, readonly TimerEntry[]>();
   let progress = objects[0].progress;
   let bytes = 0;
   objects.forEach((o, i) => {
     if (o.epoch !== links[i].epoch) throw new ManifestChainError(epoch, `${o.stage}/${o.partition}`, `snapshot of epoch ${links[i].epoch} at ${links[i].key}`, `epoch ${o.epoch}`);
     if (o.full) {
       entities.clear();
-      timers.clear();
+      timersOf.clear();
     }
-    for (const [kg, entity, fields] of o.entities) {
+    for (const [kg, entity, fields, timers] of o.entities) {
       if (fields === null) entities.delete(entity);
       else entities.set(entity, { kg, fields: new Map(fields) });
-    }
-    for (const [id, t] of o.timers) {
-      if (t === null) timers.delete(id);
-      else timers.set(id, t);
+      if (timers.length) timersOf.set(entity, timers);
+      else timersOf.delete(entity);
     }
     progress = o.progress;
     bytes += links[i].bytes;
   });
+  const timers = new Map<string, TimerEntry>();
+  for (const ts of timersOf.values()) for (const t of ts) timers.set(timerId(t), t);
   return { stage: objects[0].stage, partition: objects[0].partition, epoch, progress, entities, timers, bytes };
 }
 
@@ -106,5 +106,3 @@ export async function restoreManifest(manifest: Manifest, blobs: BlobStore): Pro
 export function sortedEntries<V>(m: ReadonlyMap<string, V>): [string, V][] {
   return [...m].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
 }
-
-export { timerId };

@@ -19,7 +19,7 @@ import { channelId, type PhysicalPlan } from '../graph/compile.ts';
 import type { ChannelProgress, PartitionProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import type { StateTxn } from '../state/txn.ts';
 import type { Barrier, Envelope, OutboxEntry } from '../transport/envelope.ts';
-import { buildSnapshot, type ChangeTracker, keyGroupsOf } from './snapshots.ts';
+import { buildSnapshot, type DirtyEntity, keyGroupsOf } from './snapshots.ts';
 
 interface Aligning {
   barrier: Barrier;
@@ -61,8 +61,10 @@ export interface AlignerHost {
   /** Seal buffered records into channel envelopes and sink deliveries (they precede the barrier). */
   sealOutputs(): void;
   push(entry: OutboxEntry): void;
-  liveTimers(): TimerEntry[];
-  timerChanges(): { adds: TimerEntry[]; deletes: TimerEntry[] };
+  /** Entities whose timers changed since the last commit. */
+  timerEntities(): DirtyEntity[];
+  timersOf(entity: string): TimerEntry[];
+  allTimerEntities(): DirtyEntity[];
   commit(next: NonNullable<TrackingUpdate['next']>): Promise<void>;
   /** Apply a held envelope (its position is already consumed). */
   take(env: Envelope): Promise<void>;
@@ -80,7 +82,6 @@ export class BarrierAligner {
     private readonly store: BlobStore,
     private readonly backend: StateBackend,
     private readonly txn: StateTxn,
-    private readonly tracker: ChangeTracker,
     private readonly host: AlignerHost,
   ) {
     this.key = participantKey(scope);
@@ -126,7 +127,6 @@ export class BarrierAligner {
     }
     const cut: PartitionProgress = { inputs, outputs: { ...p.outputs }, outputWatermark: p.outputWatermark, outputIdle: p.outputIdle, lastBarrier: b.epoch };
     const full = b.baseEpoch === 0 || b.full.includes(this.key);
-    const { adds, deletes } = this.host.timerChanges();
     const object = await buildSnapshot({
       job: this.scope.job,
       scope: this.scope,
@@ -136,12 +136,11 @@ export class BarrierAligner {
       progress: cut,
       backend: this.backend,
       txn: this.txn,
-      tracker: this.tracker,
       keyGroups: this.keyGroups,
       writes: this.txn.writes(),
-      timerAdds: adds,
-      timerDeletes: deletes,
-      liveTimers: () => this.host.liveTimers(),
+      timerEntities: this.host.timerEntities(),
+      timersOf: (e) => this.host.timersOf(e),
+      allTimerEntities: () => this.host.allTimerEntities(),
     });
     const bytes = encodeSnapshot(object);
     const key = snapshotKey(this.scope.job, this.scope.stage, this.scope.partition, b.epoch, bytes);

@@ -24,7 +24,7 @@ import { StateTxn } from '../state/txn.ts';
 import { compareOffsets, type DeadLetter, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, NodeContext, type NodeRuntime } from './context.ts';
-import { ChangeTracker } from './snapshots.ts';
+import type { DirtyEntity } from './snapshots.ts';
 import { TimerQueue } from './timers.ts';
 
 export { entityId };
@@ -105,8 +105,10 @@ export class PartitionRuntime {
   private skip: ReadonlyMap<string, { error: string; attempts: number }> | undefined;
   /** What this process() call committed so far (an aligned barrier commits mid-batch). */
   private acc = { outbox: [] as OutboxEntry[], recordsIn: 0, committed: false };
-  private tracker: ChangeTracker | undefined;
+  /** Checkpointed runs: commits mark the entities they changed (incremental snapshots). */
+  private tracking = false;
   private aligner: BarrierAligner | undefined;
+  private readonly byName = new Map<string, NodeRuntime>();
 
   private constructor(private readonly deps: PartitionDeps) {
     this.stage = deps.plan.stages[deps.stage];
@@ -130,11 +132,11 @@ export class PartitionRuntime {
     for (const t of rec.timers) this.nodes.get(t.node)?.timers[t.domain].load(t);
     this.inputWatermark = this.computeInputWatermark();
     if (this.deps.checkpointStore) {
-      if (!this.deps.backend.tracksChanges) {
-        throw new InvariantError(`partition ${this.stage.name}#${this.scope.partition}: checkpoints need a state backend that tracks changed keys (tracksChanges)`);
+      if (!this.deps.backend.tracksChanges || !this.deps.backend.tracked) {
+        throw new InvariantError(`partition ${this.stage.name}#${this.scope.partition}: checkpoints need a state backend that tracks changed keys (tracksChanges, tracked)`);
       }
-      this.tracker = new ChangeTracker(rec.tracking, this.progress.lastBarrier ?? 0);
-      this.aligner = new BarrierAligner(this.deps.plan, this.scope, this.expectedChannels, this.deps.checkpointStore, this.deps.backend, this.txn, this.tracker, {
+      this.tracking = true;
+      this.aligner = new BarrierAligner(this.deps.plan, this.scope, this.expectedChannels, this.deps.checkpointStore, this.deps.backend, this.txn, {
         progress: () => this.progress,
         now: () => this.deps.clock.now(),
         sealOutputs: () => {
@@ -142,8 +144,10 @@ export class PartitionRuntime {
           this.sealSinks();
         },
         push: (e) => this.pendingOutbox.push(e),
-        liveTimers: () => this.order.flatMap((n) => [...n.timers.event.liveUpTo(MAX_WATERMARK), ...n.timers.processing.liveUpTo(MAX_WATERMARK)]),
-        timerChanges: () => this.timerChanges(),
+        timerEntities: () => this.timerEntities(),
+        timersOf: (e) => this.timersOf(e),
+        allTimerEntities: () =>
+          this.order.flatMap((n) => [...n.timers.event.liveUpTo(MAX_WATERMARK), ...n.timers.processing.liveUpTo(MAX_WATERMARK)].map((t) => ({ entity: entityId(n.node.name, t.key), kg: t.kg }))),
         commit: (next) => this.commitPart(true, next),
         take: (env) => this.take(env, false),
         prefetch: (envs) => (this.deps.backend.needsPrefetch ? this.prefetchFor(envs) : Promise.resolve()),
@@ -169,6 +173,7 @@ export class PartitionRuntime {
     (rt as { ctx: NodeContext }).ctx = new NodeContext(this, rt, this.deps.plan.job.maxParallelism);
     rt.op = createOperator(rt.ctx);
     this.nodes.set(node.id, rt);
+    this.byName.set(node.name, rt);
     this.order.push(rt);
   }
 
@@ -510,10 +515,30 @@ export class PartitionRuntime {
       const id = `sink:${sink}`;
       const seq = (this.progress.outputs[id] ?? 0) + 1;
       this.progress.outputs[id] = seq;
-      const tag = this.tracker ? { afterBarrier: this.progress.lastBarrier ?? 0 } : {};
+      const tag = this.tracking ? { afterBarrier: this.progress.lastBarrier ?? 0 } : {};
       this.pendingOutbox.push({ kind: 'sink', delivery: { sink, producer: `${this.stage.id}:${self}`, seq, records, ...tag } });
     }
     this.sinkBuffers = new Map();
+  }
+
+  /** The entities whose timers changed since the last commit (their timers go into the next delta). */
+  private timerEntities(): DirtyEntity[] {
+    const out: DirtyEntity[] = [];
+    for (const n of this.order) {
+      for (const q of [n.timers.event, n.timers.processing]) {
+        for (const t of q.added) out.push({ entity: entityId(n.node.name, t.key), kg: t.kg });
+        for (const t of q.deleted) out.push({ entity: entityId(n.node.name, t.key), kg: t.kg });
+      }
+    }
+    return out;
+  }
+
+  private timersOf(entity: string): TimerEntry[] {
+    const i = entity.indexOf('\u0001');
+    const n = this.byName.get(entity.slice(0, i));
+    if (!n) return [];
+    const key = entity.slice(i + 1);
+    return [...n.timers.event.liveOf(key), ...n.timers.processing.liveOf(key)];
   }
 
   private timerChanges(): { adds: TimerEntry[]; deletes: TimerEntry[] } {
@@ -545,7 +570,7 @@ export class PartitionRuntime {
     this.deps.beforeCommit?.();
     const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
     if (changed) {
-      const tracking = this.tracker ? ChangeTracker.updateOf(writes, timerAdds, timerDeletes, next) : undefined;
+      const tracking = this.tracking ? { entities: timerAdds.length || timerDeletes.length ? [...writes, ...this.timerEntities()] : writes, ...(next ? { next } : {}) } : undefined;
       await this.deps.backend.commit({
         scope: this.scope,
         expectedVersion: this.version,
@@ -556,7 +581,6 @@ export class PartitionRuntime {
         outbox,
         ...(tracking ? { tracking } : {}),
       });
-      if (tracking) this.tracker!.apply(tracking);
       this.version++;
     }
     this.txn.reset();

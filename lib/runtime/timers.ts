@@ -121,6 +121,15 @@ export class TimerQueue {
     return out;
   }
 
+  /** Live timers of one key (incremental snapshots: a changed key's timers travel with its state). */
+  liveOf(key: string): TimerEntry[] {
+    const kt = this.byKey.get(key);
+    if (kt === undefined) return [];
+    const out: TimerEntry[] = [];
+    for (const n of kt.map !== undefined ? kt.map.values() : kt.list) if (n.live) out.push(n.entry);
+    return out;
+  }
+
   get size(): number {
     return this.liveCount;
   }

@@ -82,25 +82,23 @@ export interface AlignmentProgress {
 }
 
 /**
- * Incremental snapshots: what changed after one barrier, kept durably with the partition
- * so that a crash between barriers does not lose track of dirty keys. Timers carry
- * their state at the end of the interval (the entry, or null when deleted).
+ * Incremental snapshots: the entities changed after one barrier (their state or their
+ * timers), kept durably with the partition so that a crash between barriers does not
+ * lose track of dirty keys.
  */
 export interface TrackedInterval {
   /** The barrier epoch the interval started after (the partition's lastBarrier then). */
   readonly after: number;
+  /** entity -> key group */
   readonly entities: ReadonlyMap<string, number>;
-  readonly timers: ReadonlyMap<string, TimerEntry | null>;
 }
 
 /** Changes of one commit for the tracked intervals. */
 export interface TrackingUpdate {
-  /** Entity -> key group written by this batch (added to the newest interval). */
-  readonly entities: ReadonlyMap<string, number>;
-  /** timerId -> entry (live) or null (deleted) changed by this batch. */
-  readonly timers: ReadonlyMap<string, TimerEntry | null>;
+  /** Entities whose state or timers this batch changed (added to the newest interval; repeats are fine). */
+  readonly entities: readonly { readonly entity: string; readonly kg: number }[];
   /**
-   * Set by the commit that snapshotted barrier `after`: after applying the changes above,
+   * Set by the commit that snapshotted barrier `after`: after adding the entities above,
    * start a new interval after that barrier and forget intervals that started before
    * `dropBefore` (the barrier's base epoch, a completed checkpoint that covers them).
    */
@@ -149,6 +147,8 @@ export interface StateBackend {
    * from recover(). Incremental snapshots need it; without it the runtime refuses barriers.
    */
   readonly tracksChanges?: boolean;
+  /** With tracksChanges: the committed tracked intervals, oldest first (read only; valid until the next commit). */
+  tracked?(scope: PartitionScope): readonly TrackedInterval[];
   /** Optional, for full snapshots: every committed entity of the given key groups of a stage. */
   entitiesOf?(scope: PartitionScope, keyGroups: readonly number[]): Iterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }>;
 }

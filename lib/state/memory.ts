@@ -23,7 +23,6 @@ import {
 interface MutableInterval {
   readonly after: number;
   readonly entities: Map<string, number>;
-  readonly timers: Map<string, TimerEntry | null>;
 }
 
 interface PartitionRecord {
@@ -74,7 +73,7 @@ export class InMemoryStateBackend implements StateBackend {
       timers: [...r.timers.values()],
       outbox: r.outbox.flatMap((o) => o.entries),
       // Absent until a checkpointed run tracked something (keeps the conformance shape of plain runs).
-      tracking: r.tracking.length ? r.tracking.map((t): TrackedInterval => ({ after: t.after, entities: new Map(t.entities), timers: new Map(t.timers) })) : undefined,
+      tracking: r.tracking.length ? r.tracking.map((t): TrackedInterval => ({ after: t.after, entities: new Map(t.entities) })) : undefined,
     };
   }
 
@@ -112,10 +111,15 @@ export class InMemoryStateBackend implements StateBackend {
     for (const t of batch.timerDeletes) r.timers.delete(timerId(t));
     for (const t of batch.timerAdds) r.timers.set(timerId(t), t);
     r.version++;
+    const lastBarrier = r.progress.lastBarrier ?? 0;
     r.progress = batch.progress;
     if (batch.outbox.length > 0) r.outbox.push({ version: r.version, entries: batch.outbox });
-    if (batch.tracking) track(r, batch.tracking);
+    if (batch.tracking) track(r, batch.tracking, lastBarrier);
     this.commits++;
+  }
+
+  tracked(scope: PartitionScope): readonly TrackedInterval[] {
+    return this.record(scope).tracking;
   }
 
   *entitiesOf(scope: PartitionScope, keyGroups: readonly number[]): Iterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }> {
@@ -145,7 +149,7 @@ export class InMemoryStateBackend implements StateBackend {
       progress: structuredClone(part.progress),
       timers: new Map(part.timers.map((t) => [timerId(t), t])),
       outbox: [],
-      tracking: [{ after, entities: new Map(), timers: new Map() }],
+      tracking: [{ after, entities: new Map() }],
     });
   }
 
@@ -167,13 +171,13 @@ export class InMemoryStateBackend implements StateBackend {
   }
 }
 
-function track(r: PartitionRecord, u: TrackingUpdate): void {
-  if (r.tracking.length === 0) r.tracking.push({ after: r.progress.lastBarrier ?? 0, entities: new Map(), timers: new Map() });
-  const cur = r.tracking[r.tracking.length - 1];
-  for (const [e, kg] of u.entities) cur.entities.set(e, kg);
-  for (const [id, t] of u.timers) cur.timers.set(id, t);
+/** `lastBarrier`: the partition's last barrier before this commit (where a first interval starts). */
+function track(r: PartitionRecord, u: TrackingUpdate, lastBarrier: number): void {
+  if (r.tracking.length === 0) r.tracking.push({ after: lastBarrier, entities: new Map() });
+  const cur = r.tracking[r.tracking.length - 1].entities;
+  for (const e of u.entities) cur.set(e.entity, e.kg);
   if (u.next) {
     r.tracking = r.tracking.filter((t) => t.after >= u.next!.dropBefore);
-    r.tracking.push({ after: u.next.after, entities: new Map(), timers: new Map() });
+    r.tracking.push({ after: u.next.after, entities: new Map() });
   }
 }

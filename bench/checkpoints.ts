@@ -1,0 +1,144 @@
+/**
+ * `npx tsx bench/checkpoints.ts`: what checkpoints cost on the embedded runtime. The same
+ * Nexmark query over the same events in memory, in the same process, alternately with
+ * checkpoints off and every `--interval` ms (default 1000, the local driver, files in a
+ * temporary directory, fsynced unless --no-fsync), `--rounds` times each; then:
+ * throughput on/off (medians; the ratio is the figure), checkpoint duration p50/p99
+ * (barrier injection to the last ack, hdr-histogram) and snapshot bytes per epoch.
+ *
+ *   npx tsx bench/checkpoints.ts [--query q5] [--events 600000] [--interval 1000] [--rounds 3] [--no-fsync] [--json]
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import * as hdr from 'hdr-histogram-js';
+import { IdempotentSink } from '../lib/api/sinks.ts';
+import type { CheckpointStats } from '../lib/checkpoint/driver.ts';
+import { openCheckpointedRuntime } from '../lib/local/checkpointing.ts';
+import { CommittedFileSink } from '../lib/local/committed-sink.ts';
+import { EmbeddedRuntime } from '../lib/local/embedded.ts';
+import { generateEvent, type NexmarkEvent } from '../lib/nexmark/index.ts';
+import { QUERIES } from './nexmark/queries.ts';
+
+const { values } = parseArgs({
+  options: {
+    query: { type: 'string', default: 'q5' },
+    events: { type: 'string', default: '600000' },
+    interval: { type: 'string', default: '1000' },
+    rounds: { type: 'string', default: '3' },
+    'no-fsync': { type: 'boolean', default: false },
+    json: { type: 'boolean', default: false },
+  },
+});
+
+const count = Number(values.events);
+const intervalMs = Number(values.interval);
+const rounds = Number(values.rounds);
+const durable = !values['no-fsync'];
+const query = QUERIES.find((q) => q.name === values.query);
+if (!query || !(count > 0) || !(intervalMs > 0) || !(rounds > 0)) {
+  console.error(`bench/checkpoints: expected --query one of ${QUERIES.map((q) => q.name).join(', ')}, positive --events, --interval and --rounds`);
+  process.exit(2);
+}
+
+/** Counts rows (checkpoints off); the checkpointed run writes a committed file instead. */
+class CountSink extends IdempotentSink<unknown> {
+  readonly kind = 'count';
+  n = 0;
+  protected writeRecords(records: readonly unknown[]): void {
+    this.n += records.length;
+  }
+}
+
+const events: NexmarkEvent[] = Array.from({ length: count }, (_, n) => generateEvent(n, { seed: 42 }));
+const source = (n: number) => ({ events: { kind: 'generator' as const, count: n, generate: (i: number) => events[i] } });
+
+interface Run {
+  readonly ms: number;
+  readonly cpuMs: number;
+  readonly rows: number;
+  readonly checkpoints: CheckpointStats[];
+}
+
+async function runOnce(n: number, checkpoints: boolean): Promise<Run> {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-ck-'));
+  try {
+    const job = query!.job(undefined);
+    let runtime: EmbeddedRuntime;
+    let stats: () => CheckpointStats[] = () => [];
+    let rows: () => number;
+    if (checkpoints) {
+      const sink = new CommittedFileSink<unknown>(join(dir, 'out.jsonl'), join(dir, 'ck', 'sinks', 'results'), durable);
+      const opened = await openCheckpointedRuntime(job, { sources: source(n), sinks: { results: sink } }, { dir: join(dir, 'ck'), intervalMs, durable, sinks: [sink] });
+      runtime = opened.runtime;
+      stats = () => opened.checkpoints.driver.completed;
+      rows = () => sink.committed().records;
+    } else {
+      const sink = new CountSink();
+      runtime = new EmbeddedRuntime(job, { sources: source(n), sinks: { results: sink } });
+      rows = () => sink.n;
+    }
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    await runtime.run();
+    const ms = performance.now() - t0;
+    const cpu = process.cpuUsage(cpu0);
+    return { ms, cpuMs: (cpu.user + cpu.system) / 1000, rows: rows(), checkpoints: stats() };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
+
+// Warm-up of both paths, so neither pays for the JIT alone.
+await runOnce(Math.min(50_000, count), false);
+await runOnce(Math.min(50_000, count), true);
+
+const off: Run[] = [];
+const on: Run[] = [];
+for (let r = 0; r < rounds; r++) {
+  gc();
+  off.push(await runOnce(count, false));
+  gc();
+  on.push(await runOnce(count, true));
+}
+if (new Set([...off, ...on].map((r) => r.rows)).size !== 1) {
+  console.error(`bench/checkpoints: runs disagree on the rows: ${[...off, ...on].map((r) => r.rows).join(', ')}`);
+  process.exit(1);
+}
+
+const durations = hdr.build({ lowestDiscernibleValue: 1, highestTrackableValue: 3_600_000, numberOfSignificantValueDigits: 3 });
+const all = on.flatMap((r) => r.checkpoints);
+for (const c of all) durations.recordValue(Math.max(1, c.durationMs));
+const bytes = all.map((c) => c.bytes);
+const rate = (rs: Run[]) => median(rs.map((r) => count / (r.ms / 1000)));
+const perCore = (rs: Run[]) => median(rs.map((r) => count / (r.cpuMs / 1000)));
+const result = {
+  query: query.name,
+  events: count,
+  intervalMs,
+  fsync: durable,
+  rounds,
+  offEventsPerSec: Math.round(rate(off)),
+  onEventsPerSec: Math.round(rate(on)),
+  ratio: Number((rate(on) / rate(off)).toFixed(3)),
+  perCoreRatio: Number((perCore(on) / perCore(off)).toFixed(3)),
+  checkpointsPerRun: median(on.map((r) => r.checkpoints.length)),
+  durationP50Ms: durations.getValueAtPercentile(50),
+  durationP99Ms: durations.getValueAtPercentile(99),
+  snapshotBytesPerEpochMedian: median(bytes),
+  snapshotBytesPerEpochMax: Math.max(...bytes),
+  restoreBytesLast: all.at(-1)?.restoreBytes ?? 0,
+};
+if (values.json) console.log(JSON.stringify(result, null, 2));
+else {
+  const f = (n: number) => Math.round(n).toLocaleString('en-US');
+  console.log(`checkpoints bench: ${query.name} (${query.title}), ${f(count)} events, ${rounds} rounds each, checkpoints every ${intervalMs} ms${durable ? '' : ' (no fsync)'}`);
+  console.log(`  throughput off  ${f(result.offEventsPerSec).padStart(10)} events/s`);
+  console.log(`  throughput on   ${f(result.onEventsPerSec).padStart(10)} events/s   ratio on/off ${result.ratio} (per core ${result.perCoreRatio})`);
+  console.log(`  checkpoints     ${result.checkpointsPerRun} per run; duration p50 ${result.durationP50Ms} ms, p99 ${result.durationP99Ms} ms`);
+  console.log(`  snapshot bytes  per epoch median ${f(result.snapshotBytesPerEpochMedian)}, max ${f(result.snapshotBytesPerEpochMax)}; a restore reads ${f(result.restoreBytesLast)}`);
+}
