@@ -1,7 +1,9 @@
 /**
  * The job this deployment runs, and where its resources are. The Lambda bundles import
  * this module (no environment variable names the job): the deploy step writes it, or
- * edit it by hand. Queue and table names follow lib/aws/naming.ts.
+ * edit it by hand. Queue and table names follow lib/aws/naming.ts. The two
+ * deployment-specific values come from the variables SluiceJob sets (the one list:
+ * infra/handler-environment.ts); this is the one place that reads them.
  */
 export { job } from '../examples/nexmark/q5.ts';
 
@@ -10,4 +12,7 @@ export const deployment: {
   readonly bucket?: string;
   /** Prefix of the stage queue names (naming.ts). */
   readonly queuePrefix?: string;
-} = {};
+} = {
+  bucket: process.env.SLUICE_BUCKET || undefined,
+  queuePrefix: process.env.SLUICE_QUEUE_PREFIX || undefined,
+};
