@@ -385,7 +385,9 @@ export class EmbeddedRuntime implements IngestTarget {
     const queued = this.slots[src.stage].reduce((n, s) => n + s.queuedRecords, 0);
     const capacity = this.opts.queueCapacity * src.partitioner.partitions;
     if (buffer.size + queued + events.length > capacity) return { ok: false, retryAfterMs: 1000 };
-    buffer.push(events);
+    // A logged source takes the events now: they are in the log before the request is answered (accepted means durable).
+    if (src.logRecords && !src.replaying && buffer.size === 0) src.accept(events, undefined, this.feedHost(src));
+    else buffer.push(events);
     this.wake?.();
     return { ok: true };
   }

@@ -58,23 +58,9 @@ export class SourceFeed {
     if (this.done) return false;
     let progressed = false;
     if (host.room()) {
-      const batch = host.batchSize;
-      const { events, done, rejected, positions } = await this.reader.pull(batch * this.partitioner.partitions);
+      const { events, done, rejected, positions } = await this.reader.pull(host.batchSize * this.partitioner.partitions);
       for (const r of rejected ?? []) host.rejected(r);
-      for (let i = 0; i < events.length; i += batch) {
-        const records: StreamRecord[] = [];
-        for (let j = i; j < Math.min(i + batch, events.length); j++) {
-          const r = toRecord(this.def, events[j], host.clock);
-          if (typeof r === 'string') host.rejected({ source: this.def.name, position: positions?.[j] ?? `event ${this.read + j}`, error: r });
-          else records.push(r);
-        }
-        host.accepted(records.length);
-        if (!records.length) continue;
-        const p = this.partitioner.nextPartition;
-        if (this.logRecords) this.log!.append(p, this.partitioner.positions()[p], records);
-        host.enqueue(this.partitioner.envelopeFor(records));
-      }
-      this.read += events.length;
+      this.accept(events, positions, host);
       progressed = events.length > 0;
       if (done) {
         this.done = true;
@@ -87,6 +73,29 @@ export class SourceFeed {
       progressed = true;
     }
     return progressed;
+  }
+
+  /**
+   * Events into records, chunks round-robin over the partitions, logged first when this
+   * source is logged. Called for pulled events, and directly by the ingestion endpoint of
+   * a logged source, so that an event is in the log before its request is answered.
+   */
+  accept(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost): void {
+    const batch = host.batchSize;
+    for (let i = 0; i < events.length; i += batch) {
+      const records: StreamRecord[] = [];
+      for (let j = i; j < Math.min(i + batch, events.length); j++) {
+        const r = toRecord(this.def, events[j], host.clock);
+        if (typeof r === 'string') host.rejected({ source: this.def.name, position: positions?.[j] ?? `event ${this.read + j}`, error: r });
+        else records.push(r);
+      }
+      host.accepted(records.length);
+      if (!records.length) continue;
+      const p = this.partitioner.nextPartition;
+      if (this.logRecords) this.log!.append(p, this.partitioner.positions()[p], records);
+      host.enqueue(this.partitioner.envelopeFor(records));
+    }
+    this.read += events.length;
   }
 
   /** Barrier `epoch` on every partition, recorded first (cursor and positions) in the log. */

@@ -61,8 +61,10 @@ describe('logged input', () => {
       await a.checkpoints.checkpointNow();
     }
     a.runtime.offer('events', events.slice(1000, 1500));
-    await until(() => a.runtime.stats().sourceRecords === 1500);
+    // Accepted means logged: in the log when offer() returns, before any scheduling step.
     const log = new SourceLog(join(dir, 'log'), 'events');
+    expect(log.readFrom(0, 1000)).toHaveLength(500);
+    await until(() => a.runtime.stats().sourceRecords === 1500);
     // Retention keeps the log back to the last checkpoint only: earlier segments are gone.
     expect(log.segmentCount(0)).toBeLessThanOrEqual(2);
     expect(log.readFrom(0, 1000)).toHaveLength(500);
