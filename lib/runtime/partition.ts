@@ -12,19 +12,20 @@
  * commits on its own (snapshot handle, forwarded barriers and the ack with the state
  * they describe), then the batch goes on with the envelopes that waited behind it.
  */
-import { type Clock, type Key, keyToString, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
+import { type Clock, type Key, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
-import { channelId, channelsInto, type PhysicalPlan, type StagePlan, type StageEdge, type Successor } from '../graph/compile.ts';
-import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
+import { channelsInto, type PhysicalPlan, type StagePlan, type StageEdge, type Successor } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
 import { createOperator } from '../operators/registry.ts';
-import type { ChannelProgress, PartitionProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
+import type { ChannelProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
-import { compareOffsets, type DeadLetter, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
+import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, NodeContext, type NodeRuntime } from './context.ts';
-import type { DirtyEntity } from './snapshots.ts';
+import { entitiesToPrefetch, freshEnvelopes } from './inputs.ts';
+import { Outputs } from './outputs.ts';
+import { allTimerEntities, changedTimerEntities, timersOfEntity } from './snapshots.ts';
 import { TimerQueue } from './timers.ts';
 
 export { entityId };
@@ -92,11 +93,8 @@ export class PartitionRuntime {
   private readonly order: NodeRuntime[] = [];
   private readonly expectedChannels: string[] = [];
   private inputWatermark = MIN_WATERMARK;
-  /** Per edge, per target partition: records to send this batch. */
-  private outBuffers = new Map<number, StreamRecord[][]>();
-  private sinkBuffers = new Map<string, unknown[]>();
+  private readonly outputs: Outputs;
   private deadLetters: DeadLetter[] = [];
-  private watermarkMoved = false;
   /** Outbox entries sealed during this commit, in order. */
   private pendingOutbox: OutboxEntry[] = [];
   /** Outbox committed before a crash, to deliver again first. */
@@ -115,6 +113,7 @@ export class PartitionRuntime {
     this.scope = { job: deps.plan.job.name, stage: deps.stage, partition: deps.partition };
     this.txn = new StateTxn(deps.backend, this.scope);
     for (const e of this.stage.inputs) this.expectedChannels.push(...channelsInto(deps.plan, deps.plan.edges[e], deps.partition));
+    this.outputs = new Outputs(deps.plan, this.stage, deps.partition, () => this.progress, (e) => this.pendingOutbox.push(e), () => this.tracking);
   }
 
   static async open(deps: PartitionDeps): Promise<PartitionRuntime> {
@@ -140,14 +139,13 @@ export class PartitionRuntime {
         progress: () => this.progress,
         now: () => this.deps.clock.now(),
         sealOutputs: () => {
-          this.flushChannels();
-          this.sealSinks();
+          this.outputs.flushChannels();
+          this.outputs.sealSinks();
         },
         push: (e) => this.pendingOutbox.push(e),
-        timerEntities: () => this.timerEntities(),
-        timersOf: (e) => this.timersOf(e),
-        allTimerEntities: () =>
-          this.order.flatMap((n) => [...n.timers.event.liveUpTo(MAX_WATERMARK), ...n.timers.processing.liveUpTo(MAX_WATERMARK)].map((t) => ({ entity: entityId(n.node.name, t.key), kg: t.kg }))),
+        timerEntities: () => changedTimerEntities(this.order),
+        timersOf: (e) => timersOfEntity(this.byName, e),
+        allTimerEntities: () => allTimerEntities(this.order),
         commit: (next) => this.commitPart(true, next),
         take: (env) => this.take(env, false),
         prefetch: (envs) => (this.deps.backend.needsPrefetch ? this.prefetchFor(envs) : Promise.resolve()),
@@ -206,32 +204,7 @@ export class PartitionRuntime {
 
   /** Process envelopes and commit. `skip`: records (by locationId) to park in the dead-letter queue instead. */
   async process(envelopes: readonly Envelope[], skip?: ReadonlyMap<string, { error: string; attempts: number }>): Promise<BatchResult> {
-    const fresh: Envelope[] = [];
-    const seen = new Map<string, number>();
-    const seenOffsets = new Map<string, string>();
-    let dups = 0;
-    for (const env of envelopes) {
-      if (env.offset !== undefined) {
-        const lastOffset = seenOffsets.get(env.channel) ?? this.progress.inputs[env.channel]?.offset;
-        if (lastOffset !== undefined && compareOffsets(env.offset, lastOffset) <= 0) {
-          dups++;
-          continue;
-        }
-        seenOffsets.set(env.channel, env.offset);
-        fresh.push(env);
-        continue;
-      }
-      const last = seen.get(env.channel) ?? this.progress.inputs[env.channel]?.seq ?? 0;
-      if (env.seq <= last) {
-        dups++;
-        continue;
-      }
-      if (env.seq !== last + 1) {
-        throw new InvariantError(`channel ${env.channel} into ${this.scope.job}/${this.stage.name}#${this.scope.partition}: expected seq ${last + 1}, received ${env.seq} (a gap means lost messages)`);
-      }
-      seen.set(env.channel, env.seq);
-      fresh.push(env);
-    }
+    const { fresh, dups } = freshEnvelopes(envelopes, this.progress.inputs, `${this.scope.job}/${this.stage.name}#${this.scope.partition}`);
     if (fresh.length === 0 && dups > 0) {
       return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false };
     }
@@ -350,22 +323,22 @@ export class PartitionRuntime {
     const idle = this.allInputsIdle();
     if (idle !== this.progress.outputIdle) {
       this.progress.outputIdle = idle;
-      this.watermarkMoved = true;
+      this.outputs.watermarkMoved = true;
     }
     const wm = this.computeInputWatermark();
     if (wm <= this.inputWatermark) return;
     // Downstream must see the same watermark sequence as this partition, whatever the
     // batching: records so far go out with the old watermark, then what the timers emit
     // with the new one, before any later record.
-    this.flushChannels();
+    this.outputs.flushChannels();
     this.inputWatermark = wm;
     for (const n of this.order) {
       for (let t = n.timers.event.pollUpTo(wm); t; t = n.timers.event.pollUpTo(wm)) this.fireTimer(n, t);
       if (n.op.onWatermark) this.guard(n, undefined, () => n.op.onWatermark!(wm));
     }
     this.progress.outputWatermark = wm;
-    this.watermarkMoved = true;
-    this.flushChannels();
+    this.outputs.watermarkMoved = true;
+    this.outputs.flushChannels();
   }
 
   private fireProcessingTimers(): void {
@@ -404,9 +377,7 @@ export class PartitionRuntime {
   /** @internal Route an emitted record to the node's successors. */
   route(n: NodeRuntime, value: unknown, timestamp: number, port: string): void {
     if (n.node.spec.kind === 'sink') {
-      let buf = this.sinkBuffers.get(n.node.name);
-      if (!buf) this.sinkBuffers.set(n.node.name, (buf = []));
-      buf.push(value);
+      this.outputs.toSink(n.node.name, value);
       return;
     }
     const succ = n.routes.get(port);
@@ -415,27 +386,9 @@ export class PartitionRuntime {
       if (s.kind === 'local') {
         this.dispatch(this.nodes.get(s.node)!, { value, timestamp }, s.input);
       } else {
-        this.sendOnEdge(this.deps.plan.edges[s.edge], value, timestamp);
+        this.outputs.send(this.deps.plan.edges[s.edge], value, timestamp);
       }
     }
-  }
-
-  private sendOnEdge(edge: StageEdge, value: unknown, timestamp: number): void {
-    const target = this.deps.plan.stages[edge.toStage];
-    let rec: StreamRecord;
-    let p: number;
-    if (edge.partitioning === 'hash') {
-      const key = edge.key!(value);
-      const maxP = this.deps.plan.job.maxParallelism;
-      p = partitionOfKeyGroup(keyGroupOfString(keyToString(key), maxP), target.parallelism, maxP);
-      rec = { value, timestamp, key };
-    } else {
-      p = this.scope.partition % target.parallelism;
-      rec = { value, timestamp };
-    }
-    let bufs = this.outBuffers.get(edge.id);
-    if (!bufs) this.outBuffers.set(edge.id, (bufs = []));
-    (bufs[p] ??= []).push(rec);
   }
 
   /** @internal */
@@ -449,96 +402,8 @@ export class PartitionRuntime {
   }
 
   private async prefetchFor(envelopes: readonly Envelope[]): Promise<void> {
-    const want = new Map<string, { kg: number; entity: string }>();
-    const maxP = this.deps.plan.job.maxParallelism;
-    for (const env of envelopes) {
-      const node = this.deps.plan.job.nodes[this.deps.plan.edges[env.edge].toNode];
-      if (!KEYED_KINDS.has(node.spec.kind)) continue;
-      for (const r of env.records) {
-        const ks = keyToString(r.key as Key);
-        const entity = entityId(node.name, ks);
-        if (!want.has(entity)) want.set(entity, { kg: keyGroupOfString(ks, maxP), entity });
-      }
-    }
-    // Timers that may fire in this batch: all due processing timers and event timers up to the highest watermark offered.
-    const maxWm = envelopes.reduce((m, e) => Math.max(m, e.watermark), this.inputWatermark);
-    const now = this.deps.clock.now();
-    for (const n of this.order) {
-      for (const t of [...n.timers.event.liveUpTo(maxWm), ...n.timers.processing.liveUpTo(now)]) {
-        const entity = entityId(n.node.name, t.key);
-        if (!want.has(entity)) want.set(entity, { kg: t.kg, entity });
-      }
-    }
-    if (want.size) await this.deps.backend.prefetch(this.scope, [...want.values()]);
-  }
-
-  /**
-   * Seal the records buffered so far into envelopes carrying the current output
-   * watermark. Called before every watermark advance, so the envelopes a partition
-   * sends depend only on its input, never on how many envelopes one batch held.
-   */
-  private flushChannels(): void {
-    const self = this.scope.partition;
-    for (const eId of this.stage.outputs) {
-      const edge = this.deps.plan.edges[eId];
-      const targetP = this.deps.plan.stages[edge.toStage].parallelism;
-      const bufs = this.outBuffers.get(eId);
-      for (let p = 0; p < targetP; p++) {
-        if (edge.partitioning !== 'hash' && p !== self % targetP) continue;
-        const records = bufs?.[p];
-        if (!records?.length && !this.watermarkMoved) continue;
-        const seq = (this.progress.outputs[`${eId}>${p}`] ?? 0) + 1;
-        this.progress.outputs[`${eId}>${p}`] = seq;
-        this.pendingOutbox.push({
-          kind: 'channel',
-          envelope: {
-            channel: channelId(eId, self),
-            edge: eId,
-            toPartition: p,
-            seq,
-            records: records ?? [],
-            watermark: this.progress.outputWatermark,
-            idle: this.progress.outputIdle || undefined,
-          },
-        });
-      }
-    }
-    this.outBuffers = new Map();
-    this.watermarkMoved = false;
-  }
-
-  /** One delivery per sink with what the batch emitted so far (tagged with the last barrier when checkpointing). */
-  private sealSinks(): void {
-    const self = this.scope.partition;
-    for (const [sink, records] of this.sinkBuffers) {
-      if (!records.length) continue;
-      const id = `sink:${sink}`;
-      const seq = (this.progress.outputs[id] ?? 0) + 1;
-      this.progress.outputs[id] = seq;
-      const tag = this.tracking ? { afterBarrier: this.progress.lastBarrier ?? 0 } : {};
-      this.pendingOutbox.push({ kind: 'sink', delivery: { sink, producer: `${this.stage.id}:${self}`, seq, records, ...tag } });
-    }
-    this.sinkBuffers = new Map();
-  }
-
-  /** The entities whose timers changed since the last commit (their timers go into the next delta). */
-  private timerEntities(): DirtyEntity[] {
-    const out: DirtyEntity[] = [];
-    for (const n of this.order) {
-      for (const q of [n.timers.event, n.timers.processing]) {
-        for (const t of q.added) out.push({ entity: entityId(n.node.name, t.key), kg: t.kg });
-        for (const t of q.deleted) out.push({ entity: entityId(n.node.name, t.key), kg: t.kg });
-      }
-    }
-    return out;
-  }
-
-  private timersOf(entity: string): TimerEntry[] {
-    const i = entity.indexOf('\u0001');
-    const n = this.byName.get(entity.slice(0, i));
-    if (!n) return [];
-    const key = entity.slice(i + 1);
-    return [...n.timers.event.liveOf(key), ...n.timers.processing.liveOf(key)];
+    const want = entitiesToPrefetch(this.deps.plan, envelopes, this.order, this.inputWatermark, this.deps.clock.now());
+    if (want.length) await this.deps.backend.prefetch(this.scope, want);
   }
 
   private timerChanges(): { adds: TimerEntry[]; deletes: TimerEntry[] } {
@@ -559,8 +424,8 @@ export class PartitionRuntime {
    * `next` (an aligned barrier) forces the commit and starts a new tracked interval.
    */
   private async commitPart(progressMoved: boolean, next?: TrackingUpdate['next']): Promise<void> {
-    this.flushChannels();
-    this.sealSinks();
+    this.outputs.flushChannels();
+    this.outputs.sealSinks();
     const outbox = this.pendingOutbox;
     this.pendingOutbox = [];
     for (const d of this.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
@@ -570,7 +435,7 @@ export class PartitionRuntime {
     this.deps.beforeCommit?.();
     const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
     if (changed) {
-      const tracking = this.tracking ? { entities: timerAdds.length || timerDeletes.length ? [...writes, ...this.timerEntities()] : writes, ...(next ? { next } : {}) } : undefined;
+      const tracking = this.tracking ? { entities: timerAdds.length || timerDeletes.length ? [...writes, ...changedTimerEntities(this.order)] : writes, ...(next ? { next } : {}) } : undefined;
       await this.deps.backend.commit({
         scope: this.scope,
         expectedVersion: this.version,
@@ -588,10 +453,8 @@ export class PartitionRuntime {
       n.timers.event.clearChanges();
       n.timers.processing.clearChanges();
     }
-    this.outBuffers = new Map();
-    this.sinkBuffers = new Map();
+    this.outputs.reset();
     this.deadLetters = [];
-    this.watermarkMoved = false;
     this.acc.outbox.push(...outbox);
     this.acc.committed ||= changed;
   }

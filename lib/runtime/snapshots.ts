@@ -10,6 +10,7 @@ import { partitionOfKeyGroup } from '../graph/keygroups.ts';
 import type { PartitionProgress, PartitionScope, StateBackend, StateWrite, TimerEntry } from '../state/backend.ts';
 import type { StateTxn } from '../state/txn.ts';
 import { type SnapshotObject, type SnapshotRow, sortedEntries } from '../checkpoint/snapshot.ts';
+import { entityId, type NodeRuntime } from './context.ts';
 
 /** The key groups a partition owns (contiguous ranges, as the router computes them). */
 export function keyGroupsOf(partition: number, parallelism: number, maxParallelism: number): number[] {
@@ -74,4 +75,30 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
     rows.push([kg, entity, fields.length ? fields : null, timers]);
   }
   return { format: 1, job: s.job, stage: s.scope.stage, partition: s.scope.partition, epoch: s.epoch, baseEpoch: s.baseEpoch, full: s.full, progress: s.progress, entities: rows };
+}
+
+/** The entities whose timers changed since the last commit (their timers go into the next delta). */
+export function changedTimerEntities(order: readonly NodeRuntime[]): DirtyEntity[] {
+  const out: DirtyEntity[] = [];
+  for (const n of order) {
+    for (const q of [n.timers.event, n.timers.processing]) {
+      for (const t of q.added) out.push({ entity: entityId(n.node.name, t.key), kg: t.kg });
+      for (const t of q.deleted) out.push({ entity: entityId(n.node.name, t.key), kg: t.kg });
+    }
+  }
+  return out;
+}
+
+/** Live timers of an entity (`${operator}\u0001${key}`) of this partition. */
+export function timersOfEntity(byName: ReadonlyMap<string, NodeRuntime>, entity: string): TimerEntry[] {
+  const i = entity.indexOf('\u0001');
+  const n = byName.get(entity.slice(0, i));
+  if (!n) return [];
+  const key = entity.slice(i + 1);
+  return [...n.timers.event.liveOf(key), ...n.timers.processing.liveOf(key)];
+}
+
+/** The entity of every live timer (full snapshots). */
+export function allTimerEntities(order: readonly NodeRuntime[]): DirtyEntity[] {
+  return order.flatMap((n) => [...n.timers.event.liveUpTo(Infinity), ...n.timers.processing.liveUpTo(Infinity)].map((t) => ({ entity: entityId(n.node.name, t.key), kg: t.kg })));
 }

@@ -1,0 +1,65 @@
+/** What a batch reads: which envelopes are new, and which entities it may touch (for remote state). */
+import { type Key, keyToString } from '../api/types.ts';
+import { InvariantError } from '../errors.ts';
+import type { PhysicalPlan } from '../graph/compile.ts';
+import { keyGroupOfString } from '../graph/keygroups.ts';
+import { KEYED_KINDS } from '../graph/logical.ts';
+import type { ChannelProgress } from '../state/backend.ts';
+import { compareOffsets, type Envelope } from '../transport/envelope.ts';
+import { entityId, type NodeRuntime } from './context.ts';
+
+/**
+ * Drops envelopes at or below their channel's high-water mark (a redelivery). A gap in a
+ * channel's sequence is an InvariantError: it would mean loss. Offset channels (a log
+ * with non-contiguous positions) compare offsets and expect gaps.
+ */
+export function freshEnvelopes(envelopes: readonly Envelope[], inputs: Readonly<Record<string, ChannelProgress>>, where: string): { fresh: Envelope[]; dups: number } {
+  const fresh: Envelope[] = [];
+  const seen = new Map<string, number>();
+  const seenOffsets = new Map<string, string>();
+  let dups = 0;
+  for (const env of envelopes) {
+    if (env.offset !== undefined) {
+      const lastOffset = seenOffsets.get(env.channel) ?? inputs[env.channel]?.offset;
+      if (lastOffset !== undefined && compareOffsets(env.offset, lastOffset) <= 0) {
+        dups++;
+        continue;
+      }
+      seenOffsets.set(env.channel, env.offset);
+      fresh.push(env);
+      continue;
+    }
+    const last = seen.get(env.channel) ?? inputs[env.channel]?.seq ?? 0;
+    if (env.seq <= last) {
+      dups++;
+      continue;
+    }
+    if (env.seq !== last + 1) throw new InvariantError(`channel ${env.channel} into ${where}: expected seq ${last + 1}, received ${env.seq} (a gap means lost messages)`);
+    seen.set(env.channel, env.seq);
+    fresh.push(env);
+  }
+  return { fresh, dups };
+}
+
+/** Entities a batch may touch: the keys of its keyed records, and the keys of timers that may fire (due processing timers, event timers up to the highest watermark offered). */
+export function entitiesToPrefetch(plan: PhysicalPlan, envelopes: readonly Envelope[], order: readonly NodeRuntime[], inputWatermark: number, now: number): { kg: number; entity: string }[] {
+  const want = new Map<string, { kg: number; entity: string }>();
+  const maxP = plan.job.maxParallelism;
+  for (const env of envelopes) {
+    const node = plan.job.nodes[plan.edges[env.edge].toNode];
+    if (!KEYED_KINDS.has(node.spec.kind)) continue;
+    for (const r of env.records) {
+      const ks = keyToString(r.key as Key);
+      const entity = entityId(node.name, ks);
+      if (!want.has(entity)) want.set(entity, { kg: keyGroupOfString(ks, maxP), entity });
+    }
+  }
+  const maxWm = envelopes.reduce((m, e) => Math.max(m, e.watermark), inputWatermark);
+  for (const n of order) {
+    for (const t of [...n.timers.event.liveUpTo(maxWm), ...n.timers.processing.liveUpTo(now)]) {
+      const entity = entityId(n.node.name, t.key);
+      if (!want.has(entity)) want.set(entity, { kg: t.kg, entity });
+    }
+  }
+  return [...want.values()];
+}
