@@ -197,8 +197,7 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
       this.finalEpoch = await d.forceEpoch(now);
       return true;
     }
-    const interval = this.options.intervalMs;
-    const openNew = !drained && ((interval > 0 && now >= d.nextWakeAt(interval)) || (d.state.pendingSavepoint !== null && !d.state.inFlight));
+    const openNew = !drained && !d.state.inFlight && now >= this.nextWakeAt();
     const due = d.state.inFlight !== null && now >= d.state.inFlight.deadline;
     if (!openNew && !due && !this.hasAcks()) return false;
     return d.tick(now, { heads: this.runtime?.sourceHeads() ?? {} }, openNew);
@@ -211,7 +210,16 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
   nextWakeAt(): number {
     const d = this.driver;
     if (d.state.inFlight) return d.state.inFlight.deadline;
-    return this.options.intervalMs > 0 ? d.nextWakeAt(this.options.intervalMs) : Number.POSITIVE_INFINITY;
+    if (d.state.pendingSavepoint) return this.clock.now();
+    // Zero traffic, zero epochs (and no polling): new input wakes the scheduler anyway.
+    if (this.options.intervalMs === 0 || !this.hasActivity()) return Number.POSITIVE_INFINITY;
+    return d.nextWakeAt(this.options.intervalMs);
+  }
+
+  /** Input arrived that the last completed checkpoint does not cover. */
+  private hasActivity(): boolean {
+    const covered = this.driver.state.lastCompleted?.manifest.positions ?? {};
+    return Object.entries(this.runtime?.sourceHeads() ?? {}).some(([sp, n]) => n > (covered[sp] ?? 0));
   }
 
   finished(): boolean {
