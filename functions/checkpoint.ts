@@ -1,0 +1,22 @@
+/**
+ * Lambda entry of the checkpoint state machine's tasks (infra/checkpoint-state-machine.ts):
+ * one function, the action in the event. Logic: lib/aws/checkpoint-steps.ts.
+ * Built on the first call, so loading the bundle needs no configuration.
+ */
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { S3Client } from '@aws-sdk/client-s3';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import { type CheckpointHandler, createCheckpointHandler } from '../lib/aws/checkpoint-handler.ts';
+import { deployment, job } from './job.ts';
+
+let built: CheckpointHandler | undefined;
+
+export const handler = (event: unknown) =>
+  (built ??= createCheckpointHandler({
+    job,
+    dynamodb: new DynamoDBClient({}),
+    sqs: new SQSClient({}),
+    s3: new S3Client({}),
+    bucket: deployment.bucket,
+    queuePrefix: deployment.queuePrefix,
+  }))(event);

@@ -1,0 +1,224 @@
+/**
+ * The checkpoint coordinator on AWS: a Step Functions Standard state machine whose tasks
+ * are one Lambda function (functions/checkpoint.ts, an `action` per task). One definition,
+ * built by checkpointDefinition(): SluiceJob deploys it (checkpointStateMachine, the hook
+ * of infra/checkpoints.ts) and the tests run the same one locally (checkpointAsl()).
+ *
+ *   Resume -> WaitInterval -> Open -> Inject -> WaitForAcks -> Decide -> Commit | Abort -> WaitInterval ...
+ *                              |                    ^------ pending -----'
+ *                              +-> idle: Done (nothing runs at zero traffic)
+ *                              +-> after maxEpochs: ContinueAsNew (StartExecution of itself) -> Done
+ *   any task failing past its retries -> Backoff -> Resume (coordinator resume from the control items)
+ *
+ * Cost: a normal epoch is 8 transitions (WaitInterval, Open, AfterOpen, Inject,
+ * WaitForAcks, Decide, AfterDecide, Commit); each further poll for acks adds 3. At the
+ * default 60 s interval a busy job pays at most 43,200 epochs x 8 x $0.000025 = $8.64 a
+ * month; an idle one nothing (see checkpointPlan()).
+ *
+ * History: 28 events per normal epoch (a Lambda task state logs 5, a Wait or Choice 2).
+ * maxEpochs is sized from the worst epoch (every poll until the timeout, two tasks retried
+ * to exhaustion) against half the 25,000-event limit: 84 epochs at the defaults
+ * (148 events each at most; a normal one is 28, so 84 epochs are ~2,400 events).
+ *
+ * Waking up: the ingest path touches the activity item (checkpoint-acks.ts, at most once
+ * per activityGrain) and, when the lease item says no execution runs, starts one named
+ * `<job>-<time bucket>` (checkpoint-wake.ts): duplicates within a bucket are refused by
+ * name, and a duplicate in another bucket ends at its first step (the lease is taken).
+ */
+import { Duration, Names, Stack, App, ArnFormat } from 'aws-cdk-lib';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
+import * as tasks from 'aws-cdk-lib/aws-stepfunctions-tasks';
+import { NagSuppressions } from 'cdk-nag';
+import type { Construct } from 'constructs';
+import { signalsPk } from '../lib/aws/checkpoint-acks.ts';
+import { type Action, type Limits, TASK_ERRORS } from '../lib/aws/checkpoint-task.ts';
+import type { CheckpointStateMachineFactory } from './checkpoints.ts';
+import { SluiceJobPropsError } from './errors.ts';
+import { REPO_ROOT } from './function.ts';
+import { grantTable } from './permissions.ts';
+
+export interface CheckpointTimingProps {
+  /** Between the end of one epoch and the opening of the next. @default 60 */
+  readonly intervalSeconds?: number;
+  /** Between two looks for acks. @default 5 */
+  readonly pollSeconds?: number;
+  /** An epoch not fully acknowledged by then is aborted. @default 60 */
+  readonly epochTimeoutSeconds?: number;
+  /** Epochs per execution before continuing as new. @default - sized from the history budget */
+  readonly maxEpochs?: number;
+  /** Failures recovered in a row before the execution fails. @default 5 */
+  readonly maxFailures?: number;
+  /** The ingest path's activity touch granularity. @default 10 */
+  readonly activityGrainSeconds?: number;
+}
+
+export interface CheckpointDefinitionProps extends CheckpointTimingProps {
+  readonly task: lambda.IFunction;
+}
+
+/** Step Functions' limit, and the share of it one execution may plan to use. */
+export const HISTORY_LIMIT = 25_000;
+export const HISTORY_BUDGET = HISTORY_LIMIT / 2;
+/** History events of one state: a Lambda task (entered, scheduled, started, succeeded, exited), a Wait or Choice (entered, exited). */
+const TASK_EVENTS = 5;
+const FLOW_EVENTS = 2;
+/** A failed attempt adds scheduled, started, failed. */
+const RETRY_EVENTS = 3;
+const TASK_ATTEMPTS = 3;
+/** Tasks per epoch allowed to use every retry in the worst-case estimate. */
+const RETRIED_TASKS = 2;
+export const TRANSITIONS_PER_EPOCH = 8;
+export const PRICE_PER_TRANSITION = 0.000025;
+
+export interface CheckpointPlan {
+  readonly intervalSeconds: number;
+  readonly pollSeconds: number;
+  readonly limits: Limits;
+  readonly eventsPerEpoch: { readonly normal: number; readonly worst: number };
+  readonly transitionsPerEpoch: number;
+  /** A busy job's coordinator for 30 days of back-to-back epochs (upper bound; idle costs 0). */
+  readonly monthlyCostUsd: number;
+}
+
+/** Timing, limits and the history and cost figures they imply (pure; checked at synth). */
+export function checkpointPlan(props: CheckpointTimingProps = {}): CheckpointPlan {
+  const intervalSeconds = props.intervalSeconds ?? 60;
+  const pollSeconds = props.pollSeconds ?? 5;
+  const timeout = props.epochTimeoutSeconds ?? 60;
+  const grain = props.activityGrainSeconds ?? 10;
+  for (const [k, v] of Object.entries({ intervalSeconds, pollSeconds, epochTimeoutSeconds: timeout, activityGrainSeconds: grain })) {
+    if (!Number.isInteger(v) || v < (k === 'activityGrainSeconds' ? 0 : 1)) throw new SluiceJobPropsError(`checkpoints.${k}`, 'a whole number of seconds >= 1', String(v));
+  }
+  const maxPolls = Math.ceil(timeout / pollSeconds) + 1;
+  const normal = FLOW_EVENTS + TASK_EVENTS + FLOW_EVENTS + TASK_EVENTS + FLOW_EVENTS + TASK_EVENTS + FLOW_EVENTS + TASK_EVENTS;
+  const worst = FLOW_EVENTS + TASK_EVENTS + FLOW_EVENTS + TASK_EVENTS + maxPolls * (2 * FLOW_EVENTS + TASK_EVENTS) + TASK_EVENTS + RETRIED_TASKS * (TASK_ATTEMPTS - 1) * RETRY_EVENTS;
+  const fit = Math.floor(HISTORY_BUDGET / worst);
+  const maxEpochs = props.maxEpochs ?? fit;
+  if (!Number.isInteger(maxEpochs) || maxEpochs < 1 || maxEpochs > fit) throw new SluiceJobPropsError('checkpoints.maxEpochs', `an integer from 1 to ${fit} (history budget ${HISTORY_BUDGET} / ${worst} events per worst epoch)`, String(maxEpochs));
+  const maxFailures = props.maxFailures ?? 5;
+  // The lease outlives the longest gap between two renewals: an interval, a whole epoch, a recovery.
+  const leaseMs = (intervalSeconds + timeout + 2 * pollSeconds + 120) * 1000;
+  const epochs = (30 * 24 * 3600) / intervalSeconds;
+  return {
+    intervalSeconds,
+    pollSeconds,
+    limits: { maxEpochs, maxFailures, leaseMs, activityGrainMs: grain * 1000, epochTimeoutMs: timeout * 1000 },
+    eventsPerEpoch: { normal, worst },
+    transitionsPerEpoch: TRANSITIONS_PER_EPOCH,
+    monthlyCostUsd: Math.round(epochs * TRANSITIONS_PER_EPOCH * PRICE_PER_TRANSITION * 100) / 100,
+  };
+}
+
+/** The state machine's states in `scope`; returns the chain to give DefinitionBody.fromChainable. */
+export function checkpointDefinition(scope: Construct, props: CheckpointDefinitionProps): sfn.IChainable {
+  const plan = checkpointPlan(props);
+  const task = (id: string, action: Action) => {
+    const t = new tasks.LambdaInvoke(scope, id, {
+      lambdaFunction: props.task,
+      payload: sfn.TaskInput.fromObject({ action, execution: sfn.JsonPath.stringAt('$$.Execution.Name'), carry: sfn.JsonPath.entirePayload, limits: plan.limits }),
+      payloadResponseOnly: true,
+      // Our own retry policy below (CDK's default retries 6 times over ~2 minutes).
+      retryOnServiceExceptions: false,
+    });
+    t.addRetry({
+      errors: ['Lambda.ServiceException', 'Lambda.AWSLambdaException', 'Lambda.SdkClientException', 'Lambda.TooManyRequestsException', TASK_ERRORS.retryable],
+      interval: Duration.seconds(1),
+      backoffRate: 2,
+      maxAttempts: TASK_ATTEMPTS - 1,
+      jitterStrategy: sfn.JitterType.FULL,
+    });
+    return t;
+  };
+  const done = new sfn.Succeed(scope, 'Done');
+  const failed = new sfn.Fail(scope, 'Failed', { error: 'Sluice.CoordinatorFailed', cause: 'the checkpoint coordinator failed repeatedly; see the execution history and the task logs' });
+  const waitInterval = new sfn.Wait(scope, 'WaitInterval', { time: sfn.WaitTime.duration(Duration.seconds(plan.intervalSeconds)) });
+  const waitForAcks = new sfn.Wait(scope, 'WaitForAcks', { time: sfn.WaitTime.duration(Duration.seconds(plan.pollSeconds)) });
+  const backoff = new sfn.Wait(scope, 'Backoff', { time: sfn.WaitTime.duration(Duration.seconds(plan.pollSeconds)) });
+  const resume = task('Resume', 'resume');
+  const open = task('Open', 'open');
+  const inject = task('Inject', 'inject');
+  const decide = task('Decide', 'decide');
+  const commit = task('Commit', 'commit');
+  const abort = task('Abort', 'abort');
+  // A failure past the retries resumes the coordinator from its control items; the resume step counts failures.
+  for (const t of [open, inject, decide, commit, abort]) t.addCatch(backoff, { errors: ['States.ALL'], resultPath: '$.error' });
+  resume.addCatch(failed, { errors: ['States.ALL'], resultPath: '$.error' });
+  const continueAsNew = new sfn.CustomState(scope, 'ContinueAsNew', {
+    stateJson: {
+      Type: 'Task',
+      Resource: `arn:${Stack.of(scope).partition}:states:::states:startExecution`,
+      Parameters: { 'StateMachineArn.$': '$$.StateMachine.Id', 'Name.$': '$.child.name', 'Input.$': '$.child.input' },
+      ResultPath: null,
+      Retry: [{ ErrorEquals: ['StepFunctions.SdkClientException', 'StepFunctions.StepFunctionsException', 'States.TaskFailed'], IntervalSeconds: 1, BackoffRate: 2, MaxAttempts: 3 }],
+      // A retry whose first attempt started the child: the name is taken, the job is done.
+      Catch: [{ ErrorEquals: ['StepFunctions.ExecutionAlreadyExistsException'], ResultPath: '$.error', Next: 'Done' }],
+    },
+  });
+  const is = (v: string) => sfn.Condition.stringEquals('$.next', v);
+  const afterResume = new sfn.Choice(scope, 'AfterResume')
+    .when(is('fail'), failed)
+    .when(is('end'), done)
+    .when(is('decide'), waitForAcks)
+    .when(is('commit'), commit)
+    .otherwise(waitInterval);
+  const afterOpen = new sfn.Choice(scope, 'AfterOpen')
+    .when(is('inject'), inject)
+    .when(is('end'), done)
+    .when(is('continue'), continueAsNew)
+    .when(is('decide'), waitForAcks)
+    .when(is('commit'), commit)
+    .otherwise(waitInterval);
+  const afterDecide = new sfn.Choice(scope, 'AfterDecide').when(is('commit'), commit).when(is('abort'), abort).when(is('pending'), waitForAcks).otherwise(waitInterval);
+  backoff.next(resume);
+  waitInterval.next(open);
+  open.next(afterOpen);
+  inject.next(waitForAcks);
+  waitForAcks.next(decide);
+  decide.next(afterDecide);
+  commit.next(waitInterval);
+  abort.next(waitInterval);
+  continueAsNew.next(done);
+  return resume.next(afterResume);
+}
+
+/** The definition as ASL JSON (what the local runner executes), with the task at `taskArn`. */
+export function checkpointAsl(props: CheckpointTimingProps = {}, taskArn = 'arn:aws:lambda:us-east-1:123456789012:function:sluice-checkpoint'): Record<string, any> {
+  const stack = new Stack(new App(), 'CheckpointAsl', { env: { account: '123456789012', region: 'us-east-1' } });
+  const chain = checkpointDefinition(stack, { ...props, task: lambda.Function.fromFunctionArn(stack, 'Task', taskArn) });
+  return stack.resolve(new sfn.StateGraph(chain.startState, 'checkpoints').toGraphJson()) as Record<string, any>;
+}
+
+/** The SluiceJob hook (infra/checkpoints.ts): the task function, its grants, the state machine. */
+export const checkpointStateMachine: CheckpointStateMachineFactory = (scope, ctx) => {
+  const job = ctx.plan.job.name;
+  const task = ctx.newFunction('Coordinator', `${REPO_ROOT}functions/checkpoint.ts`);
+  ctx.grantCoordinator(task.fn);
+  ctx.grantInjectBarriers(task.fn);
+  // Ack and activity items, which the data path writes (checkpoint-acks.ts).
+  grantTable(task.fn, ctx.table, ['dynamodb:GetItem'], [signalsPk(job)], ctx.encryptionKey);
+  const stateMachineName = Names.uniqueResourceName(scope, { maxLength: 80, separator: '-' });
+  const machine = new sfn.StateMachine(scope, 'StateMachine', {
+    stateMachineName,
+    stateMachineType: sfn.StateMachineType.STANDARD,
+    definitionBody: sfn.DefinitionBody.fromChainable(checkpointDefinition(scope, { task: task.fn })),
+    logs: { destination: ctx.logGroup, level: sfn.LogLevel.ALL },
+    tracingEnabled: true,
+  });
+  // Continue as new: StartExecution of itself, by its fixed name (its ARN would be a cycle).
+  const self = Stack.of(scope).formatArn({ service: 'states', resource: 'stateMachine', resourceName: stateMachineName, arnFormat: ArnFormat.COLON_RESOURCE_NAME });
+  iam.Grant.addToPrincipal({ grantee: machine, actions: ['states:StartExecution'], resourceArns: [self] });
+  NagSuppressions.addResourceSuppressions(
+    machine.role,
+    [
+      {
+        id: 'AwsSolutions-IAM5',
+        reason: 'Step Functions invokes the task function by qualified ARN (`<function arn>:*`, any version or alias), which CDK grants for every LambdaInvoke task; it is this one function only.',
+        appliesTo: [{ regex: '/^Resource::<[A-Za-z0-9]+\\.Arn>:\\*$/g' }],
+      },
+    ],
+    true,
+  );
+  return machine;
+};

@@ -1,0 +1,71 @@
+/**
+ * The checkpoint task on AWS: CheckpointSteps wired to the job's state table (pointer
+ * items, ack and activity items), its bucket (manifests, stats, snapshots) and its source
+ * stage queues (barriers). functions/checkpoint.ts is this with the SDK's default clients;
+ * tests pass clients for the local servers.
+ */
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { S3Client } from '@aws-sdk/client-s3';
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import type { Job } from '../api/stream.ts';
+import { participantsOf, planFingerprint } from '../checkpoint/fingerprint.ts';
+import type { CoordinatorSetup } from '../checkpoint/protocol.ts';
+import { ConfigError } from '../errors.ts';
+import { compile } from '../graph/compile.ts';
+import { AwsAccounting } from './accounting.ts';
+import { DynamoDbAckStore } from './checkpoint-acks.ts';
+import { injectBarriers } from './checkpoint-barriers.ts';
+import { CheckpointSteps, type CheckpointStepsOptions } from './checkpoint-steps.ts';
+import type { Carry } from './checkpoint-task.ts';
+import { DynamoDbPointerStore } from './dynamodb-pointers.ts';
+import { stateTableName } from './naming.ts';
+import { S3BlobStore } from './s3-blob-store.ts';
+import { NamedQueues, type QueueResolver } from './sqs-queues.ts';
+import { SqsTransport } from './sqs-transport.ts';
+
+export interface CheckpointHandlerConfig {
+  readonly job: Job;
+  readonly dynamodb: DynamoDBClient;
+  readonly sqs: SQSClient;
+  readonly s3: S3Client;
+  /** The snapshot bucket (SLUICE_BUCKET). */
+  readonly bucket: string | undefined;
+  /** Default `sluice-${job}`. */
+  readonly tableName?: string;
+  readonly queuePrefix?: string;
+  /** Default: the job's queues by name. */
+  readonly queues?: QueueResolver;
+  readonly accounting?: AwsAccounting;
+  /** Overrides for tests (clock, fault hooks, sinks). */
+  readonly overrides?: Partial<Pick<CheckpointStepsOptions, 'now' | 'hook' | 'sinks' | 'truncateLogs'>>;
+}
+
+export interface CheckpointHandler {
+  (event: unknown): Promise<Carry>;
+  readonly steps: CheckpointSteps;
+  readonly setup: CoordinatorSetup;
+  readonly acks: DynamoDbAckStore;
+  readonly accounting: AwsAccounting;
+}
+
+export function createCheckpointHandler(config: CheckpointHandlerConfig): CheckpointHandler {
+  if (!config.bucket) throw new ConfigError('SLUICE_BUCKET', 'the snapshot bucket name (SluiceJob sets it)', 'unset');
+  const plan = compile(config.job.graph);
+  const job = plan.job.name;
+  const accounting = config.accounting ?? new AwsAccounting();
+  const tableName = config.tableName ?? stateTableName(job);
+  const setup: CoordinatorSetup = { job, fingerprint: planFingerprint(plan), participants: participantsOf(plan) };
+  const queues = config.queues ?? new NamedQueues(config.sqs, job, config.queuePrefix, accounting);
+  const transport = new SqsTransport({ sqs: config.sqs, job, queues, accounting });
+  const acks = new DynamoDbAckStore({ client: config.dynamodb, tableName, job, accounting });
+  const steps = new CheckpointSteps({
+    setup,
+    pointers: new DynamoDbPointerStore({ client: config.dynamodb, tableName, job, accounting }),
+    // Coordinator keys already start with `${job}/` (manifests, checkpoints, snapshots).
+    blobs: new S3BlobStore({ s3: config.s3, bucket: config.bucket, accounting }),
+    acks,
+    injectBarriers: (d) => injectBarriers(transport, queues, job, d.sources, { epoch: d.epoch, baseEpoch: d.baseEpoch, full: d.fullSnapshot, savepoint: d.savepoint !== null }),
+    ...config.overrides,
+  });
+  return Object.assign((event: unknown) => steps.handle(event), { steps, setup, acks, accounting });
+}

@@ -1,0 +1,340 @@
+/**
+ * The checkpoint coordinator's steps as Lambda task actions (one per state machine Task).
+ * Each action loads the coordinator from its control items, makes one pure step
+ * (lib/checkpoint/coordinator.ts), persists the result ahead of its decisions
+ * (compare-and-set on the record's version: a second coordinator is fenced) and does
+ * the decided I/O. Actions are idempotent, so Step Functions may retry any of them:
+ *
+ *   resume  take the lease; resume() from record + pointer + manifest + ack items (a
+ *           crashed or failed step is repaired here); may re-open and inject at once
+ *   open    renew the lease; continue as new after maxEpochs; openEpoch() with the
+ *           activity item; idle -> release the lease and end (no cost at zero traffic)
+ *   inject  send the in-flight epoch's barriers (deterministic dedup ids)
+ *   decide  record the ack items that arrived; commit | abort (deadline) | pending
+ *   commit  manifest, stats, pointer compare-and-set, onCommitted, sinks, truncation
+ *   abort   abort the timed-out epoch (its number is burned), delete its snapshots
+ *
+ * The coordinator record and pointer live in the PointerStore (DynamoDbPointerStore:
+ * `${job}#c`), manifests and stats in the BlobStore (S3), acks and activity in
+ * checkpoint-acks.ts. Same persistence as lib/checkpoint/driver.ts, one step per call.
+ */
+import { fromBytes, toBytes } from '../checkpoint/codec.ts';
+import { abort, createCoordinator, decide, onCommitted, openEpoch, recordAck, toRecord } from '../checkpoint/coordinator.ts';
+import { CoordinatorFencedError, POINTER_NAME, RECORD_NAME, statsKey, type CheckpointStats, type InjectDecision, type TruncateDecision } from '../checkpoint/driver.ts';
+import { PointerConflictError, RestoreError } from '../checkpoint/driver-errors.ts';
+import { PlanMismatchError } from '../checkpoint/errors.ts';
+import { buildManifest } from '../checkpoint/manifest.ts';
+import { participantKey, sourcePartitionKey, type Ack, type CommitPointer, type CoordinatorRecord, type CoordinatorSetup, type CoordinatorState, type Decision, type Manifest, type StepResult } from '../checkpoint/protocol.ts';
+import { resume } from '../checkpoint/resume.ts';
+import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
+import { SluiceError } from '../errors.ts';
+import { acquireLease, checkTaskInput, childName, CoordinatorNotStartedError, type Carry, type Limits, LEASE_NAME, type Lease, taskError, updateLease } from './checkpoint-task.ts';
+
+export interface AckSource {
+  get(epoch: number, participants: readonly { stage: number; partition: number }[]): Promise<Ack[]>;
+  lastActivity(): Promise<number | undefined>;
+}
+
+export interface CheckpointStepsOptions {
+  readonly setup: CoordinatorSetup;
+  readonly pointers: PointerStore;
+  /** Keys are the coordinator's (`${job}/manifests/...`): no prefix. */
+  readonly blobs: BlobStore;
+  readonly acks: AckSource;
+  injectBarriers(d: InjectDecision): Promise<void>;
+  /** Transactional sinks (two-phase): prepare before the pointer write, commit after. @default none */
+  readonly sinks?: { prepare(epoch: number): Promise<void>; commit(epoch: number): Promise<void> };
+  /** Release logged input no retained checkpoint needs. @default nothing is logged on AWS yet */
+  truncateLogs?(d: TruncateDecision): Promise<void>;
+  readonly now?: () => number;
+  /** Fault injection for tests: called at named points inside actions. */
+  readonly hook?: (point: string) => void | Promise<void>;
+}
+
+interface Loaded {
+  state: CoordinatorState;
+  version: number;
+}
+
+export class CheckpointSteps {
+  private readonly now: () => number;
+  /** The plan's setup with the epoch timeout the state machine passes (one source for its timing). */
+  private setup: CoordinatorSetup;
+
+  constructor(private readonly o: CheckpointStepsOptions) {
+    this.now = o.now ?? Date.now;
+    this.setup = o.setup;
+  }
+
+  /** The Lambda entry: validate, run the action, name errors for the state machine's Retry and Catch. */
+  async handle(input: unknown): Promise<Carry> {
+    try {
+      const { action, execution, carry, limits } = checkTaskInput(input);
+      this.setup = { ...this.o.setup, config: { ...this.o.setup.config, timeoutMs: limits.epochTimeoutMs } };
+      const { error: _done, child: _child, ...rest } = carry;
+      const c: Carry = rest;
+      switch (action) {
+        case 'resume':
+          return await this.resumeStep(execution, c, limits, carry.error !== undefined);
+        case 'open':
+          return await this.open(execution, c, limits);
+        case 'inject':
+          return await this.inject(c);
+        case 'decide':
+          return await this.decideStep(c);
+        case 'commit':
+          return await this.commit(execution, c);
+        case 'abort':
+          return await this.abortStep(c);
+      }
+    } catch (e) {
+      throw taskError(e);
+    }
+  }
+
+  // ---- actions --------------------------------------------------------------------------
+
+  async resumeStep(execution: string, c: Carry, limits: Limits, failed: boolean): Promise<Carry> {
+    const failures = c.failures + (failed ? 1 : 0);
+    if (failures > limits.maxFailures) return { ...c, failures, next: 'fail' };
+    const now = this.now();
+    const lease = await acquireLease(this.o.pointers, execution, c.parent, now, limits.leaseMs);
+    if (!lease.ok) return { ...c, failures, next: 'end' };
+    const rec = await this.o.pointers.read<CoordinatorRecord>(RECORD_NAME);
+    const ptr = await this.o.pointers.read<CommitPointer>(POINTER_NAME);
+    const pointer = ptr && ptr.value.epoch > 0 ? ptr.value : null;
+    const manifest = pointer ? await this.readManifest(pointer.manifestKey) : null;
+    const f = rec?.value.inFlight;
+    const acks = f ? await this.o.acks.get(f.epoch, this.setup.participants) : [];
+    const r = resume({ setup: this.setup, record: rec?.value ?? null, pointer, manifest, acks }, now);
+    const s: Loaded = { state: r.state, version: rec?.version ?? 0 };
+    await this.apply(s, r, true);
+    const inFlight = s.state.inFlight;
+    return { ...c, failures, next: inFlight ? 'decide' : 'wait', epoch: inFlight?.epoch ?? s.state.lastCompleted?.epoch ?? 0 };
+  }
+
+  async open(execution: string, c: Carry, limits: Limits): Promise<Carry> {
+    const now = this.now();
+    const lease = await acquireLease(this.o.pointers, execution, c.parent, now, limits.leaseMs);
+    if (!lease.ok) return { ...c, next: 'end' };
+    if (c.n >= limits.maxEpochs) {
+      return { ...c, next: 'continue', child: { name: childName(execution, c.g), input: { g: c.g + 1, n: 0, failures: c.failures, parent: execution, next: 'wait', epoch: c.epoch } } };
+    }
+    const s = await this.load();
+    const f = s.state.inFlight;
+    if (f) return { ...c, next: f.committing ? 'commit' : 'decide', epoch: f.epoch };
+    const active = await this.active(lease.lease, limits);
+    const touched = active ? this.setup.participants.flatMap((p) => p.sources.map((src) => sourcePartitionKey(src, p.partition))) : [];
+    const r = openEpoch(s.state, now, { touched });
+    const d = r.decisions[0];
+    if (d?.kind === 'inject-barriers') {
+      await this.persist(s, r.state);
+      await this.o.hook?.('open:persisted');
+      return { ...c, next: 'inject', epoch: d.epoch, n: c.n + 1 };
+    }
+    if (d?.kind === 'idle') {
+      // Release, then look again: input that arrived meanwhile either saw the lease free
+      // (and started an execution) or is seen here (and this one carries on).
+      await updateLease(this.o.pointers, execution, (l) => ({ ...l, owner: null, until: 0 }));
+      const again = await this.o.pointers.read<Lease>(LEASE_NAME);
+      if (await this.active(again?.value ?? lease.lease, limits)) return { ...c, next: 'wait' };
+      return { ...c, next: 'end' };
+    }
+    return { ...c, next: 'wait' };
+  }
+
+  async inject(c: Carry): Promise<Carry> {
+    const s = await this.load();
+    const f = s.state.inFlight;
+    if (!f) return { ...c, next: 'wait' };
+    if (f.committing) return { ...c, next: 'commit', epoch: f.epoch };
+    await this.o.hook?.('inject:before-send');
+    const sources = s.state.participants.flatMap((p) => p.sources.map((source) => ({ source, partition: p.partition, stage: p.stage })));
+    await this.o.injectBarriers({ kind: 'inject-barriers', epoch: f.epoch, baseEpoch: f.baseEpoch, deadline: f.deadline, sources, fullSnapshot: f.fullSnapshot, savepoint: f.savepoint });
+    return { ...c, next: 'decide', epoch: f.epoch };
+  }
+
+  async decideStep(c: Carry): Promise<Carry> {
+    const now = this.now();
+    const s = await this.load();
+    const f = s.state.inFlight;
+    if (!f) return { ...c, next: 'wait' };
+    if (f.committing) return { ...c, next: 'commit', epoch: f.epoch };
+    const missing = s.state.participants.filter((p) => !f.acks[participantKey(p)]);
+    let state = s.state;
+    const decisions: Decision[] = [];
+    for (const ack of await this.o.acks.get(f.epoch, missing)) {
+      try {
+        const r = recordAck(state, ack, now);
+        state = r.state;
+        decisions.push(...r.decisions);
+      } catch (e) {
+        // A protocol-breaking ack counts as missing: the epoch times out and the next one asks again.
+        if (!(e instanceof SluiceError) || e.retryable) throw e;
+      }
+    }
+    const r = decide(state, now);
+    const kind = r.decisions[0]?.kind;
+    if (kind === 'abort') return { ...c, next: 'abort', epoch: f.epoch };
+    // Persist the recorded acks (and, for a commit, the decision to commit) before acting on them.
+    await this.apply(s, { state: r.state, decisions }, false);
+    return { ...c, next: kind === 'commit' ? 'commit' : 'pending', epoch: f.epoch };
+  }
+
+  async commit(execution: string, c: Carry): Promise<Carry> {
+    const s = await this.load();
+    const f = s.state.inFlight;
+    if (!f) {
+      const last = s.state.lastCompleted;
+      // A retry whose first attempt completed: repeat the idempotent follow-ups it may have cut short.
+      if (last && last.epoch === c.epoch) await this.followUps(s.state, last.epoch);
+      return { ...c, next: 'wait' };
+    }
+    if (!f.committing) return { ...c, next: 'decide', epoch: f.epoch };
+    await this.apply(s, decide(s.state, this.now()), false);
+    await updateLease(this.o.pointers, execution, (l) => ({ ...l, coveredFrom: Math.max(l.coveredFrom, f.openedAt) }));
+    return { ...c, next: 'wait', failures: 0 };
+  }
+
+  async abortStep(c: Carry): Promise<Carry> {
+    const s = await this.load();
+    const f = s.state.inFlight;
+    if (!f) return { ...c, next: 'wait' };
+    if (f.committing) return { ...c, next: 'commit', epoch: f.epoch };
+    if (this.now() < f.deadline) return { ...c, next: 'decide', epoch: f.epoch };
+    await this.apply(s, abort(s.state, 'timeout'), false);
+    return { ...c, next: 'wait' };
+  }
+
+  // ---- persistence and decisions ---------------------------------------------------------
+
+  /** The coordinator as persisted: the record, the last manifest by its key, a committing manifest rebuilt from the acks. */
+  private async load(): Promise<Loaded> {
+    const rec = await this.o.pointers.read<CoordinatorRecord>(RECORD_NAME);
+    const setup = this.setup;
+    if (!rec) throw new CoordinatorNotStartedError(setup.job);
+    const r = rec.value;
+    const base = createCoordinator(setup);
+    if (r.job !== base.job) throw new PlanMismatchError('coordinator record job', JSON.stringify(base.job), JSON.stringify(r.job));
+    if (r.fingerprint !== base.fingerprint) throw new PlanMismatchError('coordinator record plan fingerprint', base.fingerprint, String(r.fingerprint));
+    const lastCompleted = r.lastCompleted ? { ...r.lastCompleted, manifest: await this.readManifest(r.lastCompleted.pointer.manifestKey) } : null;
+    const { highestEpoch, lastOpenedAt, aborted, history, savepoints, pendingSavepoint, truncatedThrough, counters } = r;
+    let state: CoordinatorState = { ...base, highestEpoch, lastOpenedAt, aborted, history, savepoints, pendingSavepoint, truncatedThrough, counters, lastCompleted, inFlight: null };
+    if (r.inFlight) {
+      const f = { ...r.inFlight, committing: null };
+      state = { ...state, inFlight: { ...f, committing: r.inFlight.committing ? buildManifest(state, f) : null } };
+    }
+    return { state, version: rec.version };
+  }
+
+  private async readManifest(key: string): Promise<Manifest> {
+    const bytes = await this.o.blobs.get(key);
+    if (!bytes) throw new RestoreError(`manifest ${key}`, 'the object a commit pointer or the coordinator record names', 'no such object');
+    return fromBytes<Manifest>(bytes);
+  }
+
+  private async persist(s: Loaded, state: CoordinatorState): Promise<void> {
+    if (!(await this.o.pointers.compareAndSet(RECORD_NAME, s.version, toRecord(state)))) throw new CoordinatorFencedError(state.job);
+    s.version++;
+    s.state = state;
+  }
+
+  /** Write-ahead: persist the step's state (when changed, or forced), then execute its decisions in order. */
+  private async apply(s: Loaded, r: StepResult, force: boolean): Promise<void> {
+    if (r.state !== s.state || force) await this.persist(s, r.state);
+    for (const d of r.decisions) await this.execute(s, d);
+  }
+
+  private async execute(s: Loaded, d: Decision): Promise<void> {
+    switch (d.kind) {
+      case 'inject-barriers':
+        return this.o.injectBarriers(d);
+      case 'commit':
+        return this.executeCommit(s, d);
+      case 'commit-sinks':
+        return this.o.sinks?.commit(d.epoch);
+      case 'truncate':
+        await this.o.truncateLogs?.(d);
+        return this.collectGarbage(s.state);
+      case 'abort':
+        if (d.discardSnapshots.length) await this.o.blobs.delete(d.discardSnapshots);
+        return;
+      case 'discard-snapshots':
+        return this.o.blobs.delete(d.keys);
+      case 'wait':
+      case 'idle':
+        return;
+    }
+  }
+
+  private async executeCommit(s: Loaded, d: Extract<Decision, { kind: 'commit' }>): Promise<void> {
+    const { blobs, pointers } = this.o;
+    await blobs.put(d.manifestKey, toBytes(d.manifest));
+    await blobs.put(statsKey(s.state.job, d.epoch), toBytes(statsOf(s.state, d.manifest, d.manifestKey)));
+    await this.o.sinks?.prepare(d.epoch);
+    const wanted: CommitPointer = { epoch: d.epoch, manifestKey: d.manifestKey, committedAt: d.manifest.createdAt };
+    const ptr = await pointers.read<CommitPointer>(POINTER_NAME);
+    const at = ptr?.value.epoch ?? 0;
+    let pointer = wanted;
+    if (at === d.expectedPointerEpoch) {
+      if (!(await pointers.compareAndSet(POINTER_NAME, ptr?.version ?? 0, wanted))) {
+        const again = await pointers.read<CommitPointer>(POINTER_NAME);
+        if (again?.value.epoch !== d.epoch) throw new PointerConflictError(d.expectedPointerEpoch, again?.value.epoch ?? 0);
+        pointer = again.value;
+      }
+    } else if (at === d.epoch) {
+      pointer = ptr!.value; // a retry whose earlier pointer write landed
+    } else {
+      throw new PointerConflictError(d.expectedPointerEpoch, at);
+    }
+    await this.o.hook?.('commit:pointer-written');
+    await this.apply(s, onCommitted(s.state, d.epoch, pointer, this.now()), false);
+  }
+
+  private async followUps(state: CoordinatorState, epoch: number): Promise<void> {
+    await this.o.sinks?.commit(epoch);
+    await this.collectGarbage(state);
+  }
+
+  /** Delete manifests, stats and snapshots no retained checkpoint needs (as driver.ts; only with nothing in flight). */
+  private async collectGarbage(s: CoordinatorState): Promise<void> {
+    if (s.inFlight || !s.lastCompleted) return;
+    const { blobs } = this.o;
+    const keep = new Set([...s.history.map((h) => h.epoch), ...s.savepoints.map((p) => p.epoch), s.lastCompleted.epoch]);
+    const epochOf = (key: string) => Number(/(\d{12})\.json$/.exec(key)?.[1] ?? NaN);
+    const manifests = await blobs.list(`${s.job}/manifests/`);
+    const stats = (await blobs.list(`${s.job}/checkpoints/`)).filter((k) => !keep.has(epochOf(k)));
+    const live = new Set<string>();
+    for (const k of manifests.filter((m) => keep.has(epochOf(m)))) {
+      const bytes = await blobs.get(k);
+      if (bytes) for (const p of Object.values(fromBytes<Manifest>(bytes).partitions)) for (const l of p.chain) live.add(l.key);
+    }
+    const snapshots = (await blobs.list(`${s.job}/snapshots/`)).filter((k) => !live.has(k));
+    const drop = [...manifests.filter((k) => !keep.has(epochOf(k))), ...stats, ...snapshots];
+    if (drop.length) await blobs.delete(drop);
+  }
+
+  /** Input the last committed epoch may not cover (the ingest path touches at most once per grain). */
+  private async active(lease: Lease, limits: Limits): Promise<boolean> {
+    const at = await this.o.acks.lastActivity();
+    return at !== undefined && at + limits.activityGrainMs >= lease.coveredFrom;
+  }
+}
+
+function statsOf(state: CoordinatorState, m: Manifest, manifestKey: string): CheckpointStats {
+  let bytes = 0;
+  let restoreBytes = 0;
+  let entities = 0;
+  let fullSnapshots = 0;
+  for (const p of Object.values(m.partitions)) {
+    for (const l of p.chain) {
+      restoreBytes += l.bytes;
+      if (l.epoch !== m.epoch) continue;
+      bytes += l.bytes;
+      entities += l.entities;
+      if (l.full) fullSnapshots++;
+    }
+  }
+  const openedAt = state.inFlight?.epoch === m.epoch ? state.inFlight.openedAt : m.createdAt;
+  return { epoch: m.epoch, manifestKey, openedAt, completedAt: m.createdAt, durationMs: Math.max(0, m.createdAt - openedAt), bytes, restoreBytes, entities, fullSnapshots, savepoint: m.savepoint?.label ?? null };
+}
