@@ -187,7 +187,20 @@ export function checkpointDefinition(scope: Construct, props: CheckpointDefiniti
 export function checkpointAsl(props: CheckpointTimingProps = {}, taskArn = 'arn:aws:lambda:us-east-1:123456789012:function:sluice-checkpoint'): Record<string, any> {
   const stack = new Stack(new App(), 'CheckpointAsl', { env: { account: '123456789012', region: 'us-east-1' } });
   const chain = checkpointDefinition(stack, { ...props, task: lambda.Function.fromFunctionArn(stack, 'Task', taskArn) });
-  return stack.resolve(new sfn.StateGraph(chain.startState, 'checkpoints').toGraphJson()) as Record<string, any>;
+  return literal(stack.resolve(new sfn.StateGraph(chain.startState, 'checkpoints').toGraphJson())) as Record<string, any>;
+}
+
+/** Replace the pseudo-parameters CloudFormation would resolve (the partition in integration ARNs). */
+function literal(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(literal);
+  if (!v || typeof v !== 'object') return v;
+  const o = v as Record<string, unknown>;
+  if (o.Ref === 'AWS::Partition') return 'aws';
+  if (Array.isArray(o['Fn::Join'])) {
+    const [sep, parts] = o['Fn::Join'] as [string, unknown[]];
+    return parts.map(literal).join(sep);
+  }
+  return Object.fromEntries(Object.entries(o).map(([k, x]) => [k, literal(x)]));
 }
 
 /** The SluiceJob hook (infra/checkpoints.ts): the task function, its grants, the state machine. */
