@@ -109,6 +109,9 @@ export class CheckpointSteps {
     const r = resume({ setup: this.setup, record: rec?.value ?? null, pointer, manifest, acks }, now);
     const s: Loaded = { state: r.state, version: rec?.version ?? 0 };
     await this.apply(s, r, true);
+    // An epoch the resume completed (its pointer had landed) covers the input before it opened.
+    const done = s.state.lastCompleted;
+    if (f && done?.epoch === f.epoch) await updateLease(this.o.pointers, execution, (l) => ({ ...l, coveredFrom: Math.max(l.coveredFrom, f.openedAt) }));
     const inFlight = s.state.inFlight;
     return { ...c, failures, next: inFlight ? 'decide' : 'wait', epoch: inFlight?.epoch ?? s.state.lastCompleted?.epoch ?? 0 };
   }

@@ -1,0 +1,250 @@
+/**
+ * The checkpoint state machine as deployed (checkpointAsl(): the definition SluiceJob
+ * synthesises) run by aws-local-stepfunctions, its Lambda tasks overridden by the real
+ * task code (createCheckpointHandler) against DynamoDB Local and fauxqs. Partitions are
+ * played by the test: it reads the barriers the Inject step put on the source queues and
+ * writes the acks an operator would (DynamoDbAckStore). Time is a fake clock the steps read.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { StateMachine } from 'aws-local-stepfunctions';
+import { job } from '../../functions/job.ts';
+import { checkpointAsl, type CheckpointTimingProps } from '../../infra/checkpoint-state-machine.ts';
+import { barrierOfBody } from '../../lib/aws/checkpoint-barriers.ts';
+import { createCheckpointHandler, type CheckpointHandler } from '../../lib/aws/checkpoint-handler.ts';
+import { type Carry, LEASE_NAME, type Lease } from '../../lib/aws/checkpoint-task.ts';
+import { DynamoDbPointerStore } from '../../lib/aws/dynamodb-pointers.ts';
+import { createStateTable } from '../../lib/aws/dynamodb-table.ts';
+import { createBucket, S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
+import { createStageQueues, StaticQueues, type StageQueues } from '../../lib/aws/sqs-queues.ts';
+import { POINTER_NAME, RECORD_NAME } from '../../lib/checkpoint/driver.ts';
+import { manifestObjectKey, sourcePartitionKey, type CommitPointer, type CoordinatorRecord } from '../../lib/checkpoint/protocol.ts';
+import { compile } from '../../lib/graph/compile.ts';
+import { SluiceError } from '../../lib/errors.ts';
+import type { BarrierAck } from '../../lib/transport/envelope.ts';
+import { drainQueue, localClients, unique } from './helpers.ts';
+
+// aws-local-stepfunctions 3 uses Promise.withResolvers (Node 22); Node 20 lacks it.
+(Promise as unknown as { withResolvers?: unknown }).withResolvers ??= function <T>() {
+  let resolve!: (v: T) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<T>((a, b) => ((resolve = a), (reject = b)));
+  return { promise, resolve, reject };
+};
+
+class Crash extends SluiceError {
+  readonly code = 'TEST_CRASH';
+  constructor(
+    readonly retryable: boolean,
+    where: string,
+  ) {
+    super(`injected crash at ${where}`);
+  }
+}
+
+const clients = localClients();
+const plan = compile(job.graph);
+const TASKS = ['Resume', 'Open', 'Inject', 'Decide', 'Commit', 'Abort'] as const;
+const SM_ARN = 'arn:aws:states:us-east-1:123456789012:stateMachine:sluice-checkpoints';
+const TIMING: CheckpointTimingProps = { intervalSeconds: 1, pollSeconds: 1, epochTimeoutSeconds: 1, activityGrainSeconds: 0 };
+
+afterAll(() => Object.values(clients).forEach((c) => c.destroy()));
+
+/** One deployment: its own table, bucket and queues; a fake clock; partitions that ack when told to. */
+async function world(options: { hooks?: Record<string, () => void>; ack?: (epoch: number) => boolean } = {}) {
+  const table = unique('sluice-sfn');
+  const bucket = unique('sfn').toLowerCase();
+  const prefix = `${unique('t')}-`;
+  const [, , queues] = await Promise.all([createStateTable(clients.dynamodb, table), createBucket(clients.s3, bucket), createStageQueues(clients.sqs, plan, { prefix })]);
+  let clock = 1_000_000;
+  const now = () => (clock += 10);
+  const handler = createCheckpointHandler({
+    job,
+    ...clients,
+    bucket,
+    tableName: table,
+    queues: new StaticQueues(queues),
+    overrides: { now, hook: (point) => options.hooks?.[point]?.() },
+  });
+  const pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: table, job: job.name });
+  const blobs = new S3BlobStore({ s3: clients.s3, bucket });
+  return { handler, queues, pointers, blobs, now, advance: (ms: number) => (clock += ms), ack: options.ack ?? (() => true), barriers: [] as number[] };
+}
+type World = Awaited<ReturnType<typeof world>>;
+
+/** What the source partitions and the operators downstream would do: take the barriers, ack every participant. */
+async function playPartitions(w: World, q: readonly StageQueues[]): Promise<void> {
+  const messages = await drainQueue(clients.sqs, q[0].url);
+  const epochs = messages.map((m) => barrierOfBody(m.Body!)).filter((b) => b !== undefined);
+  for (const b of epochs) w.barriers.push(b.epoch);
+  const epoch = Math.max(0, ...epochs.map((b) => b.epoch));
+  if (!epoch || !w.ack(epoch)) return;
+  const b = epochs.find((x) => x.epoch === epoch)!;
+  const acks: BarrierAck[] = w.handler.setup.participants.map((p) => ({
+    epoch,
+    stage: p.stage,
+    partition: p.partition,
+    baseEpoch: b.baseEpoch,
+    snapshot: { key: `${job.name}/snapshots/${p.stage}-${p.partition}/${String(epoch).padStart(12, '0')}-test.json`, bytes: 10, entities: 1, full: b.baseEpoch === 0 || b.full.includes(`${p.stage}/${p.partition}`) },
+    positions: Object.fromEntries(p.sources.map((s) => [sourcePartitionKey(s, p.partition), epoch * 10])),
+    alignedAt: w.now(),
+    ackedAt: w.now(),
+  }));
+  await w.handler.acks.put(acks);
+}
+
+interface Run {
+  readonly result: Carry;
+  readonly states: string[];
+  readonly children: Carry[];
+  readonly childNames: string[];
+}
+
+/** One execution of the synthesised definition; `traffic`: touch the activity item after each inject (input keeps coming). */
+async function execute(w: World, name: string, input: Partial<Carry>, options: { timing?: CheckpointTimingProps; traffic?: () => boolean } = {}): Promise<Run> {
+  const asl = checkpointAsl({ ...TIMING, ...options.timing });
+  const machine = new StateMachine(asl as never, { validationOptions: { checkPaths: true, checkArn: true } });
+  const children: Carry[] = [];
+  const childNames: string[] = [];
+  const call = (action: string) => async (payload: unknown) => {
+    if (action === 'Decide') w.advance(300); // polls are a second apart on AWS
+    const out = await w.handler(payload);
+    // Barriers leave from Inject, and from Resume when it re-opens an interrupted epoch.
+    if (action === 'Inject' || action === 'Resume') await playPartitions(w, w.queues);
+    if (action === 'Inject' && options.traffic?.()) await w.handler.acks.touch(w.now());
+    return out as never;
+  };
+  const handlers: Record<string, (i: unknown) => Promise<never>> = Object.fromEntries(TASKS.map((t) => [t, call(t)]));
+  handlers.ContinueAsNew = async (i) => {
+    const p = i as { Name: string; Input: Carry };
+    childNames.push(p.Name);
+    children.push(p.Input);
+    return {} as never;
+  };
+  const zero = Object.fromEntries(['WaitInterval', 'WaitForAcks', 'Backoff'].map((s) => [s, 0]));
+  const run = machine.run(input as never, {
+    overrides: { taskResourceLocalHandlers: handlers as never, waitTimeOverrides: zero, retryIntervalOverrides: Object.fromEntries([...TASKS, 'ContinueAsNew'].map((s) => [s, 0])) },
+    context: { Execution: { Name: name, Id: `${SM_ARN.replace(':stateMachine:', ':execution:')}:${name}` }, StateMachine: { Id: SM_ARN, Name: 'sluice-checkpoints' } } as never,
+  });
+  const states: string[] = [];
+  const collect = (async () => {
+    for await (const e of run.eventLogs) if (e.type === 'StateEntered' || e.type === 'StateRetried') states.push(e.type === 'StateRetried' ? `${e.state.name}!retry` : e.state.name);
+  })();
+  const result = (await run.result) as unknown as Carry;
+  await collect;
+  return { result, states, children, childNames };
+}
+
+async function persisted(w: World) {
+  const record = (await w.pointers.read<CoordinatorRecord>(RECORD_NAME))!;
+  const pointer = await w.pointers.read<CommitPointer>(POINTER_NAME);
+  const lease = (await w.pointers.read<Lease>(LEASE_NAME))?.value;
+  return { record: record.value, recordVersion: record.version, pointer: pointer?.value, pointerVersion: pointer?.version ?? 0, lease };
+}
+
+const count = (states: readonly string[], name: string) => states.filter((s) => s === name).length;
+
+describe('checkpoint state machine on the local servers', () => {
+  it('runs a normal epoch: barriers into every source partition, acks, commit, pointer advanced; then ends idle', async () => {
+    const w = await world();
+    await w.handler.acks.touch(w.now());
+    const run = await execute(w, 'nexmark-q5-1', {});
+    expect(run.result.next).toBe('end');
+    expect(run.states.slice(0, 11)).toEqual(['Resume', 'AfterResume', 'WaitInterval', 'Open', 'AfterOpen', 'Inject', 'WaitForAcks', 'Decide', 'AfterDecide', 'Commit', 'WaitInterval']);
+    expect(run.states.slice(11)).toEqual(['Open', 'AfterOpen', 'Done']);
+    // Barrier 1 went to both partitions of the source stage.
+    expect(w.barriers).toEqual([1, 1]);
+    const p = await persisted(w);
+    expect(p.pointer).toMatchObject({ epoch: 1, manifestKey: manifestObjectKey(job.name, 1) });
+    expect(p.pointerVersion).toBe(1);
+    expect(p.record).toMatchObject({ highestEpoch: 1, inFlight: null, lastCompleted: { epoch: 1 } });
+    expect(p.record.counters).toMatchObject({ opened: 1, completed: 1, aborted: 0, acks: 6 });
+    expect(await w.blobs.get(manifestObjectKey(job.name, 1))).toBeDefined();
+    // Ending released the lease, so the next input starts an execution at once.
+    expect(p.lease).toMatchObject({ owner: null, until: 0 });
+    expect(p.lease!.coveredFrom).toBeGreaterThan(0);
+  });
+
+  it('aborts an epoch whose acks do not arrive by its deadline, then checkpoints with the next one', async () => {
+    const w = await world({ ack: (epoch) => epoch > 1 });
+    await w.handler.acks.touch(w.now());
+    const run = await execute(w, 'nexmark-q5-2', {});
+    expect(run.result.next).toBe('end');
+    expect(count(run.states, 'Abort')).toBe(1);
+    expect(count(run.states, 'Decide')).toBeGreaterThan(2); // polled until the deadline
+    expect(count(run.states, 'Commit')).toBe(1);
+    const p = await persisted(w);
+    expect(p.record.aborted).toEqual([1]);
+    expect(p.pointer?.epoch).toBe(2);
+    expect(p.record.counters).toMatchObject({ opened: 2, completed: 1, aborted: 1 });
+    expect(w.barriers).toEqual([1, 1, 2, 2]);
+  });
+
+  it('survives a crash after the pointer write: a retryable one is retried in place, committed once', async () => {
+    let crashes = 1;
+    const w = await world({ hooks: { 'commit:pointer-written': () => { if (crashes-- > 0) throw new Crash(true, 'commit'); } } });
+    await w.handler.acks.touch(w.now());
+    const run = await execute(w, 'nexmark-q5-3', {});
+    expect(run.result.next).toBe('end');
+    expect(run.states).toContain('Commit!retry');
+    const p = await persisted(w);
+    expect(p.pointer?.epoch).toBe(1);
+    expect(p.pointerVersion).toBe(1); // written once
+    expect(p.record.counters).toMatchObject({ opened: 1, completed: 1 });
+  });
+
+  it('survives a fatal crash between steps: caught, resumed from the control items, nothing lost or committed twice', async () => {
+    let crashes = 1;
+    const w = await world({ hooks: { 'commit:pointer-written': () => { if (crashes-- > 0) throw new Crash(false, 'commit'); } } });
+    await w.handler.acks.touch(w.now());
+    const run = await execute(w, 'nexmark-q5-4', {});
+    expect(run.result.next).toBe('end');
+    expect(run.states).toEqual(expect.arrayContaining(['Commit', 'Backoff']));
+    expect(count(run.states, 'Resume')).toBe(2);
+    const p = await persisted(w);
+    // The resume found the pointer ahead of the record and completed epoch 1 from it.
+    expect(p.pointer?.epoch).toBe(1);
+    expect(p.pointerVersion).toBe(1);
+    expect(p.record.counters).toMatchObject({ opened: 1, completed: 1, aborted: 0 });
+    expect(p.record.lastCompleted?.epoch).toBe(1);
+  });
+
+  it('resumes an epoch opened before a crash: aborted (its barriers may never have left), the next one re-injected and committed', async () => {
+    let crashes = 1;
+    const w = await world({ hooks: { 'open:persisted': () => { if (crashes-- > 0) throw new Crash(false, 'open'); } } });
+    await w.handler.acks.touch(w.now());
+    const run = await execute(w, 'nexmark-q5-5', {});
+    expect(run.result.next).toBe('end');
+    expect(run.states.slice(0, 8)).toEqual(['Resume', 'AfterResume', 'WaitInterval', 'Open', 'Backoff', 'Resume', 'AfterResume', 'WaitForAcks']);
+    const p = await persisted(w);
+    expect(p.record.aborted).toEqual([1]);
+    expect(p.pointer?.epoch).toBe(2);
+    expect(p.record.counters).toMatchObject({ completed: 1, aborted: 1 });
+    expect(w.barriers).toEqual([2, 2]); // epoch 1's barriers never went out
+  });
+
+  it('continues as a new execution after maxEpochs, handing the lease over; a duplicate wake-up ends at once', async () => {
+    const w = await world();
+    await w.handler.acks.touch(w.now());
+    let epochsWithTraffic = 3;
+    const traffic = () => epochsWithTraffic-- > 1;
+    const first = await execute(w, 'nexmark-q5-6', {}, { timing: { maxEpochs: 2 }, traffic });
+    expect(first.result.next).toBe('continue');
+    expect(first.states.slice(-3)).toEqual(['AfterOpen', 'ContinueAsNew', 'Done']);
+    expect(count(first.states, 'Commit')).toBe(2);
+    expect(first.childNames).toEqual(['nexmark-q5-6-g1']);
+    expect(first.children[0]).toMatchObject({ g: 1, n: 0, parent: 'nexmark-q5-6' });
+    expect((await persisted(w)).lease?.owner).toBe('nexmark-q5-6');
+
+    // A wake-up racing the continuation: the lease is held by a live execution.
+    const dup = await execute(w, 'nexmark-q5-7', {}, { timing: { maxEpochs: 2 } });
+    expect(dup.states).toEqual(['Resume', 'AfterResume', 'Done']);
+
+    const child = await execute(w, first.childNames[0], first.children[0], { timing: { maxEpochs: 2 }, traffic });
+    expect(child.result.next).toBe('end');
+    expect(count(child.states, 'Commit')).toBe(1);
+    const p = await persisted(w);
+    expect(p.pointer?.epoch).toBe(3);
+    expect(p.record.counters).toMatchObject({ opened: 3, completed: 3, aborted: 0 });
+    expect(p.lease?.owner).toBeNull();
+  });
+});
