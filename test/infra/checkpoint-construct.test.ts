@@ -1,0 +1,51 @@
+/**
+ * The checkpoint state machine inside SluiceJob (the factory app.ts loads): the deployed
+ * definition is checkpointAsl()'s (one source of truth), its task and machine roles are
+ * least privilege, and cdk-nag's AwsSolutions pack has no unsuppressed finding.
+ */
+import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
+import { describe, expect, it } from 'vitest';
+import { loadCheckpointStateMachine } from '../../infra/checkpoints.ts';
+import { checkpointAsl, checkpointStateMachine } from '../../infra/checkpoint-state-machine.ts';
+import { actions, jobStack, logicalId, nagFindings, roleStatements } from './support/stacks.ts';
+
+/** CloudFormation's Fn::Join of the definition, with the task ARN and partition put in. */
+function definitionOf(resource: { Properties?: Record<string, any> }, taskArn: string): unknown {
+  const join = resource.Properties!.DefinitionString['Fn::Join'] as [string, unknown[]];
+  const text = join[1].map((p) => (typeof p === 'string' ? p : (p as { Ref?: string }).Ref === 'AWS::Partition' ? 'aws' : taskArn)).join(join[0]);
+  return JSON.parse(text);
+}
+
+describe('SluiceJob with the checkpoint state machine', () => {
+  const { stack, job, resources } = jobStack({ checkpoints: checkpointStateMachine }, { nag: true });
+  const machine = job.stateMachine as sfn.StateMachine;
+  const task = job.functions.find((f) => f.fn.node.id === 'Coordinator')!;
+
+  it('is the factory app.ts loads', async () => {
+    expect(await loadCheckpointStateMachine()).toBe(checkpointStateMachine);
+  });
+
+  it('deploys the definition the local tests run (one source of truth)', () => {
+    const sm = resources[logicalId(stack, machine)];
+    expect(sm.Properties!.StateMachineType).toBe('STANDARD');
+    expect(sm.Properties!.TracingConfiguration).toEqual({ Enabled: true });
+    const arn = 'arn:aws:lambda:us-east-1:123456789012:function:sluice-checkpoint';
+    expect(definitionOf(sm, arn)).toEqual(checkpointAsl({}, arn));
+  });
+
+  it('grants the task its control items, ack items, bucket prefixes and the source queue; the machine only itself and its task', () => {
+    const statements = roleStatements(resources, logicalId(stack, task.role));
+    const keys = statements.flatMap((s) => (s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys'] as string[] | undefined) ?? []);
+    expect(keys.sort()).toEqual(['nexmark-q5#a', 'nexmark-q5#c']);
+    expect(statements.find((s) => s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys']?.toString() === 'nexmark-q5#a')!.Action).toBe('dynamodb:GetItem');
+    expect(statements.find((s) => actions(s).includes('sqs:SendMessage'))!.Resource).toEqual({ 'Fn::GetAtt': [logicalId(stack, job.stages[0].queue), 'Arn'] });
+    const machineStatements = roleStatements(resources, logicalId(stack, machine.role));
+    const start = machineStatements.find((s) => actions(s).includes('states:StartExecution'))!;
+    expect(JSON.stringify(start.Resource)).toContain(`:stateMachine:${resources[logicalId(stack, machine)].Properties!.StateMachineName}`);
+    expect(machineStatements.flatMap(actions).every((a) => /^(logs|xray|lambda:InvokeFunction|states:StartExecution)/.test(a))).toBe(true);
+  });
+
+  it('passes cdk-nag with reasoned suppressions only', () => {
+    expect(nagFindings(stack).errors).toEqual([]);
+  });
+});
