@@ -72,6 +72,12 @@ export function statsKey(job: string, epoch: number): string {
 export interface DriverEvents {
   onCompleted?(stats: CheckpointStats, manifest: Manifest): Promise<void> | void;
   onAborted?(epoch: number, reason: string): void;
+  /**
+   * Write the record after recording acks (default true). A driver whose partitions die
+   * with it (the embedded runtime: one process) may skip it: acks lost in a crash are
+   * lost with the partitions that sent them, and resume aborts the epoch either way.
+   */
+  persistAcks?: boolean;
 }
 
 export class CheckpointDriver {
@@ -148,7 +154,8 @@ export class CheckpointDriver {
         state = r.state;
         decisions.push(...r.decisions);
       }
-      await this.apply({ state, decisions }, now);
+      if (this.events.persistAcks === false && decisions.length === 0) this.state = state;
+      else await this.apply({ state, decisions }, now);
       changed = true;
     }
     if (this.state.inFlight) {

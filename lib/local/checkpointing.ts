@@ -113,6 +113,8 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     h.driver = await CheckpointDriver.start(h.setup(), h.ports(), h.clock.now(), {
       fresh: start === 'resume' ? undefined : { startAfterEpoch: previous },
       onCompleted: (stats, manifest) => h.completed(stats, manifest),
+      // Partitions and coordinator share one process: acks die with both.
+      persistAcks: false,
     });
     if (start === 'resume') {
       const last = h.driver.state.lastCompleted;
