@@ -20,10 +20,13 @@
  * to exhaustion) against half the 25,000-event limit: 84 epochs at the defaults
  * (148 events each at most; a normal one is 28, so 84 epochs are ~2,400 events).
  *
- * Waking up: the ingest path touches the activity item (checkpoint-acks.ts, at most once
- * per activityGrain) and, when the lease item says no execution runs, starts one named
- * `<job>-<time bucket>` (checkpoint-wake.ts): duplicates within a bucket are refused by
- * name, and a duplicate in another bucket ends at its first step (the lease is taken).
+ * Waking up (the ingest side is not wired yet): the ingest function touches the activity
+ * item (DynamoDbAckStore.touch, at most once per activityGrain per container) and then,
+ * when the lease item (`${job}#c` ptr#execution) has no live owner, calls StartExecution
+ * named `<job>-<floor(now / grain)>`: duplicates within a bucket are refused by name, and
+ * one from another bucket ends at its first step because the lease is taken. An execution
+ * ending idle releases the lease and then re-reads the activity item, so input arriving
+ * meanwhile is either seen by it or finds the lease free.
  */
 import { Duration, Names, Stack, App, ArnFormat } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
