@@ -55,9 +55,3 @@ export function nexmarkEvents(job: Job, schema: z.ZodType<NexmarkEvent>, params:
 export const isBid = (e: NexmarkEvent): e is Bid => e.type === 'bid';
 export const isAuction = (e: NexmarkEvent): e is Auction => e.type === 'auction';
 export const isPerson = (e: NexmarkEvent): e is Person => e.type === 'person';
-
-/** Start of the epoch-aligned tumbling window of `size` containing t (NEXMARK.md 5.1). */
-export function tumbleStart(t: number, size: number): number {
-  const rem = t % size;
-  return t - (rem < 0 ? rem + size : rem);
-}
