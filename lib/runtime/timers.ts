@@ -6,7 +6,7 @@
  * Hot path: every window of every key has a timer, and thousands of keys share each
  * window's end. So a timer costs no string building (timers are found by key, then in
  * the key's short list by namespace and time), and the firing order is kept per time:
- * a min-heap of distinct times, each with a bucket of timers sorted by (key, namespace)
+ * a min-heap of per-time buckets, each with its timers sorted by (key, namespace)
  * once, when its time comes (one sort instead of a heap step per timer). Nodes carry a
  * `live` flag, so a deleted timer is skipped when its turn comes rather than searched for.
  */
@@ -44,14 +44,15 @@ function compare(a: Node, b: Node): number {
 
 /** The timers of one time, sorted once firing reaches them; `next` is the firing position. */
 interface Bucket {
+  readonly time: number;
   nodes: Node[];
   sorted: boolean;
   next: number;
 }
 
 export class TimerQueue {
-  /** Min-heap of the times that have a bucket. */
-  private readonly times: number[] = [];
+  /** Min-heap of the buckets by time; the map finds a time's bucket. */
+  private readonly order: Bucket[] = [];
   private readonly buckets = new Map<number, Bucket>();
   /** Live timers, and committed ones deleted in this batch (so that registering again revives them). */
   private readonly byKey = new Map<string, KeyTimers>();
@@ -89,14 +90,14 @@ export class TimerQueue {
   /** Earliest live timer time, or +Infinity. */
   peekTime(): number {
     const b = this.firstBucket();
-    return b === undefined ? Number.POSITIVE_INFINITY : this.times[0];
+    return b === undefined ? Number.POSITIVE_INFINITY : b.time;
   }
 
   /** Remove and return the earliest live timer at or before `upTo`. */
   pollUpTo(upTo: number): TimerEntry | undefined {
-    if (this.times.length === 0 || this.times[0] > upTo) return undefined;
+    if (this.order.length === 0 || this.order[0].time > upTo) return undefined;
     const b = this.firstBucket();
-    if (b === undefined || this.times[0] > upTo) return undefined;
+    if (b === undefined || b.time > upTo) return undefined;
     if (!b.sorted) {
       b.nodes.sort(compare);
       b.sorted = true;
@@ -201,15 +202,15 @@ export class TimerQueue {
 
   /** The bucket of the earliest time with a live timer, positioned on it (dead ones skipped, empty buckets dropped). */
   private firstBucket(): Bucket | undefined {
-    while (this.times.length > 0) {
-      const b = this.buckets.get(this.times[0])!;
+    while (this.order.length > 0) {
+      const b = this.order[0];
       if (b.sorted) {
         while (b.next < b.nodes.length && !b.nodes[b.next].live) b.nodes[b.next++].inHeap = false;
         if (b.next < b.nodes.length) return b;
       } else if (b.nodes.some((n) => n.live)) return b;
       else for (const n of b.nodes) n.inHeap = false;
-      this.buckets.delete(this.times[0]);
-      this.popTime();
+      this.buckets.delete(b.time);
+      this.popBucket();
     }
     return undefined;
   }
@@ -219,8 +220,9 @@ export class TimerQueue {
     n.inHeap = true;
     const b = this.buckets.get(n.time);
     if (b === undefined) {
-      this.buckets.set(n.time, { nodes: [n], sorted: false, next: 0 });
-      this.pushTime(n.time);
+      const fresh: Bucket = { time: n.time, nodes: [n], sorted: false, next: 0 };
+      this.buckets.set(n.time, fresh);
+      this.pushBucket(fresh);
     } else if (!b.sorted) b.nodes.push(n);
     else {
       let lo = b.next;
@@ -234,21 +236,21 @@ export class TimerQueue {
     }
   }
 
-  private pushTime(t: number): void {
-    const h = this.times;
+  private pushBucket(b: Bucket): void {
+    const h = this.order;
     let i = h.length;
-    h.push(t);
+    h.push(b);
     while (i > 0) {
       const p = (i - 1) >> 1;
-      if (h[p] <= t) break;
+      if (h[p].time <= b.time) break;
       h[i] = h[p];
       i = p;
     }
-    h[i] = t;
+    h[i] = b;
   }
 
-  private popTime(): void {
-    const h = this.times;
+  private popBucket(): void {
+    const h = this.order;
     const last = h.pop()!;
     if (h.length === 0) return;
     let i = 0;
@@ -256,8 +258,8 @@ export class TimerQueue {
       const l = 2 * i + 1;
       if (l >= h.length) break;
       const r = l + 1;
-      const m = r < h.length && h[r] < h[l] ? r : l;
-      if (h[m] >= last) break;
+      const m = r < h.length && h[r].time < h[l].time ? r : l;
+      if (h[m].time >= last.time) break;
       h[i] = h[m];
       i = m;
     }
