@@ -111,7 +111,8 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     if (start !== 'resume') for (const d of ['blobs', 'pointers', 'log', 'sinks']) if (!keep.includes(d)) rmSync(join(dir, d), { recursive: true, force: true });
     for (const s of options.sinks ?? []) await (s as { open?: () => unknown }).open?.();
     h.driver = await CheckpointDriver.start(h.setup(), h.ports(), h.clock.now(), {
-      fresh: start === 'resume' ? undefined : { startAfterEpoch: previous },
+      // Above the restored epoch too: restored partitions take barriers at or below it for stale ones.
+      fresh: start === 'resume' ? undefined : { startAfterEpoch: Math.max(previous, restore?.epoch ?? 0) },
       onCompleted: (stats, manifest) => h.completed(stats, manifest),
       // Partitions and coordinator share one process: acks die with both.
       persistAcks: false,
