@@ -115,7 +115,8 @@ function table(rows: string[][]): string {
 
 async function main(): Promise<void> {
   if (values.worker) return worker(values.worker);
-  const say = values.json ? (_: string) => {} : (line: string) => console.log(line);
+  // With --json, stdout carries only the JSON; the human-readable report goes to stderr.
+  const say = values.json ? (line: string) => console.error(line) : (line: string) => console.log(line);
   say(`Nexmark on the embedded runtime: ${count.toLocaleString('en-US')} events (seed ${cfg.seed}, 10 000 events/s of event time), warm-up ${cfg.warmup.toLocaleString('en-US')}, checkpoints: ${checkpointLabel(cfg)}`);
   say(`node ${process.version}, ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}); ${values['in-process'] ? 'all queries in this process' : 'one process per query'}`);
   const events = values['in-process'] ? generate(cfg.events, cfg.seed) : undefined;
