@@ -58,12 +58,13 @@ describe('npx cdk synth (offline, fresh output directory)', () => {
 
   it('bundles each handler once as an ESM file with the require banner and a source map', () => {
     const fns = Object.values(template().Resources).filter((r) => r.Type === 'AWS::Lambda::Function');
-    expect(fns).toHaveLength(4);
+    // Three stage operators, the ingest function and the checkpoint coordinator's task function.
+    expect(fns).toHaveLength(5);
     const assets = new Set(fns.map((f) => f.Properties.Code.S3Key as string));
-    // Every stage runs the same operator bundle: esbuild ran twice (operator, ingest), not four times.
-    expect(assets.size).toBe(2);
+    // Every stage runs the same operator bundle: esbuild ran three times (operator, ingest, checkpoint), not five.
+    expect(assets.size).toBe(3);
     const dirs = readdirSync(OUT).filter((d) => d.startsWith('asset.'));
-    expect(dirs).toHaveLength(2);
+    expect(dirs).toHaveLength(3);
     for (const d of dirs) {
       expect(readdirSync(join(OUT, d)).sort()).toEqual(['index.mjs', 'index.mjs.map']);
       expect(readFileSync(join(OUT, d, 'index.mjs'), 'utf8').startsWith(REQUIRE_BANNER)).toBe(true);
@@ -73,14 +74,16 @@ describe('npx cdk synth (offline, fresh output directory)', () => {
   it('produces bundles that load and answer: ingest /healthz, operator on an empty batch', () => {
     // In a plain node process: vitest would run each 1 MB bundle through its transform.
     const bundles = readdirSync(OUT).filter((d) => d.startsWith('asset.')).map((d) => pathToFileURL(join(OUT, d, 'index.mjs')).href);
-    // The same probe for both: the ingest handler routes it, the operator sees no records.
+    // The same probe for all: the ingest handler routes it, the operator sees no records, and the
+    // checkpoint task function refuses it (it only takes Step Functions task input).
     const probe = { rawPath: '/healthz', requestContext: { http: { method: 'GET' }, stage: '$default' }, headers: {}, Records: [] };
-    const script = `const out = []; for (const b of ${JSON.stringify(bundles)}) out.push(await (await import(b)).handler(${JSON.stringify(probe)})); process.stdout.write('\\n' + JSON.stringify(out));`;
-    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, AWS_REGION: 'us-east-1' } });
+    const script = `const out = []; for (const b of ${JSON.stringify(bundles)}) out.push(await import(b).then((m) => m.handler(${JSON.stringify(probe)})).catch((e) => ({ refused: String(e && e.message) }))); process.stdout.write('\\n' + JSON.stringify(out));`;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, AWS_REGION: 'us-east-1', SLUICE_BUCKET: 'probe-bucket' } });
     expect(r.status, r.stderr).toBe(0);
     const answers = JSON.parse(r.stdout.trim().split('\n').pop()!) as any[];
     const health = answers.find((a) => a?.statusCode === 200);
     expect(JSON.parse(health.body)).toMatchObject({ status: 'ok', streams: ['events'] });
     expect(answers).toContainEqual({ batchItemFailures: [] });
+    expect(answers.filter((a) => 'refused' in a)).toHaveLength(1);
   });
 });
