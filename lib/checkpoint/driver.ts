@@ -83,6 +83,8 @@ export interface DriverEvents {
 export class CheckpointDriver {
   private recordVersion = 0;
   private readonly pendingAcks: Ack[] = [];
+  /** Steps run one at a time: each reads the state the previous one left (a savepoint request must not race a tick). */
+  private queue: Promise<unknown> = Promise.resolve();
   /** Completed checkpoints this process saw (for benches and tests). */
   readonly completed: CheckpointStats[] = [];
   readonly aborted: number[] = [];
@@ -144,7 +146,17 @@ export class CheckpointDriver {
    * next one when input arrived and the interval has passed (openEpoch decides). Returns
    * true when something changed.
    */
-  async tick(now: number, activity: Activity, openNew = true): Promise<boolean> {
+  tick(now: number, activity: Activity, openNew = true): Promise<boolean> {
+    return this.exclusive(() => this.tickNow(now, activity, openNew));
+  }
+
+  private exclusive<T>(f: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(f, f);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  private async tickNow(now: number, activity: Activity, openNew: boolean): Promise<boolean> {
     let changed = false;
     if (this.pendingAcks.length) {
       let state = this.state;
@@ -176,16 +188,17 @@ export class CheckpointDriver {
   }
 
   /** Open an epoch now whatever the activity (draining a bounded run); its number, or null while one is in flight. */
-  async forceEpoch(now: number): Promise<number | null> {
-    if (this.state.inFlight) return null;
-    const r = open(this.state, now);
-    await this.apply(r, now);
-    return this.state.highestEpoch;
+  forceEpoch(now: number): Promise<number | null> {
+    return this.exclusive(async () => {
+      if (this.state.inFlight) return null;
+      await this.apply(open(this.state, now), now);
+      return this.state.highestEpoch;
+    });
   }
 
   /** Ask for a savepoint: the next epoch (now, when none is in flight) is a labelled, full one. */
-  async savepoint(label: string, now: number): Promise<void> {
-    await this.apply(requestSavepoint(this.state, now, label), now);
+  savepoint(label: string, now: number): Promise<void> {
+    return this.exclusive(() => this.apply(requestSavepoint(this.state, now, label), now));
   }
 
   /** When the driver next needs a tick without outside events: an epoch's deadline or the next opening. */

@@ -24,8 +24,8 @@ export function payments(n: number): Ev[] {
  * the exactly-once suite's job. One source partition keeps running totals deterministic;
  * the bucket stage aligns barriers from three partitions.
  */
-export function totalsJob(items: readonly Ev[], sink: Sink<unknown> = Sinks.collect()): Job {
-  const job = new Job('ck-totals', { parallelism: 3 });
+export function totalsJob(items: readonly Ev[], sink: Sink<unknown> = Sinks.collect(), parallelism = 3): Job {
+  const job = new Job('ck-totals', { parallelism });
   job
     .fromItems('payments', items, { timestamp: (e) => e.t, watermark: WatermarkStrategies.boundedOutOfOrderness(20), parallelism: 1 })
     .map((e) => ({ ...e, amount: e.amount + 1 }))
