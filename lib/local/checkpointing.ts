@@ -162,6 +162,7 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
         for (const [source, below] of Object.entries(positionsBySource({ positions: d.logs.belowPositions } as Manifest))) {
           const log = this.logs.get(source) ?? new SourceLog(join(this.options.dir, 'log'), source);
           below.forEach((n, p) => log.truncateBelow(p, n));
+          log.truncateBarriers(d.logs.throughEpoch);
         }
       },
     };

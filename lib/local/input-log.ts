@@ -170,6 +170,21 @@ export class SourceLog {
     return dropped;
   }
 
+  /** Forget barrier entries of epochs below `epoch` (behind the retention point: no restore needs them). */
+  truncateBarriers(epoch: number): void {
+    const path = join(this.dir, 'barriers.jsonl');
+    if (!existsSync(path)) return;
+    const lines = readFileSync(path, 'utf8').split('\n').filter(Boolean);
+    const keep = lines.filter((l) => {
+      try {
+        return (JSON.parse(l) as BarrierEntry).epoch >= epoch;
+      } catch {
+        return false;
+      }
+    });
+    if (keep.length < lines.length) writeFileAtomic(path, keep.map((l) => l + '\n').join(''), this.durable);
+  }
+
   /** Segment files per partition (tests, listing). */
   segmentCount(p: number): number {
     return this.segments(p).length;

@@ -92,5 +92,7 @@ describe('logged input', () => {
     const cmp = compareOutputs(ref.records, got);
     expect(cmp.ok, cmp.summary()).toBe(true);
     expect(readdirSync(join(dir, 'log', 'events')).sort()).toEqual(['barriers.jsonl', 'p0']);
+    // Barrier entries behind the retention point are gone too.
+    expect(lines(join(dir, 'log', 'events', 'barriers.jsonl')).length).toBeLessThanOrEqual(2);
   });
 });
