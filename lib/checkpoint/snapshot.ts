@@ -27,7 +27,18 @@ export interface SnapshotObject {
 }
 
 /** [key group, entity, its fields or null (none left), all its live timers]: an entity is replaced whole. */
-export type SnapshotRow = readonly [number, string, readonly (readonly [string, unknown])[] | null, readonly TimerEntry[]];
+export type SnapshotRow = readonly [number, string, readonly (readonly [string, unknown])[] | null, readonly SnapshotTimer[]];
+
+/** A timer of the row's entity: [node, 0 event | 1 processing, time, namespace] (key group and key are the row's). */
+export type SnapshotTimer = readonly [number, 0 | 1, number, string];
+
+export function toSnapshotTimer(t: TimerEntry): SnapshotTimer {
+  return [t.node, t.domain === 'event' ? 0 : 1, t.time, t.ns];
+}
+
+function fromSnapshotTimer(t: SnapshotTimer, kg: number, entity: string): TimerEntry {
+  return { node: t[0], domain: t[1] === 0 ? 'event' : 'processing', time: t[2], kg, key: entity.slice(entity.indexOf('\u0001') + 1), ns: t[3] };
+}
 
 export function snapshotKey(job: string, stage: number, partition: number, epoch: number, bytes: Uint8Array): string {
   // Content-addressed: a retried barrier that computes the same snapshot rewrites the same
@@ -79,7 +90,7 @@ export function applyChain(objects: readonly SnapshotObject[], links: readonly C
     for (const [kg, entity, fields, timers] of o.entities) {
       if (fields === null) entities.delete(entity);
       else entities.set(entity, { kg, fields: new Map(fields) });
-      if (timers.length) timersOf.set(entity, timers);
+      if (timers.length) timersOf.set(entity, timers.map((t) => fromSnapshotTimer(t, kg, entity)));
       else timersOf.delete(entity);
     }
     progress = o.progress;

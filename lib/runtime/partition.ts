@@ -435,7 +435,7 @@ export class PartitionRuntime {
     this.deps.beforeCommit?.();
     const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
     if (changed) {
-      const tracking = this.tracking ? { entities: timerAdds.length || timerDeletes.length ? [...writes, ...changedTimerEntities(this.order)] : writes, ...(next ? { next } : {}) } : undefined;
+      const tracking = this.tracking ? { entities: timerAdds.length || timerDeletes.length ? changedTimerEntities(this.order) : [], ...(next ? { next } : {}) } : undefined;
       await this.deps.backend.commit({
         scope: this.scope,
         expectedVersion: this.version,

@@ -9,7 +9,7 @@
 import { partitionOfKeyGroup } from '../graph/keygroups.ts';
 import type { PartitionProgress, PartitionScope, StateBackend, StateWrite, TimerEntry } from '../state/backend.ts';
 import type { StateTxn } from '../state/txn.ts';
-import { type SnapshotObject, type SnapshotRow, sortedEntries } from '../checkpoint/snapshot.ts';
+import { type SnapshotObject, type SnapshotRow, sortedEntries, toSnapshotTimer } from '../checkpoint/snapshot.ts';
 import { entityId, type NodeRuntime } from './context.ts';
 
 /** The key groups a partition owns (contiguous ranges, as the router computes them). */
@@ -72,7 +72,7 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
     const fields = written.has(entity) ? s.txn.fields(kg, entity, '') : sortedEntries(s.backend.peek(s.scope, kg, entity) ?? new Map());
     const timers = s.timersOf(entity);
     if (s.full && fields.length === 0 && timers.length === 0) continue;
-    rows.push([kg, entity, fields.length ? fields : null, timers]);
+    rows.push([kg, entity, fields.length ? fields : null, timers.map(toSnapshotTimer)]);
   }
   return { format: 1, job: s.job, stage: s.scope.stage, partition: s.scope.partition, epoch: s.epoch, baseEpoch: s.baseEpoch, full: s.full, progress: s.progress, entities: rows };
 }

@@ -95,7 +95,10 @@ export interface TrackedInterval {
 
 /** Changes of one commit for the tracked intervals. */
 export interface TrackingUpdate {
-  /** Entities whose state or timers this batch changed (added to the newest interval; repeats are fine). */
+  /**
+   * Entities changed other than by this batch's writes (their timers). Every written
+   * entity counts as changed too; all go to the newest interval (repeats are fine).
+   */
   readonly entities: readonly { readonly entity: string; readonly kg: number }[];
   /**
    * Set by the commit that snapshotted barrier `after`: after adding the entities above,

@@ -94,27 +94,33 @@ export class InMemoryStateBackend implements StateBackend {
       throw new CommitConflictError(scopeId(batch.scope), batch.expectedVersion, `stored version is ${r.version}`);
     }
     const stage = this.stageState(batch.scope);
+    // Incremental snapshots: every written entity joins the newest tracked interval. A stamp on
+    // the entity's field map saves the interval lookup for its other fields and later batches.
+    const cur = batch.tracking ? currentInterval(r) : undefined;
     for (const w of batch.writes) {
       let groups = stage.get(w.kg);
       if (!groups) stage.set(w.kg, (groups = new Map()));
-      let fields = groups.get(w.entity);
+      let fields = groups.get(w.entity) as Stamped | undefined;
       if (w.value === undefined) {
         if (fields) {
           fields.delete(w.field);
           if (fields.size === 0) groups.delete(w.entity);
         }
-        continue;
+      } else {
+        if (!fields) groups.set(w.entity, (fields = new Map()));
+        fields.set(w.field, w.value);
       }
-      if (!fields) groups.set(w.entity, (fields = new Map()));
-      fields.set(w.field, w.value);
+      if (cur && (!fields || fields[STAMP] !== cur)) {
+        cur.entities.set(w.entity, w.kg);
+        if (fields) fields[STAMP] = cur;
+      }
     }
     for (const t of batch.timerDeletes) r.timers.delete(timerId(t));
     for (const t of batch.timerAdds) r.timers.set(timerId(t), t);
     r.version++;
-    const lastBarrier = r.progress.lastBarrier ?? 0;
     r.progress = batch.progress;
     if (batch.outbox.length > 0) r.outbox.push({ version: r.version, entries: batch.outbox });
-    if (batch.tracking) track(r, batch.tracking, lastBarrier);
+    if (batch.tracking) track(r, batch.tracking);
     this.commits++;
   }
 
@@ -171,9 +177,17 @@ export class InMemoryStateBackend implements StateBackend {
   }
 }
 
-/** `lastBarrier`: the partition's last barrier before this commit (where a first interval starts). */
-function track(r: PartitionRecord, u: TrackingUpdate, lastBarrier: number): void {
-  if (r.tracking.length === 0) r.tracking.push({ after: lastBarrier, entities: new Map() });
+const STAMP: unique symbol = Symbol('tracked-in');
+type Stamped = Map<string, unknown> & { [STAMP]?: MutableInterval };
+
+/** The interval this commit's changes go to (the first one starts after the partition's last barrier). */
+function currentInterval(r: PartitionRecord): MutableInterval {
+  if (r.tracking.length === 0) r.tracking.push({ after: r.progress.lastBarrier ?? 0, entities: new Map() });
+  return r.tracking[r.tracking.length - 1];
+}
+
+/** After the writes (marked in commitSync): entities changed otherwise (timers), then maybe a new interval. */
+function track(r: PartitionRecord, u: TrackingUpdate): void {
   const cur = r.tracking[r.tracking.length - 1].entities;
   for (const e of u.entities) cur.set(e.entity, e.kg);
   if (u.next) {
