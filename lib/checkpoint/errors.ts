@@ -3,7 +3,7 @@
  * that breaks the protocol (a driver or partition bug, a plan mismatch); ordinary races
  * (late or duplicate acks, repeated commits) are not errors but ignored with a reason.
  */
-import { SluiceError } from '../errors.ts';
+import { FieldError, SluiceError } from '../errors.ts';
 
 /** An ack came from a (stage, partition) that is not a participant of this plan. */
 export class UnknownParticipantError extends SluiceError {
@@ -21,16 +21,8 @@ export class UnknownParticipantError extends SluiceError {
 }
 
 /** An input of a coordinator step is malformed (not a finite time, a negative position, ...). */
-export class InvalidCoordinatorInputError extends SluiceError {
+export class InvalidCoordinatorInputError extends FieldError {
   readonly code = 'CHECKPOINT_INVALID_INPUT';
-  readonly retryable = false;
-  constructor(
-    readonly field: string,
-    readonly expected: string,
-    readonly received: string,
-  ) {
-    super(`${field}: expected ${expected}, received ${received}`);
-  }
 }
 
 /**

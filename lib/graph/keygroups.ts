@@ -4,15 +4,7 @@
  * only routing changes, never the stored state of a key.
  */
 import { type Key, keyToString } from '../api/types.ts';
-
-function fmix32(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
-}
+import { fmix32 } from '../util/hash.ts';
 
 /** 32-bit hash of a key's string form (murmur-style mixing over UTF-16 code units). */
 export function hashKeyString(s: string): number {

@@ -5,20 +5,14 @@
  * values as uint32 and Math.imul gives the low 32 bits of products.
  */
 
+import { fmix32 } from '../util/hash.ts';
+
 const TWO_32 = 4294967296;
 const TWO_26 = 67108864;
 const TWO_53 = 9007199254740992;
 const TWO_21 = 2097152;
 
-/** murmur3's 32-bit finaliser. */
-export function fmix32(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
-}
+export { fmix32 };
 
 /**
  * sfc32 state. Mutable and re-seedable in place so the generator can reuse

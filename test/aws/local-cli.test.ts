@@ -15,7 +15,7 @@ import q5 from '../../examples/nexmark/q5.ts';
 import { Sinks, type Sink } from '../../lib/api/sinks.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { generateEvents, serializeEvent } from '../../lib/nexmark/index.ts';
-import { ROOT, sluice } from '../cli/helpers.ts';
+import { ROOT, sluice, waitFor } from '../cli/helpers.ts';
 
 /** The environment without any endpoint variable, plus `extra`. */
 function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
@@ -42,21 +42,6 @@ function run(args: string[], env: NodeJS.ProcessEnv, timeoutMs: number): Promise
   });
 }
 
-function waitFor(read: () => string, pattern: RegExp, timeoutMs: number): Promise<RegExpMatchArray> {
-  return new Promise((resolve, reject) => {
-    const started = Date.now();
-    const poll = setInterval(() => {
-      const m = read().match(pattern);
-      if (m) {
-        clearInterval(poll);
-        resolve(m);
-      } else if (Date.now() - started > timeoutMs) {
-        clearInterval(poll);
-        reject(new Error(`timed out waiting for ${pattern}; output so far:\n${read()}`));
-      }
-    }, 50);
-  });
-}
 
 describe('sluice --target local-aws', () => {
   it('run: starts its own local servers and writes the embedded output, then the cost line', async () => {

@@ -4,23 +4,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ROOT, sluice } from './helpers.ts';
+import { ROOT, sluice, waitFor } from './helpers.ts';
 
-function waitFor(read: () => string, pattern: RegExp, timeoutMs: number): Promise<RegExpMatchArray> {
-  return new Promise((resolve, reject) => {
-    const started = Date.now();
-    const poll = setInterval(() => {
-      const m = read().match(pattern);
-      if (m) {
-        clearInterval(poll);
-        resolve(m);
-      } else if (Date.now() - started > timeoutMs) {
-        clearInterval(poll);
-        reject(new Error(`timed out waiting for ${pattern}; output so far:\n${read()}`));
-      }
-    }, 50);
-  });
-}
 
 describe('sluice dev + sluice publish', () => {
   it('serves the job, shows live stats, takes published events, prints closed windows and stops on SIGINT', async () => {

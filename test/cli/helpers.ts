@@ -28,3 +28,20 @@ export function sluice(args: readonly string[], options: { timeoutMs?: number } 
     });
   });
 }
+
+/** Resolves with the first match of `pattern` in what `read()` returns, polling; rejects with the output after timeoutMs. */
+export function waitFor(read: () => string, pattern: RegExp, timeoutMs: number): Promise<RegExpMatchArray> {
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    const poll = setInterval(() => {
+      const m = read().match(pattern);
+      if (m) {
+        clearInterval(poll);
+        resolve(m);
+      } else if (Date.now() - started > timeoutMs) {
+        clearInterval(poll);
+        reject(new Error(`timed out waiting for ${pattern}; output so far:\n${read()}`));
+      }
+    }, 50);
+  });
+}
