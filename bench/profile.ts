@@ -1,15 +1,18 @@
 /**
  * CPU profile of one query's runtime side only (no generation, no floor):
  *
- *   npx tsx bench/profile.ts --query q5 [--events 500000] [--parallelism N] [--out q5.cpuprofile] [--top 40]
+ *   npx tsx bench/profile.ts --query q5 [--events 500000] [--parallelism N] [--checkpoint-interval MS] [--out q5.cpuprofile] [--top 40]
  *
  * Prints the functions with the most self time and the most total (inclusive) time,
  * and self time summed per source file;
  * the .cpuprofile opens in Chrome DevTools or speedscope.
  */
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { openCheckpointedRuntime } from '../lib/local/checkpointing.ts';
 import { EmbeddedRuntime } from '../lib/local/embedded.ts';
 import { CollectSink } from '../lib/api/sinks.ts';
 import { generate } from './nexmark/measure.ts';
@@ -33,19 +36,28 @@ const { values } = parseArgs({
     parallelism: { type: 'string' },
     out: { type: 'string' },
     top: { type: 'string', default: '40' },
+    'checkpoint-interval': { type: 'string' },
   },
 });
 const q = QUERIES.find((x) => x.name === values.query);
 if (!q) throw new Error(`--query: one of ${QUERIES.map((x) => x.name).join(', ')}`);
 const events = generate(Number(values.events), 42);
+const interval = values['checkpoint-interval'];
 const run = async (count: number) => {
-  const runtime = new EmbeddedRuntime(q.job(values.parallelism ? Number(values.parallelism) : undefined), {
-    sources: { events: { kind: 'generator', count, generate: (n: number) => events[n] } },
+  const job = q.job(values.parallelism ? Number(values.parallelism) : undefined);
+  const options = {
+    sources: { events: { kind: 'generator' as const, count, generate: (n: number) => events[n] } },
     sinks: { results: new CollectSink() },
-  });
+  };
+  const dir = interval ? mkdtempSync(join(tmpdir(), 'sluice-profile-ck-')) : undefined;
+  const runtime = dir
+    ? (await openCheckpointedRuntime(job, options, { dir, intervalMs: Number(interval), durable: false, start: 'fresh' })).runtime
+    : new EmbeddedRuntime(job, options);
   const t0 = performance.now();
   await runtime.run();
-  return performance.now() - t0;
+  const ms = performance.now() - t0;
+  if (dir) rmSync(dir, { recursive: true, force: true });
+  return ms;
 };
 await run(Math.min(50_000, events.length)); // warm-up
 
