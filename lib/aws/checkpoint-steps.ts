@@ -20,7 +20,7 @@
  */
 import { fromBytes, toBytes } from '../checkpoint/codec.ts';
 import { abort, createCoordinator, decide, onCommitted, openEpoch, recordAck, toRecord } from '../checkpoint/coordinator.ts';
-import { CoordinatorFencedError, POINTER_NAME, RECORD_NAME, statsKey, type CheckpointStats, type InjectDecision, type TruncateDecision } from '../checkpoint/driver.ts';
+import { checkpointStats, CoordinatorFencedError, POINTER_NAME, RECORD_NAME, statsKey, type InjectDecision, type TruncateDecision } from '../checkpoint/driver.ts';
 import { PointerConflictError, RestoreError } from '../checkpoint/driver-errors.ts';
 import { PlanMismatchError } from '../checkpoint/errors.ts';
 import { buildManifest } from '../checkpoint/manifest.ts';
@@ -273,7 +273,7 @@ export class CheckpointSteps {
   private async executeCommit(s: Loaded, d: Extract<Decision, { kind: 'commit' }>): Promise<void> {
     const { blobs, pointers } = this.o;
     await blobs.put(d.manifestKey, toBytes(d.manifest));
-    await blobs.put(statsKey(s.state.job, d.epoch), toBytes(statsOf(s.state, d.manifest, d.manifestKey)));
+    await blobs.put(statsKey(s.state.job, d.epoch), toBytes(checkpointStats(s.state, d.manifest, d.manifestKey)));
     await this.o.sinks?.prepare(d.epoch);
     const wanted: CommitPointer = { epoch: d.epoch, manifestKey: d.manifestKey, committedAt: d.manifest.createdAt };
     const ptr = await pointers.read<CommitPointer>(POINTER_NAME);
@@ -324,20 +324,3 @@ export class CheckpointSteps {
   }
 }
 
-function statsOf(state: CoordinatorState, m: Manifest, manifestKey: string): CheckpointStats {
-  let bytes = 0;
-  let restoreBytes = 0;
-  let entities = 0;
-  let fullSnapshots = 0;
-  for (const p of Object.values(m.partitions)) {
-    for (const l of p.chain) {
-      restoreBytes += l.bytes;
-      if (l.epoch !== m.epoch) continue;
-      bytes += l.bytes;
-      entities += l.entities;
-      if (l.full) fullSnapshots++;
-    }
-  }
-  const openedAt = state.inFlight?.epoch === m.epoch ? state.inFlight.openedAt : m.createdAt;
-  return { epoch: m.epoch, manifestKey, openedAt, completedAt: m.createdAt, durationMs: Math.max(0, m.createdAt - openedAt), bytes, restoreBytes, entities, fullSnapshots, savepoint: m.savepoint?.label ?? null };
-}

@@ -253,7 +253,7 @@ export class CheckpointDriver {
   private async commit(d: Extract<Decision, { kind: 'commit' }>, now: number): Promise<void> {
     const { ports } = this;
     await ports.blobs.put(d.manifestKey, toBytes(d.manifest));
-    const stats = this.statsOf(d.manifest, d.manifestKey);
+    const stats = checkpointStats(this.state, d.manifest, d.manifestKey);
     await ports.blobs.put(statsKey(this.job, d.epoch), toBytes(stats));
     await ports.prepareSinks(d.epoch);
     const wanted: CommitPointer = { epoch: d.epoch, manifestKey: d.manifestKey, committedAt: d.manifest.createdAt };
@@ -274,24 +274,6 @@ export class CheckpointDriver {
     this.completed.push(stats);
     await this.apply(onCommitted(this.state, d.epoch, pointer, now), now);
     await this.events.onCompleted?.(stats, d.manifest);
-  }
-
-  private statsOf(m: Manifest, manifestKey: string): CheckpointStats {
-    let bytes = 0;
-    let restoreBytes = 0;
-    let entities = 0;
-    let fullSnapshots = 0;
-    for (const p of Object.values(m.partitions)) {
-      for (const l of p.chain) {
-        restoreBytes += l.bytes;
-        if (l.epoch !== m.epoch) continue;
-        bytes += l.bytes;
-        entities += l.entities;
-        if (l.full) fullSnapshots++;
-      }
-    }
-    const openedAt = this.state.inFlight?.epoch === m.epoch ? this.state.inFlight.openedAt : m.createdAt;
-    return { epoch: m.epoch, manifestKey, openedAt, completedAt: m.createdAt, durationMs: Math.max(0, m.createdAt - openedAt), bytes, restoreBytes, entities, fullSnapshots, savepoint: m.savepoint?.label ?? null };
   }
 
   /**
@@ -316,4 +298,23 @@ export class CheckpointDriver {
     const all = [...drop, ...stats, ...snapshots];
     if (all.length) await this.ports.blobs.delete(all);
   }
+}
+
+/** What one checkpoint wrote and what a restore from it reads (`sluice checkpoints`, metrics). */
+export function checkpointStats(state: CoordinatorState, m: Manifest, manifestKey: string): CheckpointStats {
+  let bytes = 0;
+  let restoreBytes = 0;
+  let entities = 0;
+  let fullSnapshots = 0;
+  for (const p of Object.values(m.partitions)) {
+    for (const l of p.chain) {
+      restoreBytes += l.bytes;
+      if (l.epoch !== m.epoch) continue;
+      bytes += l.bytes;
+      entities += l.entities;
+      if (l.full) fullSnapshots++;
+    }
+  }
+  const openedAt = state.inFlight?.epoch === m.epoch ? state.inFlight.openedAt : m.createdAt;
+  return { epoch: m.epoch, manifestKey, openedAt, completedAt: m.createdAt, durationMs: Math.max(0, m.createdAt - openedAt), bytes, restoreBytes, entities, fullSnapshots, savepoint: m.savepoint?.label ?? null };
 }
