@@ -17,8 +17,8 @@ export interface FaultPlanOptions {
   readonly points?: readonly CrashPoint[];
 }
 
-/** Small, fast, seedable PRNG (mulberry32). */
-function mulberry32(seed: number): () => number {
+/** Small, fast, seedable PRNG (mulberry32): uniform in [0, 1). */
+export function mulberry32(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;

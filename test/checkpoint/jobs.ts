@@ -1,4 +1,5 @@
 /** Jobs and helpers shared by the checkpoint tests. */
+import { mulberry32 } from '../../lib/local/faults.ts';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -88,14 +89,5 @@ export function lines(file: string): string[] {
   return text ? text.trimEnd().split('\n') : [];
 }
 
-/** mulberry32: the seeded choices of where to crash. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The seeded choices of where to crash: the fault injector's PRNG. */
+export const rng = mulberry32;

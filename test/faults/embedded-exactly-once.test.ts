@@ -6,85 +6,25 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Job } from '../../lib/api/stream.ts';
+import { payments, totalsJob } from '../checkpoint/jobs.ts';
 import { Sinks } from '../../lib/api/sinks.ts';
-import { mapState, valueState } from '../../lib/api/state.ts';
 import { OutputTag, WatermarkStrategies } from '../../lib/api/types.ts';
 import { Windows } from '../../lib/api/windows.ts';
 import { FaultInjector, type FaultPlanOptions } from '../../lib/local/faults.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { compareOutputs } from '../../lib/testing/checker.ts';
 
-interface Ev {
-  user: string;
-  amount: number;
-  t: number;
-}
-
-interface Total {
-  user: string;
-  total: number;
-  count: number;
-  at?: number;
-}
-
-function input(n: number): Ev[] {
-  return Array.from({ length: n }, (_, i) => ({ user: `u${(i * 7919) % 23}`, amount: (i * 31) % 97, t: 1000 + i * 5 }));
-}
-
 /**
- * Three stages: a running total per user (with event-time timers), then a sum per
- * bucket of totals. The source has one partition, so each user's records cross one
- * channel and the running totals are deterministic; the bucket stage hears from
- * three partitions, whose interleaving may change after a crash (as in any
- * distributed run), so it only emits order-independent values and a final sum.
+ * The job (test/checkpoint/jobs.ts, shared with the checkpoint suite): a running total per
+ * user with event-time timers, then a sum per bucket of totals. The source has one
+ * partition, so each user's records cross one channel; the bucket stage hears from three
+ * partitions, whose interleaving may change after a crash, so it only emits
+ * order-independent values and a final sum.
  */
-function buildJob(out: ReturnType<typeof Sinks.collect<unknown>>): Job {
-  const job = new Job('exactly-once', { parallelism: 3 });
-  job
-    .fromItems('payments', input(3000), { timestamp: (e) => e.t, watermark: WatermarkStrategies.boundedOutOfOrderness(20), parallelism: 1 })
-    .map((e) => ({ ...e, amount: e.amount + 1 }))
-    .keyBy((e) => e.user)
-    .process({
-      state: { total: valueState<number>(), count: valueState<number>(), perSecond: mapState<number, number>() },
-      processElement(e, ctx) {
-        const total = (ctx.state.total.get() ?? 0) + e.amount;
-        const count = (ctx.state.count.get() ?? 0) + 1;
-        ctx.state.total.set(total);
-        ctx.state.count.set(count);
-        ctx.emit({ user: e.user, total, count });
-        const second = Math.floor(e.t / 1000);
-        ctx.state.perSecond.set(second, (ctx.state.perSecond.get(second) ?? 0) + e.amount);
-        ctx.timers.registerEventTimeTimer(second * 1000 + 999);
-      },
-      onTimer(t, ctx) {
-        // Event-time result: the second's sum is complete once the watermark passes its end.
-        const second = Math.floor(t / 1000);
-        ctx.emit({ user: ctx.key as string, total: ctx.state.perSecond.get(second)!, count: -1, at: t });
-        ctx.state.perSecond.delete(second);
-      },
-    })
-    .name('totals')
-    .keyBy((r) => (r as Total).total % 5)
-    .process({
-      state: { sum: valueState<number>() },
-      processElement(r: Total, ctx) {
-        ctx.state.sum.set((ctx.state.sum.get() ?? 0) + r.total);
-        ctx.emit({ ...r, bucket: ctx.key });
-        ctx.timers.registerEventTimeTimer(Number.MAX_SAFE_INTEGER);
-      },
-      onTimer(_t, ctx) {
-        ctx.emit({ bucket: ctx.key, sum: ctx.state.sum.get() });
-      },
-    })
-    .name('buckets')
-    .sinkTo(out);
-  return job;
-}
-
 async function runWith(faults?: FaultPlanOptions) {
   const out = Sinks.collect<unknown>();
   const injector = faults ? new FaultInjector(faults) : undefined;
-  const { stats } = await runJob(buildJob(out), { faults: injector, sourceBatchSize: 64, maxEnvelopesPerBatch: 4 });
+  const { stats } = await runJob(totalsJob(payments(3000), out), { faults: injector, sourceBatchSize: 64, maxEnvelopesPerBatch: 4 });
   return { records: out.records, stats, injector, sink: out };
 }
 
