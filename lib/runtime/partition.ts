@@ -21,6 +21,7 @@ import { createOperator } from '../operators/registry.ts';
 import type { ChannelProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import { buildChains } from './chain.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, NodeContext, type NodeRuntime } from './context.ts';
 import { entitiesToPrefetch, freshEnvelopes } from './inputs.ts';
@@ -99,7 +100,10 @@ export class PartitionRuntime {
   private pendingOutbox: OutboxEntry[] = [];
   /** Outbox committed before a crash, to deliver again first. */
   recoveredOutbox: OutboxEntry[] = [];
-  private current: RecordLocation | undefined;
+  /** The input record being applied (fields, not an object per record; see location()). */
+  private curChannel: string | undefined;
+  private curSeq = 0;
+  private curIndex = 0;
   private skip: ReadonlyMap<string, { error: string; attempts: number }> | undefined;
   /** What this process() call committed so far (an aligned barrier commits mid-batch). */
   private acc = { outbox: [] as OutboxEntry[], recordsIn: 0, committed: false };
@@ -128,6 +132,11 @@ export class PartitionRuntime {
     this.progress = copyProgress(rec.progress as MutableProgress) as MutableProgress;
     this.recoveredOutbox = [...rec.outbox];
     for (const id of this.stage.nodes) this.createNode(this.deps.plan.job.nodes[id]);
+    buildChains(this.deps.plan, this.order, this.nodes, {
+      outputs: this.outputs,
+      dispatch: (n, rec, input) => this.dispatch(n, rec, input),
+      failure: (n, value, cause) => new RecordFailedError(n.node.name, value, cause, this.location()),
+    });
     for (const t of rec.timers) this.nodes.get(t.node)?.timers[t.domain].load(t);
     this.inputWatermark = this.computeInputWatermark();
     if (this.deps.checkpointStore) {
@@ -167,6 +176,9 @@ export class PartitionRuntime {
       routes,
       timers: { event: new TimerQueue(), processing: new TimerQueue() },
       recordsIn: 0,
+      emitters: new Map(),
+      emitMain: () => {},
+      entry: undefined,
     };
     (rt as { ctx: NodeContext }).ctx = new NodeContext(this, rt, this.deps.plan.job.maxParallelism);
     rt.op = createOperator(rt.ctx);
@@ -249,22 +261,30 @@ export class PartitionRuntime {
     const edge = this.deps.plan.edges[env.edge];
     const target = this.nodes.get(edge.toNode)!;
     const keyed = KEYED_KINDS.has(target.node.spec.kind);
+    const entry = target.entry;
     const records = env.records;
+    this.curChannel = env.channel;
+    this.curSeq = env.seq;
     for (let i = 0; i < records.length; i++) {
       const rec = records[i];
-      this.current = { channel: env.channel, seq: env.seq, index: i };
+      this.curIndex = i;
       if (this.skip) {
-        const parked = this.skip.get(locationId(this.current));
+        const here = this.location()!;
+        const parked = this.skip.get(locationId(here));
         if (parked) {
-          this.deadLetters.push({ operator: target.node.name, ...this.current, record: rec, error: parked.error, attempts: parked.attempts });
+          this.deadLetters.push({ operator: target.node.name, ...here, record: rec, error: parked.error, attempts: parked.attempts });
           continue;
         }
+      }
+      if (entry) {
+        entry(rec.value, rec.timestamp);
+        continue;
       }
       if (keyed) target.ctx.setCurrentKey(rec.key as Key);
       this.dispatch(target, rec, edge.toInput);
     }
     this.acc.recordsIn += records.length;
-    this.current = undefined;
+    this.curChannel = undefined;
     const wm = edge.partitioning === 'source' ? Math.max(env.watermark, this.sourceWatermark(edge, records)) : env.watermark;
     if (wm > ch.watermark) ch.watermark = wm;
     ch.idle = env.idle === true;
@@ -359,8 +379,13 @@ export class PartitionRuntime {
       f();
     } catch (e) {
       if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, rec?.value, e, this.current);
+      throw new RecordFailedError(n.node.name, rec?.value, e, this.location());
     }
+  }
+
+  /** The location of the input record being applied (undefined for timers and watermarks). */
+  private location(): RecordLocation | undefined {
+    return this.curChannel === undefined ? undefined : { channel: this.curChannel, seq: this.curSeq, index: this.curIndex };
   }
 
   /** @internal Deliver a record to a node of this stage. */
@@ -370,24 +395,7 @@ export class PartitionRuntime {
       n.op.processElement(rec, input);
     } catch (e) {
       if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, rec.value, e, this.current);
-    }
-  }
-
-  /** @internal Route an emitted record to the node's successors. */
-  route(n: NodeRuntime, value: unknown, timestamp: number, port: string): void {
-    if (n.node.spec.kind === 'sink') {
-      this.outputs.toSink(n.node.name, value);
-      return;
-    }
-    const succ = n.routes.get(port);
-    if (!succ) return;
-    for (const s of succ) {
-      if (s.kind === 'local') {
-        this.dispatch(this.nodes.get(s.node)!, { value, timestamp }, s.input);
-      } else {
-        this.outputs.send(this.deps.plan.edges[s.edge], value, timestamp);
-      }
+      throw new RecordFailedError(n.node.name, rec.value, e, this.location());
     }
   }
 
