@@ -85,13 +85,16 @@ export class SourceFeed {
     const batch = host.batchSize;
     const toRecord = (this.toRecord ??= recordMaker(this.def, host.clock));
     for (let i = 0; i < events.length; i += batch) {
-      const records: StreamRecord[] = [];
       const end = Math.min(i + batch, events.length);
+      // Sized once: growing by push would copy the array several times per chunk.
+      const records: StreamRecord[] = new Array(end - i);
+      let n = 0;
       for (let j = i; j < end; j++) {
         const r = toRecord(events[j]);
         if (typeof r === 'string') host.rejected({ source: this.def.name, position: positions?.[j] ?? `event ${this.read + j}`, error: r });
-        else records.push(r);
+        else records[n++] = r;
       }
+      if (n < records.length) records.length = n;
       host.accepted(records.length);
       if (!records.length) continue;
       const p = this.partitioner.nextPartition;
