@@ -15,7 +15,7 @@
 import { type Clock, type Key, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
-import { channelsInto, type PhysicalPlan, type StagePlan, type StageEdge, type Successor } from '../graph/compile.ts';
+import { channelsInto, type PhysicalPlan, type StagePlan, type Successor } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
 import { createOperator } from '../operators/registry.ts';
 import type { ChannelProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
@@ -24,9 +24,9 @@ import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts
 import { buildChains } from './chain.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, NodeContext, type NodeRuntime } from './context.ts';
-import { entitiesToPrefetch, freshEnvelopes } from './inputs.ts';
+import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark } from './inputs.ts';
 import { Outputs } from './outputs.ts';
-import { allTimerEntities, changedTimerEntities, timersOfEntity } from './snapshots.ts';
+import { allTimerEntities, changedTimerEntities, timerChanges, timersOfEntity } from './snapshots.ts';
 import { TimerQueue } from './timers.ts';
 
 export { entityId };
@@ -285,20 +285,10 @@ export class PartitionRuntime {
     }
     this.acc.recordsIn += records.length;
     this.curChannel = undefined;
-    const wm = edge.partitioning === 'source' ? Math.max(env.watermark, this.sourceWatermark(edge, records)) : env.watermark;
+    const wm = edge.partitioning === 'source' ? Math.max(env.watermark, sourceWatermark(this.deps.plan, edge, records)) : env.watermark;
     if (wm > ch.watermark) ch.watermark = wm;
     ch.idle = env.idle === true;
     this.advanceWatermark();
-  }
-
-  /** Bounded out-of-orderness over the records of a source envelope. */
-  private sourceWatermark(edge: StageEdge, records: readonly StreamRecord[]): number {
-    if (records.length === 0) return MIN_WATERMARK;
-    const spec = this.deps.plan.job.nodes[edge.toNode].spec;
-    const delay = spec.kind === 'source' ? spec.source.watermark.maxOutOfOrdernessMs : 0;
-    let max = MIN_WATERMARK;
-    for (const r of records) if (r.timestamp > max) max = r.timestamp;
-    return max - delay - 1;
   }
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */
@@ -322,25 +312,11 @@ export class PartitionRuntime {
   }
 
   private computeInputWatermark(): number {
-    if (this.expectedChannels.length === 0) return MAX_WATERMARK;
-    let wm = MAX_WATERMARK;
-    let active = 0;
-    for (const c of this.expectedChannels) {
-      const ch = this.progress.inputs[c];
-      if (ch?.idle) continue;
-      active++;
-      const w = ch ? ch.watermark : MIN_WATERMARK;
-      if (w < wm) wm = w;
-    }
-    return active === 0 ? this.inputWatermark : wm;
-  }
-
-  private allInputsIdle(): boolean {
-    return this.expectedChannels.length > 0 && this.expectedChannels.every((c) => this.progress.inputs[c]?.idle);
+    return inputWatermark(this.expectedChannels, this.progress.inputs, this.inputWatermark);
   }
 
   private advanceWatermark(): void {
-    const idle = this.allInputsIdle();
+    const idle = allIdle(this.expectedChannels, this.progress.inputs);
     if (idle !== this.progress.outputIdle) {
       this.progress.outputIdle = idle;
       this.outputs.watermarkMoved = true;
@@ -414,18 +390,6 @@ export class PartitionRuntime {
     if (want.length) await this.deps.backend.prefetch(this.scope, want);
   }
 
-  private timerChanges(): { adds: TimerEntry[]; deletes: TimerEntry[] } {
-    const adds: TimerEntry[] = [];
-    const deletes: TimerEntry[] = [];
-    for (const n of this.order) {
-      for (const q of [n.timers.event, n.timers.processing]) {
-        adds.push(...q.added.values());
-        deletes.push(...q.deleted.values());
-      }
-    }
-    return { adds, deletes };
-  }
-
   /**
    * Commit what was processed since the last commit of this call. `progressMoved`: even
    * an envelope without records moves a channel's position, which must be committed;
@@ -439,7 +403,7 @@ export class PartitionRuntime {
     for (const d of this.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
 
     const writes = this.txn.writes();
-    const { adds: timerAdds, deletes: timerDeletes } = this.timerChanges();
+    const { adds: timerAdds, deletes: timerDeletes } = timerChanges(this.order);
     this.deps.beforeCommit?.();
     const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
     if (changed) {

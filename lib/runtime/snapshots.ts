@@ -102,3 +102,16 @@ export function timersOfEntity(byName: ReadonlyMap<string, NodeRuntime>, entity:
 export function allTimerEntities(order: readonly NodeRuntime[]): DirtyEntity[] {
   return order.flatMap((n) => [...n.timers.event.liveUpTo(Infinity), ...n.timers.processing.liveUpTo(Infinity)].map((t) => ({ entity: entityId(n.node.name, t.key), kg: t.kg })));
 }
+
+/** Timer adds and deletes of all nodes since the last commit. */
+export function timerChanges(order: readonly NodeRuntime[]): { adds: TimerEntry[]; deletes: TimerEntry[] } {
+  const adds: TimerEntry[] = [];
+  const deletes: TimerEntry[] = [];
+  for (const n of order) {
+    for (const q of [n.timers.event, n.timers.processing]) {
+      if (q.added.size) adds.push(...q.added.values());
+      if (q.deleted.size) deletes.push(...q.deleted.values());
+    }
+  }
+  return { adds, deletes };
+}
