@@ -39,6 +39,7 @@ import { randomUUID } from 'node:crypto';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { CommitConflictError, InvariantError, type SluiceError } from '../errors.ts';
+import type { BlobStore } from '../checkpoint/storage.ts';
 import type { CommitBatch, PartitionScope, RecoveredPartition, StateBackend, StateWrite, TimerEntry } from '../state/backend.ts';
 import { emptyProgress, scopeId } from '../state/backend.ts';
 import type { OutboxEntry } from '../transport/envelope.ts';
@@ -56,6 +57,8 @@ interface Op {
   readonly sk: string;
   readonly item?: Attrs;
   readonly bytes: number;
+  /** What the item holds, for the cost breakdown (accounting service 'dynamodb-items'). */
+  readonly kind?: L.ItemKind;
 }
 
 export interface DynamoDbStateBackendOptions {
@@ -70,6 +73,13 @@ export interface DynamoDbStateBackendOptions {
   readonly maxCachedEntities?: number;
   /** Lifetime of redo-log items that nothing cleaned up (default 7 days). */
   readonly logTtlSeconds?: number;
+  /**
+   * Where an outbox too large to keep inline goes (dynamodb-layout.ts storeOutbox); the
+   * objects expire by the bucket's lifecycle rule for spills. Without it: gzip, inline.
+   */
+  readonly blobs?: BlobStore;
+  /** Outbox JSON (and then gzip) kept inline up to this size (default 4 KB). */
+  readonly outboxInlineBytes?: number;
 }
 
 export class DynamoDbStateBackend implements StateBackend {
@@ -81,6 +91,8 @@ export class DynamoDbStateBackend implements StateBackend {
   private readonly writeConcurrency: number;
   private readonly maxCached: number;
   private readonly logTtl: number;
+  private readonly blobs?: BlobStore;
+  private readonly outboxInlineBytes?: number;
   /**
    * LRU (Map order) of committed entities: cacheKey -> fields, and the partition that
    * loaded them. Valid while this process is the only writer; the version fence catches
@@ -98,6 +110,8 @@ export class DynamoDbStateBackend implements StateBackend {
     this.writeConcurrency = options.writeConcurrency ?? 4;
     this.maxCached = options.maxCachedEntities ?? 10_000;
     this.logTtl = options.logTtlSeconds ?? 7 * 24 * 3600;
+    this.blobs = options.blobs;
+    this.outboxInlineBytes = options.outboxInlineBytes;
   }
 
   // ---- reads -------------------------------------------------------------------------
@@ -109,23 +123,31 @@ export class DynamoDbStateBackend implements StateBackend {
     if (head?.pend !== undefined) await this.finishLogged(scope, String(head.pend), Number(head.pn));
     const items = await this.db.query('#pk = :pk AND #sk BETWEEN :a AND :b', { ':pk': ctrl, ':a': L.OUTBOX_PREFIX, ':b': 't$' });
     const timers: TimerEntry[] = [];
-    const outboxText = new Map<number, string>();
+    const outboxItems = new Map<number, typeof items>();
     for (const it of items) {
       const sk = String(it.sk);
       if (sk.startsWith(L.TIMER_PREFIX)) timers.push(L.decodeValue(String(it.v)) as TimerEntry);
       else {
         const v = L.versionOfOutboxSk(sk);
-        outboxText.set(v, (outboxText.get(v) ?? '') + String(it.v));
+        const list = outboxItems.get(v);
+        if (list) list.push(it);
+        else outboxItems.set(v, [it]);
       }
     }
     const outbox: OutboxEntry[] = [];
-    for (const text of outboxText.values()) outbox.push(...(L.decodeValue(text) as OutboxEntry[]));
+    for (const list of outboxItems.values()) outbox.push(...(L.decodeValue(await L.loadOutbox(list, (key) => this.outboxObject(key))) as OutboxEntry[]));
     return {
       version: head ? Number(head.ver) : 0,
       progress: head ? (L.decodeValue(String(head.prog)) as RecoveredPartition['progress']) : emptyProgress(),
       timers,
       outbox,
     };
+  }
+
+  private async outboxObject(key: string): Promise<Uint8Array> {
+    const body = this.blobs ? await this.blobs.get(key) : undefined;
+    if (!body) throw new InvariantError(`the committed outbox object ${key} is ${this.blobs ? 'missing from the blob store' : 'in a blob store, and none is configured'}: the outbox cannot be delivered`);
+    return body;
   }
 
   async prefetch(scope: PartitionScope, entities: ReadonlyArray<{ kg: number; entity: string }>): Promise<void> {
@@ -164,12 +186,15 @@ export class DynamoDbStateBackend implements StateBackend {
   async commit(batch: CommitBatch): Promise<void> {
     const { scope } = batch;
     const next = batch.expectedVersion + 1;
-    const ops = this.plan(batch, next);
+    const { ops, blob } = this.plan(batch, next);
     const head: Attrs = { pk: L.controlPk(scope), sk: L.VERSION_SK, ver: next, prog: L.encodeValue(batch.progress) };
     const headBytes = L.itemBytes(head);
     if (headBytes > L.MAX_ITEM_BYTES) throw new StateItemTooLargeError(`(progress of ${scopeId(scope)})`, 'prog', headBytes, L.MAX_ITEM_BYTES);
     const total = ops.reduce((n, o) => n + o.bytes, headBytes);
+    this.recordKinds(ops, headBytes);
     try {
+      // Immutable and content-addressed: written first, named by the transaction; if that fails it is garbage for the lifecycle rule.
+      if (blob) await this.blobs!.put(blob.key, blob.body);
       if (ops.length + 1 <= L.MAX_TX_ITEMS && total <= L.MAX_TX_BYTES) await this.commitOne(batch, head, ops);
       else await this.commitLogged(batch, head, ops);
     } catch (e) {
@@ -186,18 +211,29 @@ export class DynamoDbStateBackend implements StateBackend {
     this.commits++;
   }
 
+  /** Transactional write units by item kind (not priced: the requests themselves are, under 'dynamodb'). */
+  private recordKinds(ops: readonly Op[], headBytes: number): void {
+    this.accounting.record(L.ITEM_KINDS_SERVICE, 'progress', { items: 1, estimatedWriteUnits: 2 * kb(headBytes) });
+    for (const o of ops) this.accounting.record(L.ITEM_KINDS_SERVICE, `${o.kind ?? 'other'} ${o.item ? 'put' : 'delete'}`, { items: 1, estimatedWriteUnits: 2 * kb(o.bytes) });
+  }
+
   /** The batch as distinct item operations (last write wins, timer adds after deletes, as in memory). Validates sizes first. */
-  private plan(batch: CommitBatch, next: number): Op[] {
+  private plan(batch: CommitBatch, next: number): { ops: Op[]; blob?: { key: string; body: Uint8Array } } {
     const ops = new Map<string, Op>();
     const add = (op: Op) => ops.set(`${op.pk}\u0000${op.sk}`, op);
     const ctrl = L.controlPk(batch.scope);
     for (const w of batch.writes) add(stateOp(batch.scope, w));
-    for (const t of batch.timerDeletes) add(deleteOp(ctrl, L.timerSk(t)));
-    for (const t of batch.timerAdds) add(putOp({ pk: ctrl, sk: L.timerSk(t), v: L.encodeValue(t) }, `(timer of ${scopeId(batch.scope)})`, t.key));
+    for (const t of batch.timerDeletes) add({ ...deleteOp(ctrl, L.timerSk(t)), kind: 'timer' });
+    for (const t of batch.timerAdds) add({ ...putOp({ pk: ctrl, sk: L.timerSk(t), v: L.encodeValue(t) }, `(timer of ${scopeId(batch.scope)})`, t.key), kind: 'timer' });
+    let blob: { key: string; body: Uint8Array } | undefined;
     if (batch.outbox.length) {
-      L.splitText(L.encodeValue(batch.outbox)).forEach((chunk, i) => add(putOp({ pk: ctrl, sk: L.outboxSk(next, i), v: chunk }, '(outbox)', String(i))));
+      const stored = L.storeOutbox(L.encodeValue(batch.outbox), batch.scope, next, { inlineBytes: this.outboxInlineBytes, blobs: this.blobs !== undefined });
+      if (stored.kind === 'b') {
+        blob = { key: stored.key, body: stored.body };
+        add({ ...putOp({ pk: ctrl, sk: L.outboxSk(next, 0), b: stored.key }, '(outbox)', '0'), kind: 'outbox' });
+      } else stored.chunks.forEach((chunk, i) => add({ ...putOp({ pk: ctrl, sk: L.outboxSk(next, i), [stored.kind]: chunk }, '(outbox)', String(i)), kind: 'outbox' }));
     }
-    return [...ops.values()];
+    return { ops: [...ops.values()], blob };
   }
 
   private async commitOne(batch: CommitBatch, head: Attrs, ops: readonly Op[]): Promise<void> {
@@ -329,7 +365,7 @@ function cacheKey(scope: PartitionScope, kg: number, entity: string): string {
 function stateOp(scope: PartitionScope, w: StateWrite): Op {
   const pk = L.statePk(scope, w.kg);
   const { sk, entityAttr, fieldAttr } = L.stateSortKey(w.entity, w.field);
-  if (w.value === undefined) return deleteOp(pk, sk);
+  if (w.value === undefined) return { ...deleteOp(pk, sk), kind: 'state' };
   let v: string;
   try {
     v = L.encodeValue(w.value);
@@ -339,7 +375,7 @@ function stateOp(scope: PartitionScope, w: StateWrite): Op {
   const item: Attrs = { pk, sk, v };
   if (entityAttr !== undefined) item.e = entityAttr;
   if (fieldAttr !== undefined) item.f = fieldAttr;
-  return putOp(item, w.entity, w.field);
+  return { ...putOp(item, w.entity, w.field), kind: 'state' };
 }
 
 function putOp(item: Attrs, entity: string, field: string): Op {
