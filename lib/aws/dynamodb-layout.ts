@@ -9,7 +9,7 @@ import type { PartitionScope, TimerEntry } from '../state/backend.ts';
 import { timerId } from '../state/backend.ts';
 
 /** What an item of a commit holds; the cost breakdown counts write units per kind. */
-export type ItemKind = 'state' | 'timer' | 'outbox';
+export type ItemKind = 'state' | 'timer' | 'outbox' | 'log';
 /** Accounting service of that breakdown: descriptive only, never priced (the requests are, under 'dynamodb'). */
 export const ITEM_KINDS_SERVICE = 'dynamodb-items';
 
@@ -75,6 +75,16 @@ export const VERSION_SK = '#';
 export const OUTBOX_PREFIX = 'o#';
 export const TIMER_PREFIX = 't#';
 export const LOG_PREFIX = 'x#';
+/** State log entries (dynamodb-state-log.ts): sort before the outbox, so recover() reads them in one range. */
+export const STATE_LOG_PREFIX = 'l#';
+
+export function stateLogSk(version: number, chunk: number): string {
+  return `${STATE_LOG_PREFIX}${pad(version, 16)}#${pad(chunk, 4)}`;
+}
+
+export function versionOfStateLogSk(sk: string): number {
+  return Number(sk.slice(STATE_LOG_PREFIX.length, STATE_LOG_PREFIX.length + 16));
+}
 
 function pad(n: number, width: number): string {
   return String(n).padStart(width, '0');

@@ -5,10 +5,25 @@
  * Key layout (pk, sk are strings; every value is JSON text with tags, see dynamodb-layout.ts):
  *
  *   state   pk `${job}#s#${stage}#${kg}`          sk entityKey(entity) + U+0001 + field    v, [e], [f]
- *   version pk `${job}#p#${stage}#${partition}`    sk `#`                                   ver, prog, [pend, pn]
+ *   version pk `${job}#p#${stage}#${partition}`    sk `#`                                   ver, prog, [cmp], [pend, pn]
+ *   log     (same pk)                              sk `l#${version:16}#${chunk:4}`           v | z (gzip, base64)
  *   timer   (same pk)                              sk `t#${timerId}`                         v
- *   outbox  (same pk)                              sk `o#${version:16}#${chunk:4}`           v
+ *   outbox  (same pk)                              sk `o#${version:16}#${chunk:4}`           v | z | b (S3 key)
  *   redo    (same pk)                              sk `x#${commitId}#${chunk:4}`             v, expires (TTL)
+ *
+ * State log (default; dynamodb-state-log.ts): a commit writes its state and timer
+ * changes as one log item, not as field and timer items, because every item of a
+ * transaction is billed 2 write units per started KB and a keyed window touches hundreds
+ * of small ones per commit. recover() reads the log entries above the version item's
+ * `cmp` and keeps their net change; prefetch() applies it to the field items it reads,
+ * and recover()'s timers include it. After `compactAfterCommits` commits or
+ * `compactAfterBytes` of log, compact() writes the net change into the field and timer
+ * items (transactions that check the version item still holds this process's version,
+ * so a stale process never overwrites a newer owner), sets `cmp`, deletes the log.
+ * Until then the changes are visible to readers of the same partition (recover, or a
+ * first prefetch loads the log); other partitions of the stage see them after
+ * compact(), which moving key groups (rescaling) must call first.
+ * Outbox: inline up to 4 KB, else gzip, else one immutable S3 object (storeOutbox).
  *
  * State lives per (stage, key group), so one Query reads a key group and rescaling only
  * moves routing. One item per field (map entries too), so large map states are not
@@ -41,10 +56,11 @@ import { PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { CommitConflictError, InvariantError, type SluiceError } from '../errors.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import type { CommitBatch, PartitionScope, RecoveredPartition, StateBackend, StateWrite, TimerEntry } from '../state/backend.ts';
-import { emptyProgress, scopeId } from '../state/backend.ts';
+import { emptyProgress, scopeId, timerId } from '../state/backend.ts';
 import type { OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
 import * as L from './dynamodb-layout.ts';
+import { deltaOf, type LogDelta, PartitionLog } from './dynamodb-state-log.ts';
 import { DynamoDbTable, kb, pool } from './dynamodb-table.ts';
 import { CommitRollForwardError, mapDynamoDbError, StateEncodingError, StateItemTooLargeError, StateNotPrefetchedError } from './errors.ts';
 
@@ -80,6 +96,16 @@ export interface DynamoDbStateBackendOptions {
   readonly blobs?: BlobStore;
   /** Outbox JSON (and then gzip) kept inline up to this size (default 4 KB). */
   readonly outboxInlineBytes?: number;
+  /**
+   * Write state and timer changes as one log item per commit, compacted into their own
+   * items later (dynamodb-state-log.ts). Default true; false writes every field and timer
+   * in the commit itself. Either way a table written with the log is read correctly.
+   */
+  readonly stateLog?: boolean;
+  /** Compact a partition's log after this many commits (default 1,000) ... */
+  readonly compactAfterCommits?: number;
+  /** ... or this many stored bytes of log (default 2 MB), whichever comes first. */
+  readonly compactAfterBytes?: number;
 }
 
 export class DynamoDbStateBackend implements StateBackend {
@@ -93,6 +119,11 @@ export class DynamoDbStateBackend implements StateBackend {
   private readonly logTtl: number;
   private readonly blobs?: BlobStore;
   private readonly outboxInlineBytes?: number;
+  private readonly stateLog: boolean;
+  private readonly compactAfterCommits: number;
+  private readonly compactAfterBytes: number;
+  /** Per partition (scopeId): the state log since its last compaction, as recover() found it plus our commits. */
+  private readonly logs = new Map<string, PartitionLog>();
   /**
    * LRU (Map order) of committed entities: cacheKey -> fields, and the partition that
    * loaded them. Valid while this process is the only writer; the version fence catches
@@ -112,6 +143,9 @@ export class DynamoDbStateBackend implements StateBackend {
     this.logTtl = options.logTtlSeconds ?? 7 * 24 * 3600;
     this.blobs = options.blobs;
     this.outboxInlineBytes = options.outboxInlineBytes;
+    this.stateLog = options.stateLog ?? true;
+    this.compactAfterCommits = options.compactAfterCommits ?? 1000;
+    this.compactAfterBytes = options.compactAfterBytes ?? 2 * 1024 * 1024;
   }
 
   // ---- reads -------------------------------------------------------------------------
@@ -121,13 +155,14 @@ export class DynamoDbStateBackend implements StateBackend {
     const ctrl = L.controlPk(scope);
     const head = await this.db.get(ctrl, L.VERSION_SK);
     if (head?.pend !== undefined) await this.finishLogged(scope, String(head.pend), Number(head.pn));
-    const items = await this.db.query('#pk = :pk AND #sk BETWEEN :a AND :b', { ':pk': ctrl, ':a': L.OUTBOX_PREFIX, ':b': 't$' });
+    // State log (l#), outbox (o#) and timers (t#) in one range.
+    const items = await this.db.query('#pk = :pk AND #sk BETWEEN :a AND :b', { ':pk': ctrl, ':a': L.STATE_LOG_PREFIX, ':b': 't$' });
     const timers: TimerEntry[] = [];
     const outboxItems = new Map<number, typeof items>();
     for (const it of items) {
       const sk = String(it.sk);
       if (sk.startsWith(L.TIMER_PREFIX)) timers.push(L.decodeValue(String(it.v)) as TimerEntry);
-      else {
+      else if (sk.startsWith(L.OUTBOX_PREFIX)) {
         const v = L.versionOfOutboxSk(sk);
         const list = outboxItems.get(v);
         if (list) list.push(it);
@@ -136,12 +171,51 @@ export class DynamoDbStateBackend implements StateBackend {
     }
     const outbox: OutboxEntry[] = [];
     for (const list of outboxItems.values()) outbox.push(...(L.decodeValue(await L.loadOutbox(list, (key) => this.outboxObject(key))) as OutboxEntry[]));
+    const log = await this.loadLog(scope, head, items.filter((it) => String(it.sk).startsWith(L.STATE_LOG_PREFIX)), timers);
+    log.committedVersion = head ? Number(head.ver) : 0;
     return {
       version: head ? Number(head.ver) : 0,
       progress: head ? (L.decodeValue(String(head.prog)) as RecoveredPartition['progress']) : emptyProgress(),
-      timers,
+      timers: log.timers(timers),
       outbox,
     };
+  }
+
+  /**
+   * The partition's state log as stored: entries above the version item's `cmp`, in
+   * version order. recover() passes what it read; a reader that did not recover the
+   * partition (a fresh process, a test) gets it read here on its first prefetch.
+   */
+  private async loadLog(scope: PartitionScope, head?: Record<string, unknown>, logItems?: Record<string, unknown>[], baseTimers?: readonly TimerEntry[]): Promise<PartitionLog> {
+    const ctrl = L.controlPk(scope);
+    if (!logItems) {
+      head = await this.db.get(ctrl, L.VERSION_SK);
+      logItems = await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': ctrl, ':p': L.STATE_LOG_PREFIX });
+    }
+    if (!baseTimers) {
+      baseTimers = [];
+      if (logItems.length) {
+        const items = await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': ctrl, ':p': L.TIMER_PREFIX });
+        baseTimers = items.map((it) => L.decodeValue(String(it.v)) as TimerEntry);
+      }
+    }
+    const compactedThrough = head?.cmp === undefined ? 0 : Number(head.cmp);
+    const byVersion = new Map<number, Record<string, unknown>[]>();
+    for (const it of logItems) {
+      const v = L.versionOfStateLogSk(String(it.sk));
+      // At or below cmp: already compacted, a leftover of an interrupted cleanup.
+      if (v <= compactedThrough) continue;
+      const list = byVersion.get(v);
+      if (list) list.push(it);
+      else byVersion.set(v, [it]);
+    }
+    const log = new PartitionLog(compactedThrough, new Set(baseTimers.map(timerId)));
+    for (const [v, list] of [...byVersion].sort((a, b) => a[0] - b[0])) {
+      const text = await L.loadOutbox(list, (key) => this.outboxObject(key));
+      log.apply(v, L.decodeValue(text) as LogDelta, text.length, list.map((it) => String(it.sk)));
+    }
+    this.logs.set(scopeId(scope), log);
+    return log;
   }
 
   private async outboxObject(key: string): Promise<Uint8Array> {
@@ -163,10 +237,13 @@ export class DynamoDbStateBackend implements StateBackend {
         this.cache.set(key, hit);
       } else missing.push({ kg, entity, key });
     }
+    const log = missing.length ? (this.logs.get(scopeId(scope)) ?? (await this.loadLog(scope))) : undefined;
     await pool(missing, this.readConcurrency, async ({ kg, entity, key }) => {
       const items = await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': L.statePk(scope, kg), ':p': L.entityPrefix(entity) });
-      const fields = new Map<string, unknown>();
+      let fields = new Map<string, unknown>();
       for (const it of items) fields.set(L.fieldOfItem(entity, it as { sk: string; f?: string }), L.decodeValue(String(it.v)));
+      // What the log changed since the base items were last compacted.
+      if (log) fields = log.merge(kg, entity, fields);
       this.cache.set(key, { partition: scope.partition, fields });
     });
     for (const key of this.cache.keys()) {
@@ -186,8 +263,16 @@ export class DynamoDbStateBackend implements StateBackend {
   async commit(batch: CommitBatch): Promise<void> {
     const { scope } = batch;
     const next = batch.expectedVersion + 1;
-    const { ops, blob } = this.plan(batch, next);
+    const log = this.stateLog ? this.logs.get(scopeId(scope)) : undefined;
+    // Writing fields directly (stateLog off) over a log that still holds changes would let the log win on recovery.
+    if (!this.stateLog && this.logs.get(scopeId(scope))?.versions.length && !(await this.compact(scope, batch.expectedVersion))) {
+      throw new CommitConflictError(scopeId(scope), batch.expectedVersion, 'its state log could not be compacted before a direct write');
+    }
+    const { ops, blob, delta } = this.plan(batch, next, log !== undefined);
     const head: Attrs = { pk: L.controlPk(scope), sk: L.VERSION_SK, ver: next, prog: L.encodeValue(batch.progress) };
+    // The version item is replaced whole: keep the compaction mark.
+    const compactedThrough = this.logs.get(scopeId(scope))?.compactedThrough ?? 0;
+    if (compactedThrough) head.cmp = compactedThrough;
     const headBytes = L.itemBytes(head);
     if (headBytes > L.MAX_ITEM_BYTES) throw new StateItemTooLargeError(`(progress of ${scopeId(scope)})`, 'prog', headBytes, L.MAX_ITEM_BYTES);
     const total = ops.reduce((n, o) => n + o.bytes, headBytes);
@@ -209,6 +294,46 @@ export class DynamoDbStateBackend implements StateBackend {
       else fields.set(w.field, w.value);
     }
     this.commits++;
+    if (log) log.committedVersion = next;
+    if (log && delta) {
+      const logOps = ops.filter((o) => o.kind === 'log');
+      log.apply(next, delta.value, delta.bytes, logOps.map((o) => o.sk));
+      if (log.versions.length >= this.compactAfterCommits || log.bytes >= this.compactAfterBytes) await this.compact(scope, next);
+    }
+  }
+
+  /**
+   * Write the partition's logged changes into their own items, then mark the log
+   * compacted through `version` and delete it. Each transaction checks that the version
+   * item still says `version` (no other writer took the partition over), so a stale
+   * process can never write old values over a newer owner's. A failure leaves the log
+   * in place (it stays the truth for recover) and is retried after a later commit; it
+   * does not fail the commit, which is already durable.
+   */
+  async compact(scope: PartitionScope, version?: number): Promise<boolean> {
+    const log = this.logs.get(scopeId(scope));
+    if (!log || !log.versions.length) return true;
+    version ??= log.committedVersion;
+    const ctrl = L.controlPk(scope);
+    const { writes, timerAdds, timerDeletes } = log.compaction();
+    const ops: Op[] = [...writes.map((w) => stateOp(scope, w)), ...timerDeletes.map((t) => ({ ...deleteOp(ctrl, L.timerSk(t)), kind: 'timer' as const })), ...timerAdds.map((t) => ({ ...putOp({ pk: ctrl, sk: L.timerSk(t), v: L.encodeValue(t) }, `(timer of ${scopeId(scope)})`, t.key), kind: 'timer' as const }))];
+    const groups = groupOps(ops);
+    const names = { '#ver': 'ver', '#pend': 'pend' };
+    const check = { ConditionCheck: { TableName: this.table, Key: { pk: ctrl, sk: L.VERSION_SK }, ConditionExpression: '#ver = :v AND attribute_not_exists(#pend)', ExpressionAttributeNames: names, ExpressionAttributeValues: { ':v': version } } };
+    try {
+      await pool(groups, this.writeConcurrency, async (g) => {
+        for (const o of g) this.accounting.record(L.ITEM_KINDS_SERVICE, `compaction ${o.kind ?? 'other'} ${o.item ? 'put' : 'delete'}`, { items: 1, estimatedWriteUnits: 2 * kb(o.bytes) });
+        await this.db.transact([check, ...g.map((o) => this.txOp(o))]);
+      });
+      await this.db.send('UpdateItem', 'write', new UpdateCommand({ TableName: this.table, Key: { pk: ctrl, sk: L.VERSION_SK }, UpdateExpression: 'SET #cmp = :v', ConditionExpression: '#ver = :v AND attribute_not_exists(#pend)', ExpressionAttributeNames: { ...names, '#cmp': 'cmp' }, ExpressionAttributeValues: { ':v': version }, ReturnConsumedCapacity: 'TOTAL' }), 1, 1);
+    } catch {
+      return false;
+    }
+    const sortKeys = [...log.sortKeys];
+    log.compacted(version);
+    // Best effort: entries at or below cmp are ignored by recover().
+    await this.db.batchWrite(sortKeys.map((sk) => ({ DeleteRequest: { Key: { pk: ctrl, sk } } }))).catch(() => undefined);
+    return true;
   }
 
   /** Transactional write units by item kind (not priced: the requests themselves are, under 'dynamodb'). */
@@ -218,13 +343,27 @@ export class DynamoDbStateBackend implements StateBackend {
   }
 
   /** The batch as distinct item operations (last write wins, timer adds after deletes, as in memory). Validates sizes first. */
-  private plan(batch: CommitBatch, next: number): { ops: Op[]; blob?: { key: string; body: Uint8Array } } {
+  private plan(batch: CommitBatch, next: number, logged: boolean): { ops: Op[]; blob?: { key: string; body: Uint8Array }; delta?: { value: LogDelta; bytes: number } } {
     const ops = new Map<string, Op>();
     const add = (op: Op) => ops.set(`${op.pk}\u0000${op.sk}`, op);
     const ctrl = L.controlPk(batch.scope);
-    for (const w of batch.writes) add(stateOp(batch.scope, w));
-    for (const t of batch.timerDeletes) add({ ...deleteOp(ctrl, L.timerSk(t)), kind: 'timer' });
-    for (const t of batch.timerAdds) add({ ...putOp({ pk: ctrl, sk: L.timerSk(t), v: L.encodeValue(t) }, `(timer of ${scopeId(batch.scope)})`, t.key), kind: 'timer' });
+    // Built (and so size-checked) either way: a value too large fails here, before anything is written.
+    const stateOps = batch.writes.map((w) => stateOp(batch.scope, w));
+    const timerOps: Op[] = [
+      ...batch.timerDeletes.map((t) => ({ ...deleteOp(ctrl, L.timerSk(t)), kind: 'timer' as const })),
+      ...batch.timerAdds.map((t) => ({ ...putOp({ pk: ctrl, sk: L.timerSk(t), v: L.encodeValue(t) }, `(timer of ${scopeId(batch.scope)})`, t.key), kind: 'timer' as const })),
+    ];
+    let delta: { value: LogDelta; bytes: number } | undefined;
+    const value = logged ? deltaOf(batch.writes, batch.timerAdds, batch.timerDeletes) : undefined;
+    if (value) {
+      const text = L.encodeValue(value);
+      delta = { value, bytes: text.length };
+      const stored = L.storeOutbox(text, batch.scope, next, { blobs: false });
+      if (stored.kind !== 'b') stored.chunks.forEach((chunk, i) => add(putOp({ pk: ctrl, sk: L.stateLogSk(next, i), [stored.kind]: chunk }, '(state log)', String(i), 'log')));
+    } else {
+      for (const o of stateOps) add(o);
+      for (const o of timerOps) add(o);
+    }
     let blob: { key: string; body: Uint8Array } | undefined;
     if (batch.outbox.length) {
       const stored = L.storeOutbox(L.encodeValue(batch.outbox), batch.scope, next, { inlineBytes: this.outboxInlineBytes, blobs: this.blobs !== undefined });
@@ -233,7 +372,7 @@ export class DynamoDbStateBackend implements StateBackend {
         add({ ...putOp({ pk: ctrl, sk: L.outboxSk(next, 0), b: stored.key }, '(outbox)', '0'), kind: 'outbox' });
       } else stored.chunks.forEach((chunk, i) => add({ ...putOp({ pk: ctrl, sk: L.outboxSk(next, i), [stored.kind]: chunk }, '(outbox)', String(i)), kind: 'outbox' }));
     }
-    return { ops: [...ops.values()], blob };
+    return { ops: [...ops.values()], blob, delta };
   }
 
   private async commitOne(batch: CommitBatch, head: Attrs, ops: readonly Op[]): Promise<void> {
@@ -272,19 +411,7 @@ export class DynamoDbStateBackend implements StateBackend {
 
   /** Apply a flipped batch's operations; idempotent, and harmless when another process finishes it first. */
   private async rollForward(ctrl: string, id: string, ops: readonly Op[], logChunks: number): Promise<void> {
-    const groups: Op[][] = [];
-    let cur: Op[] = [];
-    let bytes = 0;
-    for (const op of ops) {
-      if (cur.length === L.MAX_TX_ITEMS - 1 || bytes + op.bytes > L.MAX_TX_BYTES) {
-        groups.push(cur);
-        cur = [];
-        bytes = 0;
-      }
-      cur.push(op);
-      bytes += op.bytes;
-    }
-    if (cur.length) groups.push(cur);
+    const groups = groupOps(ops);
     const check = { ConditionCheck: { TableName: this.table, Key: { pk: ctrl, sk: L.VERSION_SK }, ConditionExpression: '#pend = :id', ExpressionAttributeNames: { '#pend': 'pend' }, ExpressionAttributeValues: { ':id': id } } };
     let done = false;
     await pool(groups, this.writeConcurrency, async (g) => {
@@ -378,10 +505,28 @@ function stateOp(scope: PartitionScope, w: StateWrite): Op {
   return { ...putOp(item, w.entity, w.field), kind: 'state' };
 }
 
-function putOp(item: Attrs, entity: string, field: string): Op {
+function putOp(item: Attrs, entity: string, field: string, kind?: L.ItemKind): Op {
   const bytes = L.itemBytes(item);
   if (bytes > L.MAX_ITEM_BYTES) throw new StateItemTooLargeError(entity, field, bytes, L.MAX_ITEM_BYTES);
-  return { pk: String(item.pk), sk: String(item.sk), item, bytes };
+  return { pk: String(item.pk), sk: String(item.sk), item, bytes, kind };
+}
+
+/** Operations in transaction-sized groups (leaving room for one condition check). */
+function groupOps(ops: readonly Op[]): Op[][] {
+  const groups: Op[][] = [];
+  let cur: Op[] = [];
+  let bytes = 0;
+  for (const op of ops) {
+    if (cur.length === L.MAX_TX_ITEMS - 1 || bytes + op.bytes > L.MAX_TX_BYTES) {
+      groups.push(cur);
+      cur = [];
+      bytes = 0;
+    }
+    cur.push(op);
+    bytes += op.bytes;
+  }
+  if (cur.length) groups.push(cur);
+  return groups;
 }
 
 function deleteOp(pk: string, sk: string): Op {

@@ -55,7 +55,10 @@ describe('storeOutbox (pure)', () => {
 describe('DynamoDbStateBackend with a blob store for large outboxes', () => {
   backendConformance('DynamoDbStateBackend (outbox in S3)', () => {
     const blobs = new S3BlobStore({ s3: clients.s3, bucket, prefix: 'conformance/' });
-    return { open: () => new DynamoDbStateBackend({ client: clients.dynamodb, tableName: table, blobs, outboxInlineBytes: 64 }) };
+    return {
+      open: () => new DynamoDbStateBackend({ client: clients.dynamodb, tableName: table, blobs, outboxInlineBytes: 64 }),
+      settle: async (b, s) => void (await (b as DynamoDbStateBackend).compact(s)),
+    };
   });
 
   it('writes a large outbox as one S3 object and one small item, and recovers it', async () => {

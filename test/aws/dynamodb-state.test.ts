@@ -15,7 +15,11 @@ beforeAll(async () => {
 });
 afterAll(() => client.destroy());
 
-backendConformance('DynamoDbStateBackend', () => ({ open: () => new DynamoDbStateBackend({ client, tableName: table }) }));
+backendConformance('DynamoDbStateBackend', () => ({
+  open: () => new DynamoDbStateBackend({ client, tableName: table }),
+  settle: async (b, scope) => void (await (b as DynamoDbStateBackend).compact(scope)),
+}));
+backendConformance('DynamoDbStateBackend (no state log)', () => ({ open: () => new DynamoDbStateBackend({ client, tableName: table, stateLog: false }) }));
 
 describe('DynamoDbStateBackend on DynamoDB Local', () => {
   it('rejects a value over the 400 KB item limit with a typed error naming it, writing nothing', async () => {
@@ -74,9 +78,9 @@ describe('DynamoDbStateBackend on DynamoDB Local', () => {
     expect(b.peek(scope, 1, 'b')).toBeUndefined();
   });
 
-  it('counts requests and capacity per operation', async () => {
+  it('counts requests and capacity per operation (state written directly, without the log)', async () => {
     const accounting = new AwsAccounting();
-    const b = new DynamoDbStateBackend({ client, tableName: table, accounting });
+    const b = new DynamoDbStateBackend({ client, tableName: table, accounting, stateLog: false });
     const scope = freshScope();
     await b.recover(scope);
     await b.commit(batch(scope, 0, { writes: Array.from({ length: 10 }, (_, i) => ({ kg: 0, entity: 'e', field: `f${i}`, value: i })) }));
