@@ -8,9 +8,9 @@ import type { AwsAccounting, OperationRow } from './accounting.ts';
 export const PRICES = {
   asOf: '2025-06',
   region: 'us-east-1',
-  /** Lambda: per request, and per GB-second of duration (x86; arm64 is 20% less). */
+  /** Lambda: per request, and per GB-second of duration on arm64 (what infra/ deploys; x86 is $0.0000166667). */
   lambdaPerRequest: 0.2 / 1e6,
-  lambdaPerGbSecond: 0.0000166667,
+  lambdaPerGbSecond: 0.0000133334,
   /** SQS FIFO: per request, where each started 64 KB of payload is one request. */
   sqsFifoPerRequest: 0.5 / 1e6,
   /** DynamoDB on demand: per write / read request unit (transactional ones count double, already in the units). */
