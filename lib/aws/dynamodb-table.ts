@@ -13,7 +13,6 @@ import { DynamoDbThrottledError, mapDynamoDbError } from './errors.ts';
 
 export type Item = Record<string, unknown>;
 const SERVICE = 'dynamodb';
-const NAMES = { '#pk': 'pk', '#sk': 'sk' };
 
 export class DynamoDbTable {
   readonly doc: DynamoDBDocumentClient;
@@ -63,7 +62,8 @@ export class DynamoDbTable {
           new QueryCommand({
             TableName: this.name,
             KeyConditionExpression: condition,
-            ExpressionAttributeNames: projection ? { ...NAMES, '#proj': projection } : NAMES,
+            // DynamoDB refuses names the expressions do not use (a condition on the partition key alone).
+            ExpressionAttributeNames: { '#pk': 'pk', ...(condition.includes('#sk') ? { '#sk': 'sk' } : {}), ...(projection ? { '#proj': projection } : {}) },
             ExpressionAttributeValues: values,
             ProjectionExpression: projection ? '#pk, #proj' : undefined,
             ConsistentRead: true,

@@ -155,6 +155,26 @@ describe('DynamoDbStateBackend with the state log', () => {
     expect(await read(f, scope, 1, 'e')).toEqual({ f: 'new' });
   });
 
+  it('compacting after a cold start deletes only items that exist', async () => {
+    const scope = freshScope();
+    const a = new DynamoDbStateBackend({ client: client(), tableName: table, compactAfterCommits: 1000 });
+    await a.recover(scope);
+    await a.commit(batch(scope, 0, { writes: [{ kg: 1, entity: 'kept', field: 'f', value: 1 }] }));
+    expect(await a.compact(scope)).toBe(true);
+    // Created and dropped within one log period (a window's key), and a kept one dropped.
+    await a.commit(batch(scope, 1, { writes: [{ kg: 1, entity: 'brief', field: 'f', value: 1 }] }));
+    await a.commit(batch(scope, 2, { writes: [{ kg: 1, entity: 'brief', field: 'f', value: undefined }, { kg: 1, entity: 'kept', field: 'f', value: undefined }] }));
+    const accounting = new AwsAccounting();
+    const cold = new DynamoDbStateBackend({ client: client(), tableName: table, accounting });
+    await cold.recover(scope);
+    expect(await cold.compact(scope)).toBe(true);
+    expect(accounting.get('dynamodb-items', 'compaction state delete').items).toBe(1);
+    const f = new DynamoDbStateBackend({ client: client(), tableName: table, stateLog: false });
+    await f.recover(scope);
+    expect(await read(f, scope, 1, 'kept')).toBeUndefined();
+    expect(await read(f, scope, 1, 'brief')).toBeUndefined();
+  });
+
   it('writes one small log item per commit instead of one item per field and timer', async () => {
     const accounting = new AwsAccounting();
     const b = new DynamoDbStateBackend({ client: client(), tableName: table, accounting });
