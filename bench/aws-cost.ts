@@ -23,7 +23,7 @@ import { pathToFileURL } from 'node:url';
 import { Sinks, type Sink } from '../lib/api/sinks.ts';
 import type { Job } from '../lib/api/stream.ts';
 import type { AwsAccounting } from '../lib/aws/accounting.ts';
-import { breakEvenEventsPerMonth, type CoordinatorShape, coordinatorLines, dollarsPerMillion, type FlinkMonthly, managedFlinkMonthly, mergeLines, naiveBaselinePerMillion, ratesOf, type UsageRate } from '../lib/aws/cost-model.ts';
+import { modelledLambdaGbSeconds, breakEvenEventsPerMonth, type CoordinatorShape, coordinatorLines, dollarsPerMillion, type FlinkMonthly, managedFlinkMonthly, mergeLines, naiveBaselinePerMillion, ratesOf, type UsageRate } from '../lib/aws/cost-model.ts';
 import { ITEM_KINDS_SERVICE } from '../lib/aws/dynamodb-layout.ts';
 import { type LocalAwsEnvironment, openLocalAws } from '../lib/aws/local/endpoints.ts';
 import { LocalAwsRuntime } from '../lib/aws/local/runner.ts';
@@ -85,6 +85,8 @@ export interface QueryCost {
   readonly byService: Record<string, number>;
   /** DynamoDB write units per 1,000 events by request operation and by item kind of the commits. */
   readonly dynamoDbWrites: { readonly byOperation: Record<string, number>; readonly byItemKind: Record<string, number> };
+  /** Lambda duration as measured against the local servers (wall time; an upper bound), and the total with it. */
+  readonly measuredDuration: { readonly gbSecondsPerThousand: number; readonly dollarsPerMillion: number };
   readonly coordinatorPerMillion: number;
   readonly baselinePerMillion: number;
   readonly ratioToBaseline: number;
@@ -134,6 +136,7 @@ export async function measureQuery(env: LocalAwsEnvironment, name: string, event
     sinks[node.name] = s as Sink<any>;
   }
   const runtime = new LocalAwsRuntime(job, { env, sinks, sources: { events: { kind: 'items', items: events } }, chunkSize: cfg.publishBatch, memoryLimitInMB: cfg.memoryMb });
+  const cpu0 = process.cpuUsage();
   const run = await runtime.run();
   // A run shorter than the state log's compaction period would never pay for compaction:
   // compact every partition once at the end and count it (more often than by default).
@@ -146,7 +149,11 @@ export async function measureQuery(env: LocalAwsEnvironment, name: string, event
       if (!(await backend.compact(scope))) throw new Error(`${name}: compacting ${stage.name}/${partition} failed`);
     }
   }
-  const cost = estimateCost(runtime.accounting, run.lambda);
+  const cpu = process.cpuUsage(cpu0);
+  // Lambda duration at AWS latencies (the headline) and as measured against the local servers (an upper bound).
+  const gbSeconds = modelledLambdaGbSeconds(runtime.accounting.rows(), (cpu.user + cpu.system) / 1e6, cfg.memoryMb);
+  const measured = estimateCost(runtime.accounting, run.lambda);
+  const cost = estimateCost(runtime.accounting, { invocations: run.lambda.invocations, gbSeconds });
   if (run.sourceRecords !== events.length) throw new Error(`${name}: ${run.sourceRecords} of ${events.length} events accepted (rejected: ${run.rejectedInputs[0]?.error ?? 'none'})`);
   if (run.deadLetters.length) throw new Error(`${name}: ${run.deadLetters.length} dead letters`);
   const coordinator = coordinatorLines(coordinatorShape(job, cfg), events.length, cfg.ratePerSec);
@@ -166,6 +173,10 @@ export async function measureQuery(env: LocalAwsEnvironment, name: string, event
     dollarsPerMillion: perMillion,
     byService,
     dynamoDbWrites: writeBreakdown(run.accounting, events.length),
+    measuredDuration: {
+      gbSecondsPerThousand: (run.lambda.gbSeconds / events.length) * 1000,
+      dollarsPerMillion: perMillion + dollarsPerMillion({ dollars: (run.lambda.gbSeconds - gbSeconds) * PRICES.lambdaPerGbSecond }, events.length),
+    },
     coordinatorPerMillion: dollarsPerMillion({ dollars: coordinator.reduce((n, l) => n + l.dollars, 0) }, events.length),
     baselinePerMillion: baseline,
     ratioToBaseline: baseline / perMillion,
@@ -211,6 +222,7 @@ export function queryReport(r: QueryCost): string[] {
   const kinds = Object.entries(r.dynamoDbWrites.byItemKind).map(([k, v]) => `${k} ${num(v)}`).join(', ');
   out.push(`  DynamoDB write units per 1,000 events by request: ${ops || 'none'}`);
   out.push(`    by item of the commits (transactional): ${kinds || 'none'}`);
+  out.push(`  Lambda GB-seconds above: CPU time plus AWS call latencies (modelled); as measured against the local servers ${num(r.measuredDuration.gbSecondsPerThousand)} per 1,000 events (upper bound: ${money(r.measuredDuration.dollarsPerMillion)} per million events)`);
   out.push(`  total ${money(r.dollarsPerMillion)} per million events (coordinator ${money(r.coordinatorPerMillion)}); naive baseline ${money(r.baselinePerMillion)}: ${r.ratioToBaseline.toFixed(1)}x below`);
   return out;
 }
@@ -220,12 +232,12 @@ export function summary(report: AwsCostReport): string[] {
   const out = [
     `\nManaged Service for Apache Flink, smallest application: ${f.kpus} KPUs (1 + orchestration) x ${PRICES.hoursPerMonth} h x $${PRICES.managedFlinkPerKpuHour} = ${money(f.computeDollars)} + ${money(f.storageDollars)} running storage = ${money(f.dollars)} a month`,
     '',
-    '| query | $ per M events | Lambda | SQS | DynamoDB | S3 | HTTP API | coordinator (SFN) | vs. naive | break-even vs. Managed Flink (events/month) |',
-    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| query | $ per M events | Lambda | SQS | DynamoDB | S3 | HTTP API | coordinator (SFN) | vs. naive | break-even vs. Managed Flink (events/month) | with measured Lambda duration |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   ];
   for (const r of report.results) {
     const s = (k: string) => money(r.byService[k] ?? 0);
-    out.push(`| ${r.query} | ${money(r.dollarsPerMillion)} | ${s('lambda')} | ${s('sqs')} | ${s('dynamodb')} | ${s('s3')} | ${s('httpapi')} | ${s('stepfunctions')} | ${r.ratioToBaseline.toFixed(1)}x | ${(r.breakEvenEventsPerMonth / 1e9).toFixed(2)} G |`);
+    out.push(`| ${r.query} | ${money(r.dollarsPerMillion)} | ${s('lambda')} | ${s('sqs')} | ${s('dynamodb')} | ${s('s3')} | ${s('httpapi')} | ${s('stepfunctions')} | ${r.ratioToBaseline.toFixed(1)}x | ${(r.breakEvenEventsPerMonth / 1e9).toFixed(2)} G | ${money(r.measuredDuration.dollarsPerMillion)} |`);
   }
   return out;
 }

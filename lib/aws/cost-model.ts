@@ -122,3 +122,31 @@ export function mergeLines(...groups: (readonly CostLine[])[]): CostLine[] {
   }
   return [...out.values()];
 }
+
+/**
+ * Typical in-region latency (ms) of the calls a handler waits on, for a model of Lambda
+ * duration on AWS: local servers on a shared machine answer far more slowly, so the
+ * measured wall time is an upper bound. Calls are taken as sequential (conservative:
+ * prefetch queries run 16 at a time). Calls the event source mapping makes (receive,
+ * delete, visibility) do not run inside the function and are not counted.
+ */
+export const AWS_CALL_LATENCY_MS: Readonly<Record<string, Readonly<Record<string, number>>>> = {
+  dynamodb: { GetItem: 5, Query: 5, PutItem: 6, UpdateItem: 6, TransactWriteItems: 15, BatchWriteItem: 10 },
+  sqs: { SendMessageBatch: 12, GetQueueAttributes: 5, GetQueueUrl: 5 },
+  s3: { PutObject: 25, GetObject: 10, DeleteObjects: 15, ListObjectsV2: 15 },
+};
+
+export interface RequestCount {
+  readonly service: string;
+  readonly operation: string;
+  readonly requests: number;
+}
+
+/** GB-seconds of a run at AWS latencies: the handlers' CPU time plus the time spent waiting on counted calls. */
+export function modelledLambdaGbSeconds(requests: readonly RequestCount[], cpuSeconds: number, memoryMb: number): number {
+  positiveNumber('cpuSeconds', cpuSeconds, true);
+  positiveNumber('memoryMb', memoryMb);
+  let waitMs = 0;
+  for (const r of requests) waitMs += (AWS_CALL_LATENCY_MS[r.service]?.[r.operation] ?? 0) * r.requests;
+  return (cpuSeconds + waitMs / 1000) * (memoryMb / 1024);
+}

@@ -1,6 +1,6 @@
 /** The cost model's arithmetic (pure): rates per 1,000 events, the baselines, break-even, the coordinator's share. */
 import { describe, expect, it } from 'vitest';
-import { breakEvenEventsPerMonth, coordinatorLines, dollarsPerMillion, managedFlinkMonthly, mergeLines, naiveBaselinePerMillion, ratesOf } from '../../lib/aws/cost-model.ts';
+import { AWS_CALL_LATENCY_MS, breakEvenEventsPerMonth, modelledLambdaGbSeconds, coordinatorLines, dollarsPerMillion, managedFlinkMonthly, mergeLines, naiveBaselinePerMillion, ratesOf } from '../../lib/aws/cost-model.ts';
 import { PRICES } from '../../lib/aws/prices.ts';
 import { ConfigError } from '../../lib/errors.ts';
 
@@ -60,5 +60,19 @@ describe('cost model', () => {
       { service: 'lambda', unit: 'requests', quantity: 3, dollars: 6 },
       { service: 's3', unit: 'GET requests', quantity: 1, dollars: 1 },
     ]);
+  });
+
+  it('models Lambda duration at AWS latencies: CPU plus waiting on the calls the function makes, not the poller\'s', () => {
+    const gbs = modelledLambdaGbSeconds(
+      [
+        { service: 'dynamodb', operation: 'TransactWriteItems', requests: 10 },
+        { service: 's3', operation: 'PutObject', requests: 2 },
+        { service: 'sqs', operation: 'ReceiveMessage', requests: 100 },
+      ],
+      0.5,
+      512,
+    );
+    expect(gbs).toBeCloseTo((0.5 + (10 * AWS_CALL_LATENCY_MS.dynamodb.TransactWriteItems + 2 * AWS_CALL_LATENCY_MS.s3.PutObject) / 1000) / 2, 12);
+    expect(() => modelledLambdaGbSeconds([], -1, 512)).toThrow(/cpuSeconds/);
   });
 });

@@ -17,6 +17,7 @@ const result: QueryCost = {
   dollarsPerMillion: 0.04,
   byService: { dynamodb: 0.025, lambda: 0.015 },
   dynamoDbWrites: { byOperation: { TransactWriteItems: 40 }, byItemKind: { 'log put': 12 } },
+  measuredDuration: { gbSecondsPerThousand: 4, dollarsPerMillion: 0.09 },
   coordinatorPerMillion: 0.0004,
   baselinePerMillion: 1.125,
   ratioToBaseline: 28.125,
@@ -48,6 +49,6 @@ describe('aws cost report', () => {
     };
     const out = summary(report).join('\n');
     expect(out).toMatch(/2 KPUs .* = \$165\.60 a month/);
-    expect(out).toMatch(/\| q5 \| \$0\.040 \| \$0\.015 \| \$0 \| \$0\.025 \|.*\| 28\.1x \| 4\.14 G \|/);
+    expect(out).toMatch(/\| q5 \| \$0\.040 \| \$0\.015 \| \$0 \| \$0\.025 \|.*\| 28\.1x \| 4\.14 G \| \$0\.090 \|/);
   });
 });
