@@ -7,7 +7,7 @@
  * monthly bill and the break-even volume.
  *
  *   npx tsx bench/aws-cost.ts [--query q5 | --query q5,q7] [--events 20000] [--rate 10000]
- *                             [--publish-batch 2000] [--parallelism N] [--memory 1024] [--json]
+ *                             [--publish-batch 2000] [--parallelism N] [--memory 1024] [--compact-after N] [--json]
  *
  * Events come from the Nexmark generator (seed 42) at --rate events/s of event time and
  * are published to the ingest handler in requests of --publish-batch events, as a client
@@ -68,6 +68,8 @@ export interface AwsCostConfig {
   readonly parallelism?: number;
   readonly memoryMb: number;
   readonly seed: number;
+  /** State log compaction every this many commits per partition (undefined: the backend's default, 1,000). */
+  readonly compactAfterCommits?: number;
   /** The checkpoint interval the coordinator's share is modelled at (the state machine's default). */
   readonly coordinatorIntervalSeconds: number;
   readonly transitionsPerEpoch: number;
@@ -135,7 +137,7 @@ export async function measureQuery(env: LocalAwsEnvironment, name: string, event
     collected.push(s);
     sinks[node.name] = s as Sink<any>;
   }
-  const runtime = new LocalAwsRuntime(job, { env, sinks, sources: { events: { kind: 'items', items: events } }, chunkSize: cfg.publishBatch, memoryLimitInMB: cfg.memoryMb });
+  const runtime = new LocalAwsRuntime(job, { env, sinks, sources: { events: { kind: 'items', items: events } }, chunkSize: cfg.publishBatch, memoryLimitInMB: cfg.memoryMb, compactAfterCommits: cfg.compactAfterCommits });
   const cpu0 = process.cpuUsage();
   const run = await runtime.run();
   // A run shorter than the state log's compaction period would never pay for compaction:
@@ -190,7 +192,7 @@ export async function measureAwsCost(names: readonly string[], cfg: AwsCostConfi
   const events = [...generateEvents(0, cfg.events, { seed: cfg.seed, ratePerSec: cfg.ratePerSec })];
   const flink = managedFlinkMonthly(1);
   say(`AWS-path cost (local-AWS mode, us-east-1 prices as of ${PRICES.asOf}): ${cfg.events.toLocaleString('en-US')} Nexmark events (seed ${cfg.seed}) at ${cfg.ratePerSec.toLocaleString('en-US')} events/s,`);
-  say(`published ${cfg.publishBatch} events per ingest request; Lambda batches of 10 messages, ${cfg.memoryMb} MB; coordinator modelled at one epoch per ${cfg.coordinatorIntervalSeconds} s (${cfg.transitionsPerEpoch} transitions each)`);
+  say(`published ${cfg.publishBatch} events per ingest request; Lambda batches of 10 messages, ${cfg.memoryMb} MB; state log compacted every ${cfg.compactAfterCommits ?? '1,000 (default)'} commits and at the end; coordinator modelled at one epoch per ${cfg.coordinatorIntervalSeconds} s (${cfg.transitionsPerEpoch} transitions each)`);
   say('starting DynamoDB Local and fauxqs (or using AWS_ENDPOINT_URL*)...');
   const env = await openLocalAws();
   const results: QueryCost[] = [];
@@ -260,11 +262,12 @@ export const COST_OPTIONS = {
   parallelism: { type: 'string' },
   memory: { type: 'string' },
   seed: { type: 'string' },
+  'compact-after': { type: 'string' },
   json: { type: 'boolean', default: false },
 } as const;
 
 /** The configuration from parsed flags (shared with `npm run bench`'s cost section). */
-export async function costConfig(values: { events?: string; rate?: string; 'publish-batch'?: string; parallelism?: string; memory?: string; seed?: string }): Promise<AwsCostConfig> {
+export async function costConfig(values: { events?: string; rate?: string; 'publish-batch'?: string; parallelism?: string; memory?: string; seed?: string; 'compact-after'?: string }): Promise<AwsCostConfig> {
   // The state machine's own defaults (infra/), so the model follows the deployed loop.
   const { checkpointPlan } = await import('../infra/checkpoint-state-machine.ts');
   const plan = checkpointPlan();
@@ -275,6 +278,7 @@ export async function costConfig(values: { events?: string; rate?: string; 'publ
     parallelism: values.parallelism === undefined ? undefined : intFlag(values.parallelism, 'parallelism', 2, 1),
     memoryMb: intFlag(values.memory, 'memory', 1024, 128),
     seed: intFlag(values.seed, 'seed', 42, 0),
+    compactAfterCommits: values['compact-after'] === undefined ? undefined : intFlag(values['compact-after'], 'compact-after', 1000, 1),
     coordinatorIntervalSeconds: plan.intervalSeconds,
     transitionsPerEpoch: plan.transitionsPerEpoch,
   };
