@@ -47,6 +47,12 @@ export function entityPrefix(entity: string): string {
   return entityKey(entity).key + TERM;
 }
 
+/** The entity part (entityKey().key) of a state item's sort key: everything before the first TERM. */
+export function entityKeyOfSk(sk: string): string {
+  const i = sk.indexOf(TERM);
+  return i < 0 ? sk : sk.slice(0, i);
+}
+
 /** Sort key of one field of an entity; `fieldAttr` is set when the field had to be hashed. */
 export function stateSortKey(entity: string, field: string): { sk: string; entityAttr?: string; fieldAttr?: string } {
   const e = entityKey(entity);

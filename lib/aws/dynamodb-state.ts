@@ -130,6 +130,14 @@ export class DynamoDbStateBackend implements StateBackend {
    * the rest, and recover() drops what its partition loaded.
    */
   private readonly cache = new Map<string, { partition: number; fields: Map<string, unknown> }>();
+  /**
+   * Per key group (stage prefix + kg): the entity keys that have field items, read once
+   * with one Query of sort keys and kept current by this process's own writes. A key
+   * not in it has no items, so prefetch needs no Query for it (a window creates keys all
+   * the time). `keys` undefined: the key group is too large to list; Query per entity.
+   * Same validity as the cache: dropped by recover() and on failed writes.
+   */
+  private readonly directories = new Map<string, { partition: number; keys?: Set<string> }>();
   /** Commits applied (for tests and metrics), as in the in-memory backend. */
   commits = 0;
 
@@ -238,8 +246,10 @@ export class DynamoDbStateBackend implements StateBackend {
       } else missing.push({ kg, entity, key });
     }
     const log = missing.length ? (this.logs.get(scopeId(scope)) ?? (await this.loadLog(scope))) : undefined;
+    await pool([...new Set(missing.map((m) => m.kg))], this.readConcurrency, (kg) => this.directory(scope, kg).then(() => undefined));
     await pool(missing, this.readConcurrency, async ({ kg, entity, key }) => {
-      const items = await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': L.statePk(scope, kg), ':p': L.entityPrefix(entity) });
+      const listed = this.directories.get(directoryKey(scope, kg))?.keys;
+      const items = listed && !listed.has(L.entityKey(entity).key) ? [] : await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': L.statePk(scope, kg), ':p': L.entityPrefix(entity) });
       let fields = new Map<string, unknown>();
       for (const it of items) fields.set(L.fieldOfItem(entity, it as { sk: string; f?: string }), L.decodeValue(String(it.v)));
       // What the log changed since the base items were last compacted.
@@ -249,6 +259,26 @@ export class DynamoDbStateBackend implements StateBackend {
     for (const key of this.cache.keys()) {
       if (this.cache.size <= this.maxCached || wanted.has(key)) break;
       this.cache.delete(key);
+    }
+  }
+
+  /** Load the key group's directory if not known yet (see `directories`). */
+  private async directory(scope: PartitionScope, kg: number): Promise<void> {
+    const id = directoryKey(scope, kg);
+    if (this.directories.has(id)) return;
+    const page = await this.db.queryFirstPage('#pk = :pk', { ':pk': L.statePk(scope, kg) }, 'sk');
+    const keys = page.complete && page.items.length <= MAX_DIRECTORY_ITEMS ? new Set(page.items.map((it) => L.entityKeyOfSk(String(it.sk)))) : undefined;
+    this.directories.set(id, { partition: scope.partition, keys });
+  }
+
+  /** After field items were (or may have been) written: list their entities, or forget the key group when unsure. */
+  private listed(scope: PartitionScope, writes: readonly StateWrite[], landed: boolean): void {
+    for (const w of writes) {
+      const dir = this.directories.get(directoryKey(scope, w.kg));
+      if (!dir?.keys) continue;
+      if (!landed) this.directories.delete(directoryKey(scope, w.kg));
+      else if (w.value !== undefined) dir.keys.add(L.entityKey(w.entity).key);
+      // A delete keeps the entity listed: it may have other fields; listing too much only costs a Query.
     }
   }
 
@@ -285,8 +315,10 @@ export class DynamoDbStateBackend implements StateBackend {
     } catch (e) {
       // Outcome unknown or rejected: drop what the cache may now get wrong.
       for (const w of batch.writes) this.cache.delete(cacheKey(scope, w.kg, w.entity));
+      if (!delta) this.listed(scope, batch.writes, false);
       throw e;
     }
+    if (!delta) this.listed(scope, batch.writes, true);
     for (const w of batch.writes) {
       const fields = this.cache.get(cacheKey(scope, w.kg, w.entity))?.fields;
       if (!fields) continue; // never read: the next prefetch loads it whole
@@ -327,8 +359,10 @@ export class DynamoDbStateBackend implements StateBackend {
       });
       await this.db.send('UpdateItem', 'write', new UpdateCommand({ TableName: this.table, Key: { pk: ctrl, sk: L.VERSION_SK }, UpdateExpression: 'SET #cmp = :v', ConditionExpression: '#ver = :v AND attribute_not_exists(#pend)', ExpressionAttributeNames: { ...names, '#cmp': 'cmp' }, ExpressionAttributeValues: { ':v': version }, ReturnConsumedCapacity: 'TOTAL' }), 1, 1);
     } catch {
+      this.listed(scope, writes, false);
       return false;
     }
+    this.listed(scope, writes, true);
     const sortKeys = [...log.sortKeys];
     log.compacted(version);
     // Best effort: entries at or below cmp are ignored by recover().
@@ -493,8 +527,16 @@ export class DynamoDbStateBackend implements StateBackend {
   /** Other partitions of the stage keep their entries: their key groups are theirs, and they may be mid-batch. */
   private forgetPartition(scope: PartitionScope): void {
     const prefix = stagePrefix(scope);
+    for (const [key, dir] of [...this.directories]) if (dir.partition === scope.partition && key.startsWith(prefix)) this.directories.delete(key);
     for (const [key, hit] of [...this.cache]) if (hit.partition === scope.partition && key.startsWith(prefix)) this.cache.delete(key);
   }
+}
+
+/** Above this many items a key group is not listed (one Query page holds up to 1 MB anyway). */
+const MAX_DIRECTORY_ITEMS = 10_000;
+
+function directoryKey(scope: PartitionScope, kg: number): string {
+  return `${stagePrefix(scope)}${kg}`;
 }
 
 function stagePrefix(scope: PartitionScope): string {

@@ -86,6 +86,34 @@ export class DynamoDbTable {
     return out;
   }
 
+  /** The first page of a strongly consistent Query (up to 1 MB read), and whether it was the last. */
+  async queryFirstPage(condition: string, values: Record<string, string>, projection?: string): Promise<{ items: Item[]; complete: boolean }> {
+    let page: { Items?: Item[]; LastEvaluatedKey?: Item };
+    try {
+      page = await this.send(
+        'Query',
+        'read',
+        new QueryCommand({
+          TableName: this.name,
+          KeyConditionExpression: condition,
+          ExpressionAttributeNames: { '#pk': 'pk', ...(condition.includes('#sk') ? { '#sk': 'sk' } : {}), ...(projection ? { '#proj': projection } : {}) },
+          ExpressionAttributeValues: values,
+          ProjectionExpression: projection ? '#pk, #proj' : undefined,
+          ConsistentRead: true,
+          ReturnConsumedCapacity: 'TOTAL',
+        }),
+        0,
+        0,
+      );
+    } catch (e) {
+      throw mapDynamoDbError(e, { operation: 'Query', table: this.name, write: false });
+    }
+    const items = page.Items ?? [];
+    // Read units follow the whole items' size, projection or not; we see only the projected part, so this undercounts a little.
+    this.accounting.record(SERVICE, 'Query', { items: items.length, estimatedReadUnits: Math.max(1, Math.ceil(items.reduce((n, it) => n + itemBytes(it), 0) / 4096)) });
+    return { items, complete: !page.LastEvaluatedKey };
+  }
+
   /** BatchWriteItem in groups of 25, retrying unprocessed items with backoff. Not atomic: only for idempotent writes. */
   async batchWrite(requests: Item[]): Promise<void> {
     for (let i = 0; i < requests.length; i += 25) {

@@ -175,9 +175,32 @@ describe('DynamoDbStateBackend with the state log', () => {
     expect(await read(f, scope, 1, 'brief')).toBeUndefined();
   });
 
+  it('lists a key group once: keys without items need no Query, keys with items (or compacted by this process) do', async () => {
+    const scope = freshScope();
+    const a = new DynamoDbStateBackend({ client: client(), tableName: table });
+    await a.recover(scope);
+    await a.commit(batch(scope, 0, { writes: [{ kg: 3, entity: 'old', field: 'f', value: 1 }] }));
+    expect(await a.compact(scope)).toBe(true);
+    const accounting = new AwsAccounting();
+    // No cache to speak of: every read below goes through the listing.
+    const b = new DynamoDbStateBackend({ client: client(), tableName: table, accounting, maxCachedEntities: 0 });
+    await b.recover(scope);
+    accounting.reset();
+    await b.prefetch(scope, [{ kg: 3, entity: 'new1' }, { kg: 3, entity: 'new2' }, { kg: 3, entity: 'old' }]);
+    expect(accounting.get('dynamodb', 'Query').requests).toBe(2); // the listing, and 'old'
+    expect(await read(b, scope, 3, 'old')).toEqual({ f: 1 });
+    expect(await read(b, scope, 3, 'new1')).toBeUndefined();
+    // b writes new1 and compacts it into an item: a later cold read (evicted cache) must find it.
+    await b.commit(batch(scope, 1, { writes: [{ kg: 3, entity: 'new1', field: 'f', value: 2 }] }));
+    expect(await b.compact(scope)).toBe(true);
+    await b.prefetch(scope, [{ kg: 3, entity: 'x' }]); // evicts new1 from the cache
+    expect(await read(b, scope, 3, 'new1')).toEqual({ f: 2 });
+  });
+
   it('writes one small log item per commit instead of one item per field and timer', async () => {
     const accounting = new AwsAccounting();
-    const b = new DynamoDbStateBackend({ client: client(), tableName: table, accounting });
+    // No cache to speak of: every read below goes through the listing.
+    const b = new DynamoDbStateBackend({ client: client(), tableName: table, accounting, maxCachedEntities: 0 });
     const scope = freshScope();
     await b.recover(scope);
     accounting.reset();
