@@ -9,6 +9,7 @@
  *   timer   (same pk)                              sk `t#${timerId}`                         v
  *   outbox  (same pk)                              sk `o#${version:16}#${chunk:4}`           v
  *   redo    (same pk)                              sk `x#${commitId}#${chunk:4}`             v, expires (TTL)
+ *   tracked (same pk)                              sk `k#${after}#${version}#${chunk}`       v   (changed keys, dynamodb-tracking.ts)
  *
  * State lives per (stage, key group), so one Query reads a key group and rescaling only
  * moves routing. One item per field (map entries too), so large map states are not
@@ -39,12 +40,14 @@ import { randomUUID } from 'node:crypto';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { CommitConflictError, InvariantError, type SluiceError } from '../errors.ts';
-import type { CommitBatch, PartitionScope, RecoveredPartition, StateBackend, StateWrite, TimerEntry } from '../state/backend.ts';
+import type { CommitBatch, PartitionScope, RecoveredPartition, StateBackend, StateWrite, TimerEntry, TrackedInterval } from '../state/backend.ts';
+import type { InstalledPartition } from '../state/memory.ts';
 import { emptyProgress, scopeId } from '../state/backend.ts';
 import type { OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
 import * as L from './dynamodb-layout.ts';
 import { DynamoDbTable, kb, pool } from './dynamodb-table.ts';
+import { entityOfStateItem, INTERVALS_ATTR, PartitionTracking, TRACK_PREFIX } from './dynamodb-tracking.ts';
 import { CommitRollForwardError, mapDynamoDbError, StateEncodingError, StateItemTooLargeError, StateNotPrefetchedError } from './errors.ts';
 
 export { createStateTable } from './dynamodb-table.ts';
@@ -74,6 +77,7 @@ export interface DynamoDbStateBackendOptions {
 
 export class DynamoDbStateBackend implements StateBackend {
   readonly needsPrefetch = true;
+  readonly tracksChanges = true;
   readonly accounting: AwsAccounting;
   private readonly db: DynamoDbTable;
   private readonly table: string;
@@ -87,6 +91,8 @@ export class DynamoDbStateBackend implements StateBackend {
    * the rest, and recover() drops what its partition loaded.
    */
   private readonly cache = new Map<string, { partition: number; fields: Map<string, unknown> }>();
+  /** Changed-key tracking per partition (scopeId), loaded by recover(). */
+  private readonly tracking = new Map<string, PartitionTracking>();
   /** Commits applied (for tests and metrics), as in the in-memory backend. */
   commits = 0;
 
@@ -107,12 +113,15 @@ export class DynamoDbStateBackend implements StateBackend {
     const ctrl = L.controlPk(scope);
     const head = await this.db.get(ctrl, L.VERSION_SK);
     if (head?.pend !== undefined) await this.finishLogged(scope, String(head.pend), Number(head.pn));
-    const items = await this.db.query('#pk = :pk AND #sk BETWEEN :a AND :b', { ':pk': ctrl, ':a': L.OUTBOX_PREFIX, ':b': 't$' });
+    // One range: tracked keys (k#), outbox (o#), timers (t#).
+    const items = await this.db.query('#pk = :pk AND #sk BETWEEN :a AND :b', { ':pk': ctrl, ':a': TRACK_PREFIX, ':b': 't$' });
     const timers: TimerEntry[] = [];
     const outboxText = new Map<number, string>();
+    const tracked: typeof items = [];
     for (const it of items) {
       const sk = String(it.sk);
       if (sk.startsWith(L.TIMER_PREFIX)) timers.push(L.decodeValue(String(it.v)) as TimerEntry);
+      else if (sk.startsWith(TRACK_PREFIX)) tracked.push(it);
       else {
         const v = L.versionOfOutboxSk(sk);
         outboxText.set(v, (outboxText.get(v) ?? '') + String(it.v));
@@ -120,12 +129,53 @@ export class DynamoDbStateBackend implements StateBackend {
     }
     const outbox: OutboxEntry[] = [];
     for (const text of outboxText.values()) outbox.push(...(L.decodeValue(text) as OutboxEntry[]));
+    const progress = head ? (L.decodeValue(String(head.prog)) as RecoveredPartition['progress']) : emptyProgress();
+    const { tracking, stale } = PartitionTracking.load(head, progress.lastBarrier ?? 0, tracked);
+    this.tracking.set(scopeId(scope), tracking);
+    if (stale.length) void this.deleteItems(ctrl, stale);
     return {
       version: head ? Number(head.ver) : 0,
-      progress: head ? (L.decodeValue(String(head.prog)) as RecoveredPartition['progress']) : emptyProgress(),
+      progress,
       timers,
       outbox,
+      // Absent until a checkpointed run tracked something, as in the in-memory backend.
+      ...(tracking.view.length ? { tracking: tracking.view.map((t): TrackedInterval => ({ after: t.after, entities: new Map(t.entities) })) } : {}),
     };
+  }
+
+  tracked(scope: PartitionScope): readonly TrackedInterval[] {
+    const t = this.tracking.get(scopeId(scope));
+    if (!t) throw new InvariantError(`tracked(${scopeId(scope)}): recover() the partition on this backend first`);
+    return t.view;
+  }
+
+  /** Full snapshots: every committed entity of the key groups (one Query each); leaves them in the read cache for peek(). */
+  async *entitiesOf(scope: PartitionScope, keyGroups: readonly number[]): AsyncIterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }> {
+    for (const kg of keyGroups) {
+      const byEntity = new Map<string, Map<string, unknown>>();
+      for (const it of await this.db.query('#pk = :pk AND #sk >= :a', { ':pk': L.statePk(scope, kg), ':a': '\u0000' })) {
+        const item = it as { sk: string; e?: string; f?: string; v: string };
+        const entity = entityOfStateItem(item);
+        let fields = byEntity.get(entity);
+        if (!fields) byEntity.set(entity, (fields = new Map()));
+        fields.set(L.fieldOfItem(entity, item), L.decodeValue(String(item.v)));
+      }
+      for (const [entity, fields] of byEntity) {
+        this.cache.set(cacheKey(scope, kg, entity), { partition: scope.partition, fields });
+        yield { kg, entity, fields };
+      }
+    }
+  }
+
+  /**
+   * Restore: a partition's state from a checkpoint into a fresh table (version 0 must be
+   * free), its key groups' entities, timers and progress, tracking from `epoch` on.
+   */
+  async install(scope: PartitionScope, part: InstalledPartition, epoch: number): Promise<void> {
+    const writes: StateWrite[] = [];
+    for (const { kg, entity, fields } of part.entities) for (const [field, value] of fields) writes.push({ kg, entity, field, value });
+    this.tracking.set(scopeId(scope), PartitionTracking.installed(epoch));
+    await this.commitWith({ scope, expectedVersion: 0, writes, timerAdds: [...part.timers], timerDeletes: [], progress: part.progress, outbox: [] }, JSON.stringify([epoch]));
   }
 
   async prefetch(scope: PartitionScope, entities: ReadonlyArray<{ kg: number; entity: string }>): Promise<void> {
@@ -162,10 +212,24 @@ export class DynamoDbStateBackend implements StateBackend {
   // ---- commit ------------------------------------------------------------------------
 
   async commit(batch: CommitBatch): Promise<void> {
+    await this.commitWith(batch);
+  }
+
+  /** `intervals`: the head's tracked intervals when set directly (install). */
+  private async commitWith(batch: CommitBatch, intervals?: string): Promise<void> {
     const { scope } = batch;
     const next = batch.expectedVersion + 1;
     const ops = this.plan(batch, next);
     const head: Attrs = { pk: L.controlPk(scope), sk: L.VERSION_SK, ver: next, prog: L.encodeValue(batch.progress) };
+    let applyTracking: (() => string[]) | undefined;
+    if (batch.tracking) {
+      const t = this.tracking.get(scopeId(scope));
+      if (!t) throw new InvariantError(`commit with tracking on ${scopeId(scope)}: recover() the partition on this backend first`);
+      const planned = t.plan(next, batch.writes, batch.tracking, batch.progress.lastBarrier ?? 0);
+      for (const it of planned.items) ops.push(putOp({ pk: head.pk, ...it }, '(tracked keys)', it.sk));
+      head[INTERVALS_ATTR] = planned.intervals;
+      applyTracking = planned.apply;
+    } else if (intervals !== undefined) head[INTERVALS_ATTR] = intervals;
     const headBytes = L.itemBytes(head);
     if (headBytes > L.MAX_ITEM_BYTES) throw new StateItemTooLargeError(`(progress of ${scopeId(scope)})`, 'prog', headBytes, L.MAX_ITEM_BYTES);
     const total = ops.reduce((n, o) => n + o.bytes, headBytes);
@@ -173,10 +237,13 @@ export class DynamoDbStateBackend implements StateBackend {
       if (ops.length + 1 <= L.MAX_TX_ITEMS && total <= L.MAX_TX_BYTES) await this.commitOne(batch, head, ops);
       else await this.commitLogged(batch, head, ops);
     } catch (e) {
-      // Outcome unknown or rejected: drop what the cache may now get wrong.
+      // Outcome unknown or rejected: drop what the cache may now get wrong (and the tracking: recover reloads it).
       for (const w of batch.writes) this.cache.delete(cacheKey(scope, w.kg, w.entity));
+      if (batch.tracking) this.tracking.delete(scopeId(scope));
       throw e;
     }
+    const dropped = applyTracking?.() ?? [];
+    if (dropped.length) void this.deleteItems(String(head.pk), dropped);
     for (const w of batch.writes) {
       const fields = this.cache.get(cacheKey(scope, w.kg, w.entity))?.fields;
       if (!fields) continue; // never read: the next prefetch loads it whole
@@ -304,6 +371,11 @@ export class DynamoDbStateBackend implements StateBackend {
 
   private txOp(o: Op): Record<string, unknown> {
     return o.item ? { Put: { TableName: this.table, Item: o.item } } : { Delete: { TableName: this.table, Key: { pk: o.pk, sk: o.sk } } };
+  }
+
+  /** Best effort (items nothing reads any more). */
+  private async deleteItems(pk: string, sks: readonly string[]): Promise<void> {
+    await this.db.batchWrite(sks.map((sk) => ({ DeleteRequest: { Key: { pk, sk } } }))).catch(() => undefined);
   }
 
   private async deleteLog(ctrl: string, id: string, count: number): Promise<void> {

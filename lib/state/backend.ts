@@ -152,8 +152,11 @@ export interface StateBackend {
   readonly tracksChanges?: boolean;
   /** With tracksChanges: the committed tracked intervals, oldest first (read only; valid until the next commit). */
   tracked?(scope: PartitionScope): readonly TrackedInterval[];
-  /** Optional, for full snapshots: every committed entity of the given key groups of a stage. */
-  entitiesOf?(scope: PartitionScope, keyGroups: readonly number[]): Iterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }>;
+  /** Optional, for full snapshots: every committed entity of the given key groups of a stage (remote stores answer asynchronously). */
+  entitiesOf?(
+    scope: PartitionScope,
+    keyGroups: readonly number[],
+  ): Iterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }> | AsyncIterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }>;
 }
 
 export function emptyProgress(): PartitionProgress {
