@@ -71,7 +71,8 @@ export function estimateCost(accounting: AwsAccounting, lambda: LambdaUsage = { 
   const s3Put = sum(s3.filter((r) => S3_PUT_CLASS.has(r.operation)), (r) => r.requests);
   const s3Get = sum(s3.filter((r) => !S3_PUT_CLASS.has(r.operation)), (r) => r.requests);
   const http = sum(of('httpapi'), (r) => r.requests);
-  const transitions = sum(of('stepfunctions'), (r) => r.items || r.requests);
+  // StartExecution (the ingest path's wake-up) starts `items` executions; a refused duplicate costs nothing.
+  const transitions = sum(of('stepfunctions'), (r) => (r.operation === 'StartExecution' ? r.items : r.items || r.requests));
 
   const lines: CostLine[] = [
     { service: 'lambda', unit: 'requests', quantity: lambda.invocations, dollars: lambda.invocations * PRICES.lambdaPerRequest },
