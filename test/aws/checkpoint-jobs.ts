@@ -13,8 +13,8 @@ interface Ev {
 }
 
 /** Per user: a sum per second of event time (timers) and a final total (value state). */
-export function countsJob(parallelism = 2): Job {
-  const job = new Job('counts', { parallelism, maxParallelism: 32 });
+export function countsJob(p: { parallelism?: number } = {}): Job {
+  const job = new Job('counts', { parallelism: p.parallelism ?? 2, maxParallelism: 8 });
   job
     .ingest<Ev>('events', { timestamp: (e) => e.t, watermark: WatermarkStrategies.boundedOutOfOrderness(100) })
     .keyBy((e) => e.user)

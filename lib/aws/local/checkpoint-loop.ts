@@ -121,7 +121,9 @@ export class LocalCheckpointLoop {
           break;
         default:
           // wait, end: the next epoch after an interval (sooner when the final one is asked for).
-          await this.sleep(this.finalAt === undefined ? this.o.intervalMs : Math.min(this.o.pollMs, this.o.intervalMs));
+          // Interval 0: no periodic epochs, only the final one.
+          if (this.finalAt === undefined && this.o.intervalMs <= 0) await new Promise<void>((resolve) => (this.wake = resolve));
+          else await this.sleep(this.finalAt === undefined ? this.o.intervalMs : Math.min(this.o.pollMs, Math.max(1, this.o.intervalMs)));
           action = 'open';
       }
       if (!this.running) return;
@@ -129,6 +131,7 @@ export class LocalCheckpointLoop {
       try {
         const before = c;
         c = await this.step(action, c);
+        if (process.env.SLUICE_CK_TRACE) console.error(`[ck] ${Date.now() % 100000} ${action} -> ${c.next} epoch ${c.epoch}`);
         if (action === 'open' && c.next === 'inject' && this.finalAt !== undefined && openedAt >= this.finalAt) this.finalEpoch = c.epoch;
         if (action === 'abort' && c.next === 'wait') this.aborted.push(before.epoch);
         if (action === 'commit' && c.next === 'wait') await this.afterCommit();

@@ -115,7 +115,7 @@ export class LocalAwsCheckpointing {
       handler: this.handler,
       pointers: this.pointers,
       intervalMs: o.intervalMs,
-      pollMs: o.pollMs ?? Math.max(5, Math.min(50, o.intervalMs)),
+      pollMs: o.pollMs ?? Math.max(5, Math.min(50, o.intervalMs || 50)),
       epochTimeoutMs: o.timeoutMs ?? 60_000,
       execution: `local-${plan.job.name}`.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 80),
       accounting,
@@ -185,6 +185,8 @@ export class LocalAwsCheckpointing {
       }
       this.skip = positionsBySource(manifest);
       this.restoredEpoch = manifest.epoch;
+    } else if (this.o.start === 'resume') {
+      this.o.log?.('no completed checkpoint on these servers (were they started by the crashed run?): the input is replayed from the start');
     }
     for (const s of this.o.sinks ?? []) await s.recover(this.restoredEpoch);
     this.loop.start(carry);

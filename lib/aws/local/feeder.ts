@@ -47,6 +47,8 @@ export interface FeederContext {
   readonly chunkSize: number;
   /** Direct feeding waits while the queue holds more messages than this (as the ingest handler answers 429). */
   readonly maxBacklogMessages: number;
+  /** Queues whose backlog counts (default: the source's own); all stage queues keep the feeder close behind every stage. */
+  readonly backlogQueues?: readonly string[];
   /** Lambda usage of the ingest function (invocations, billed ms). */
   readonly onIngestInvocation: (billedMs: number) => void;
   readonly rejected: RejectedInput[];
@@ -122,7 +124,12 @@ async function sendChunk(ctx: FeederContext, target: FeedTarget, events: unknown
     if (!parts.length) return 0;
   }
   const url = await ctx.transport.queues.queueUrl(target.stage);
-  while ((await queueBacklog(ctx.sqs, url)) > ctx.maxBacklogMessages) await sleep(200);
+  const backlog = async () => {
+    let n = 0;
+    for (const u of ctx.backlogQueues ?? [url]) n += await queueBacklog(ctx.sqs, u);
+    return n;
+  };
+  while ((await backlog()) > ctx.maxBacklogMessages) await sleep(ctx.backlogQueues ? 50 : 200);
   const messages: OutgoingMessage[] = C.pack(parts, C.FRAMES.ingest(target.def.name), ctx.transport.maxMessageBytes, true).map((m, k) => ({
     groupId: String(partition),
     body: m.body!,

@@ -235,7 +235,10 @@ export class LocalAwsRuntime {
       accounting: this.accounting,
       clock: this.clock,
       chunkSize: this.options.chunkSize ?? 512,
-      maxBacklogMessages: 10_000,
+      // With checkpoints the feeder stays close behind the partitions, so input sent (what
+      // --crash-after counts) means input processed, give or take a few messages.
+      maxBacklogMessages: this.options.checkpoints ? 4 : 10_000,
+      ...(this.options.checkpoints ? { backlogQueues: this.queues.map((q) => q.url) } : {}),
       onIngestInvocation: (ms) => {
         this.ingestUsage.invocations++;
         this.ingestUsage.billedMs += ms;
