@@ -10,7 +10,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { Sinks, type Sink } from '../../lib/api/sinks.ts';
+import { barrierBody } from '../../lib/aws/checkpoint-barriers.ts';
 import { DynamoDbPointerStore } from '../../lib/aws/dynamodb-pointers.ts';
+import { decodeBody, sourceEnvelope } from '../../lib/aws/sqs-codec.ts';
+import { MessageDecodeError } from '../../lib/aws/transport-errors.ts';
+import { compile } from '../../lib/graph/compile.ts';
 import { localAwsAt } from '../../lib/aws/local/endpoints.ts';
 import { LocalAwsRuntime } from '../../lib/aws/local/runner.ts';
 import { fromBytes } from '../../lib/checkpoint/codec.ts';
@@ -25,6 +29,19 @@ afterAll(() => env.close());
 
 const dir = mkdtempSync(join(tmpdir(), 'sluice-local-ck-'));
 const sortedLines = (text: string) => text.split('\n').filter(Boolean).sort();
+
+describe('barrier messages on the source queues', () => {
+  it('decode into barrier envelopes; a malformed barrier is a clear decode error', () => {
+    const plan = compile(countsJob().graph);
+    const body = decodeBody(barrierBody('events', { epoch: 3, baseEpoch: 2, full: ['1/0'], savepoint: false }));
+    expect(body.k).toBe('i');
+    const env = sourceEnvelope(plan, 0, 1, body as Extract<typeof body, { k: 'i' }>, '00000000000000000042', 'm1');
+    expect(env).toMatchObject({ channel: '0:1', offset: '42', records: [], barrier: { epoch: 3, baseEpoch: 2, full: ['1/0'], savepoint: false } });
+    const bad = decodeBody('{"v":1,"k":"i","s":"events","r":[],"b":{"epoch":0}}') as Extract<typeof body, { k: 'i' }>;
+    expect(() => sourceEnvelope(plan, 0, 1, bad, '43', 'm2')).toThrow(MessageDecodeError);
+    expect(() => sourceEnvelope(plan, 0, 1, bad, '43', 'm2')).toThrow(/barrier "b": expected \{epoch >= 1/);
+  });
+});
 
 describe('local-AWS mode with checkpoints', () => {
   it('commits output per epoch and ends equal to the uninterrupted run; later snapshots are deltas', async () => {

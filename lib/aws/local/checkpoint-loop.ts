@@ -131,7 +131,6 @@ export class LocalCheckpointLoop {
       try {
         const before = c;
         c = await this.step(action, c);
-        if (process.env.SLUICE_CK_TRACE) console.error(`[ck] ${Date.now() % 100000} ${action} -> ${c.next} epoch ${c.epoch}`);
         if (action === 'open' && c.next === 'inject' && this.finalAt !== undefined && openedAt >= this.finalAt) this.finalEpoch = c.epoch;
         if (action === 'abort' && c.next === 'wait') this.aborted.push(before.epoch);
         if (action === 'commit' && c.next === 'wait') await this.afterCommit();
