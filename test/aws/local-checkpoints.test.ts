@@ -79,5 +79,11 @@ describe('local-AWS mode with checkpoints', () => {
     // The coordinator's transitions are counted and priced.
     expect(run.accounting.get('stepfunctions', 'StateTransition').items).toBeGreaterThanOrEqual(8 * cp.loop.committed.length);
     expect(run.cost.lines.find((l) => l.service === 'stepfunctions')!.dollars).toBeGreaterThan(0);
+    const ddbWrites = run.cost.lines.find((l) => l.unit === 'write units')!.quantity;
+    console.log(
+      `local-AWS with checkpoints every 100 ms: ${run.sourceRecords} events, ${(run.durationMs / 1000).toFixed(1)} s, ${cp.loop.committed.length} epochs, ` +
+        `${run.accounting.get('s3', 'PutObject').requests} S3 PUTs, ${run.accounting.get('dynamodb', 'PutItem').requests} PutItem (acks), ${ddbWrites.toFixed(0)} DynamoDB write units, ` +
+        `$${run.cost.dollars.toFixed(5)} = $${((run.cost.dollars / run.sourceRecords) * 1e6).toFixed(2)} per million events`,
+    );
   }, 180_000);
 });
