@@ -61,6 +61,17 @@ describe('SluiceJob with the checkpoint state machine', () => {
     expect(byKey('nexmark-q5#c')).toBe('dynamodb:GetItem');
   });
 
+  it('without the state machine, stages neither snapshot nor ack and the ingest function wakes nothing', () => {
+    const plain = jobStack({});
+    const stage = roleStatements(plain.resources, logicalId(plain.stack, plain.job.stages[0].operator.role));
+    expect(stage.flatMap((s) => (s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys'] as string[] | undefined) ?? [])).not.toContain('nexmark-q5#a');
+    expect(JSON.stringify(stage)).not.toContain('snapshots');
+    const vars = (f: { fn: unknown }) => plain.resources[logicalId(plain.stack, f.fn)].Properties!.Environment.Variables;
+    expect(vars(plain.job.stages[0].operator).SLUICE_CHECKPOINTS).toBeUndefined();
+    expect(vars(plain.job.ingestion.function).SLUICE_STATE_MACHINE_ARN).toBeUndefined();
+    expect(roleStatements(plain.resources, logicalId(plain.stack, plain.job.ingestion.function.role)).flatMap(actions)).not.toContain('states:StartExecution');
+  });
+
   it('passes cdk-nag with reasoned suppressions only', () => {
     expect(nagFindings(stack).errors).toEqual([]);
   });
