@@ -70,6 +70,8 @@ export interface LocalAwsOptions {
   readonly maxReceiveCount?: number;
   readonly maxMessageBytes?: number;
   readonly clock?: Clock;
+  /** The state backend's log compaction cadence (DynamoDbStateBackend compactAfterCommits); default the backend's. */
+  readonly compactAfterCommits?: number;
   /** Handler errors (failed groups, thrown batches) as log lines; default ignored. */
   readonly log?: (line: string) => void;
   /** Checkpoint epochs with the Step Functions steps in process; restore with start 'resume'. */
@@ -181,6 +183,7 @@ export class LocalAwsRuntime {
         sinks,
         clock: this.clock,
         accounting: this.accounting,
+        backend: o.compactAfterCommits === undefined ? undefined : new DynamoDbStateBackend({ client: clients.dynamodb, tableName: this.tableName, accounting: this.accounting, blobs, compactAfterCommits: o.compactAfterCommits }),
         maxAttempts: o.maxAttempts,
         maxReceiveCount,
         maxMessageBytes: o.maxMessageBytes,
