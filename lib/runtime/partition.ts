@@ -238,7 +238,10 @@ export class PartitionRuntime {
     const ch = this.channel(env.channel);
     if (fresh) {
       ch.seq = env.seq;
-      if (env.offset !== undefined) ch.offset = env.offset;
+      if (env.offset !== undefined) {
+        ch.offset = env.offset;
+        ch.records = (ch.records ?? 0) + env.records.length;
+      }
     }
     const a = this.progress.aligning;
     if (a && a.arrived[env.channel]) {

@@ -49,7 +49,7 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
   const entities = new Map<string, number>();
   if (s.full) {
     if (!s.backend.entitiesOf) throw new Error('full snapshot: the state backend cannot list entities (entitiesOf)');
-    for (const e of s.backend.entitiesOf(s.scope, s.keyGroups)) entities.set(e.entity, e.kg);
+    for await (const e of s.backend.entitiesOf(s.scope, s.keyGroups)) entities.set(e.entity, e.kg);
     for (const e of s.allTimerEntities()) entities.set(e.entity, e.kg);
   } else {
     for (const t of s.backend.tracked!(s.scope)) {
