@@ -18,6 +18,8 @@ import { injectBarriers } from './checkpoint-barriers.ts';
 import { CheckpointSteps, type CheckpointStepsOptions } from './checkpoint-steps.ts';
 import type { Carry } from './checkpoint-task.ts';
 import { DynamoDbPointerStore } from './dynamodb-pointers.ts';
+import { DynamoDbTable } from './dynamodb-table.ts';
+import { AwsInputLog, inputLogTruncation } from './input-log.ts';
 import { stateTableName } from './naming.ts';
 import { S3BlobStore } from './s3-blob-store.ts';
 import { NamedQueues, type QueueResolver } from './sqs-queues.ts';
@@ -33,6 +35,8 @@ export interface CheckpointHandlerConfig {
   /** Default `sluice-${job}`. */
   readonly tableName?: string;
   readonly queuePrefix?: string;
+  /** Where the source partitions' commits name their input log segments (their state table); default tableName. */
+  readonly inputLogTableName?: string;
   /** Default: the job's queues by name. */
   readonly queues?: QueueResolver;
   readonly accounting?: AwsAccounting;
@@ -58,13 +62,16 @@ export function createCheckpointHandler(config: CheckpointHandlerConfig): Checkp
   const queues = config.queues ?? new NamedQueues(config.sqs, job, config.queuePrefix, accounting);
   const transport = new SqsTransport({ sqs: config.sqs, job, queues, accounting });
   const acks = new DynamoDbAckStore({ client: config.dynamodb, tableName, job, accounting });
+  const blobs = new S3BlobStore({ s3: config.s3, bucket: config.bucket, accounting });
   const steps = new CheckpointSteps({
     setup,
     pointers: new DynamoDbPointerStore({ client: config.dynamodb, tableName, job, accounting }),
     // Coordinator keys already start with `${job}/` (manifests, checkpoints, snapshots).
-    blobs: new S3BlobStore({ s3: config.s3, bucket: config.bucket, accounting }),
+    blobs,
     acks,
     injectBarriers: (d) => injectBarriers(transport, queues, job, d.sources, { epoch: d.epoch, baseEpoch: d.baseEpoch, full: d.fullSnapshot, savepoint: d.savepoint !== null }),
+    // The operator functions log source input to the same bucket (input-log.ts).
+    truncateLogs: inputLogTruncation(plan, new AwsInputLog(new DynamoDbTable(config.dynamodb, config.inputLogTableName ?? tableName, accounting), blobs, accounting)),
     ...config.overrides,
   });
   return Object.assign((event: unknown) => steps.handle(event), { steps, setup, acks, accounting });

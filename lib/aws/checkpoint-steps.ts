@@ -44,7 +44,7 @@ export interface CheckpointStepsOptions {
   injectBarriers(d: InjectDecision): Promise<void>;
   /** Transactional sinks (two-phase): prepare before the pointer write, commit after. @default none */
   readonly sinks?: { prepare(epoch: number): Promise<void>; commit(epoch: number): Promise<void> };
-  /** Release logged input no retained checkpoint needs. @default nothing is logged on AWS yet */
+  /** Release logged input no retained checkpoint needs (input-log.ts inputLogTruncation). @default nothing */
   truncateLogs?(d: TruncateDecision): Promise<void>;
   readonly now?: () => number;
   /** Fault injection for tests: called at named points inside actions. */

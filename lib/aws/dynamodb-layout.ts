@@ -9,7 +9,7 @@ import type { PartitionScope, TimerEntry } from '../state/backend.ts';
 import { timerId } from '../state/backend.ts';
 
 /** What an item of a commit holds; the cost breakdown counts write units per kind. */
-export type ItemKind = 'state' | 'timer' | 'outbox' | 'log';
+export type ItemKind = 'state' | 'timer' | 'outbox' | 'log' | 'input';
 /** Accounting service of that breakdown: descriptive only, never priced (the requests are, under 'dynamodb'). */
 export const ITEM_KINDS_SERVICE = 'dynamodb-items';
 

@@ -64,6 +64,7 @@ import { AwsAccounting } from './accounting.ts';
 import * as L from './dynamodb-layout.ts';
 import { deltaOf, type LogDelta, PartitionLog } from './dynamodb-state-log.ts';
 import { DynamoDbTable, kb, pool } from './dynamodb-table.ts';
+import { type InputLogSegment, inputLogSegment } from './input-log.ts';
 import { entityOfStateItem, INTERVALS_ATTR, PartitionTracking, TRACK_PREFIX } from './dynamodb-tracking.ts';
 import { CommitRollForwardError, mapDynamoDbError, StateEncodingError, StateItemTooLargeError, StateNotPrefetchedError } from './errors.ts';
 
@@ -97,6 +98,12 @@ export interface DynamoDbStateBackendOptions {
    * objects expire by the bucket's lifecycle rule for spills. Without it: gzip, inline.
    */
   readonly blobs?: BlobStore;
+  /**
+   * Logged input (input-log.ts): where the segments of commits with CommitBatch.inputLog
+   * go (keys `${job}/input-log/...`, so a store without prefix on the snapshot bucket).
+   * Without it such a commit is an InvariantError.
+   */
+  readonly inputLogStore?: BlobStore;
   /** Outbox JSON (and then gzip) kept inline up to this size (default 4 KB). */
   readonly outboxInlineBytes?: number;
   /**
@@ -123,6 +130,7 @@ export class DynamoDbStateBackend implements StateBackend {
   private readonly logTtl: number;
   private readonly blobs?: BlobStore;
   private readonly outboxInlineBytes?: number;
+  private readonly inputLogStore?: BlobStore;
   private readonly stateLog: boolean;
   private readonly compactAfterCommits: number;
   private readonly compactAfterBytes: number;
@@ -157,6 +165,7 @@ export class DynamoDbStateBackend implements StateBackend {
     this.logTtl = options.logTtlSeconds ?? 7 * 24 * 3600;
     this.blobs = options.blobs;
     this.outboxInlineBytes = options.outboxInlineBytes;
+    this.inputLogStore = options.inputLogStore;
     this.stateLog = options.stateLog ?? true;
     this.compactAfterCommits = options.compactAfterCommits ?? 1000;
     this.compactAfterBytes = options.compactAfterBytes ?? 2 * 1024 * 1024;
@@ -364,6 +373,12 @@ export class DynamoDbStateBackend implements StateBackend {
       throw new CommitConflictError(scopeId(scope), batch.expectedVersion, 'its state log could not be compacted before a direct write');
     }
     const { ops, blob, delta } = this.plan(batch, next, log !== undefined);
+    let segment: InputLogSegment | undefined;
+    if (batch.inputLog?.length) {
+      if (!this.inputLogStore) throw new InvariantError(`commit of ${scopeId(scope)} carries logged input, but the backend has no inputLogStore`);
+      segment = inputLogSegment(scope, next, batch.inputLog);
+      ops.push(putOp({ pk: L.controlPk(scope), ...segment.item }, '(input log)', segment.item.sk, 'input'));
+    }
     const head: Attrs = { pk: L.controlPk(scope), sk: L.VERSION_SK, ver: next, prog: L.encodeValue(batch.progress) };
     let applyTracking: (() => string[]) | undefined;
     if (batch.tracking) {
@@ -384,6 +399,8 @@ export class DynamoDbStateBackend implements StateBackend {
     try {
       // Immutable and content-addressed: written first, named by the transaction; if that fails it is garbage for the lifecycle rule.
       if (blob) await this.blobs!.put(blob.key, blob.body);
+      // The same for logged input: an object no committed item names is never replayed.
+      if (segment) await this.inputLogStore!.put(segment.key, segment.body);
       if (ops.length + 1 <= L.MAX_TX_ITEMS && total <= L.MAX_TX_BYTES) await this.commitOne(batch, head, ops);
       else await this.commitLogged(batch, head, ops);
     } catch (e) {

@@ -90,6 +90,13 @@ export interface OperatorHandlerConfig {
    * them; default with checkpointStore: DynamoDbAckStore on the table, else dropped with a warning.
    */
   readonly onBarrierAcks?: (acks: readonly BarrierAck[]) => Promise<void>;
+  /**
+   * Logged input (input-log.ts): source partitions write the records each commit consumed
+   * to checkpointStore, named in the commit, so a restore can replay what SQS deleted.
+   * Default: on with checkpointStore and the default backend (an injected backend needs
+   * its own inputLogStore).
+   */
+  readonly logInput?: boolean;
   /** Default: DynamoDbStateBackend on tableName. */
   readonly backend?: StateBackend;
   readonly logger?: Logger;
@@ -111,7 +118,10 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   const job = plan.job.name;
   const accounting = config.accounting ?? new AwsAccounting();
   const tableName = config.tableName ?? stateTableName(job);
-  const backend = config.backend ?? new DynamoDbStateBackend({ client: config.dynamodb, tableName, accounting, blobs: config.blobs });
+  const checkpointStore = config.checkpointStore;
+  const logInput = config.logInput ?? (checkpointStore !== undefined && config.backend === undefined);
+  if (logInput && !checkpointStore) throw new ConfigError('logInput', 'a checkpointStore to write the input log to', 'no checkpointStore');
+  const backend = config.backend ?? new DynamoDbStateBackend({ client: config.dynamodb, tableName, accounting, blobs: config.blobs, inputLogStore: logInput ? checkpointStore : undefined });
   const queues = config.queues ?? new NamedQueues(config.sqs, job, config.queuePrefix, accounting);
   const transport = new SqsTransport({ sqs: config.sqs, job, queues, accounting, blobs: config.blobs, maxMessageBytes: config.maxMessageBytes, compress: config.compress });
   const attemptsLog = new RecordAttempts(config.dynamodb, tableName, accounting);
@@ -123,7 +133,6 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   }
   const log = config.logger;
   const metrics = config.metrics;
-  const checkpointStore = config.checkpointStore;
   const recordAcks = config.onBarrierAcks ?? (checkpointStore ? ackRecorder(new DynamoDbAckStore({ client: config.dynamodb, tableName, job, accounting })) : undefined);
 
   const sinks = new Map<string, Sink<any>>();
@@ -143,7 +152,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     const id = `${stage}/${partition}`;
     const hit = runtimes.get(id);
     if (hit) return { rt: hit, cached: true };
-    const rt = await PartitionRuntime.open({ plan, stage, partition, backend, clock, checkpointStore });
+    const rt = await PartitionRuntime.open({ plan, stage, partition, backend, clock, checkpointStore, logInput: logInput && plan.stages[stage].inputs.some((e) => plan.edges[e].from.kind === 'source') });
     if (rt.recoveredOutbox.length) {
       log?.info('delivering a recovered outbox', { stage, partition, entries: rt.recoveredOutbox.length });
       await deliver(rt.scope, rt.recoveredOutbox, new Map());

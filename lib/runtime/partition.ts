@@ -14,11 +14,12 @@
  */
 import { type Clock, type Key, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
+import { sourcePartitionKey } from '../checkpoint/protocol.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
 import { channelsInto, type PhysicalPlan, type StagePlan, type Successor } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
 import { createOperator } from '../operators/registry.ts';
-import type { ChannelProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
+import type { ChannelProgress, InputLogAppend, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
 import { buildChains } from './chain.ts';
@@ -45,6 +46,11 @@ export interface PartitionDeps {
    * it a barrier is an InvariantError.
    */
   readonly checkpointStore?: BlobStore;
+  /**
+   * Log the records consumed on source log channels (those with offsets: SQS) with each
+   * commit (CommitBatch.inputLog), so a restore can replay what the queue no longer holds.
+   */
+  readonly logInput?: boolean;
 }
 
 /** Where a record sits in the input, so that a failing one can be parked alone. */
@@ -98,6 +104,8 @@ export class PartitionRuntime {
   private deadLetters: DeadLetter[] = [];
   /** Outbox entries sealed during this commit, in order. */
   private pendingOutbox: OutboxEntry[] = [];
+  /** Source records consumed since the last commit (logInput). */
+  private pendingInput: InputLogAppend[] = [];
   /** Outbox committed before a crash, to deliver again first. */
   recoveredOutbox: OutboxEntry[] = [];
   /** The input record being applied (fields, not an object per record; see location()). */
@@ -236,14 +244,16 @@ export class PartitionRuntime {
    */
   private async take(env: Envelope, fresh: boolean): Promise<void> {
     const ch = this.channel(env.channel);
+    const a = this.progress.aligning;
     if (fresh) {
       ch.seq = env.seq;
       if (env.offset !== undefined) {
+        const from = ch.records ?? 0;
         ch.offset = env.offset;
-        ch.records = (ch.records ?? 0) + env.records.length;
+        ch.records = from + env.records.length;
+        if (this.deps.logInput && env.records.length) this.logInput(env, from, a && a.arrived[env.channel] ? a.barrier.epoch : (this.progress.lastBarrier ?? 0));
       }
     }
-    const a = this.progress.aligning;
     if (a && a.arrived[env.channel]) {
       (this.progress.held ??= []).push(env);
       return;
@@ -254,6 +264,17 @@ export class PartitionRuntime {
       return;
     }
     this.apply(env, ch);
+  }
+
+  private logInput(env: Envelope, from: number, after: number): void {
+    const last = this.pendingInput[this.pendingInput.length - 1];
+    if (last && last.channel === env.channel && last.after === after && last.from + last.records.length === from) {
+      (last.records as StreamRecord[]).push(...env.records);
+      return;
+    }
+    const edge = this.deps.plan.edges[env.edge];
+    const source = edge.from.kind === 'source' ? sourcePartitionKey(edge.from.source, this.scope.partition) : env.channel;
+    this.pendingInput.push({ channel: env.channel, source, from, after, records: [...env.records] });
   }
 
   private channel(id: string): ChannelProgress {
@@ -404,6 +425,8 @@ export class PartitionRuntime {
     const outbox = this.pendingOutbox;
     this.pendingOutbox = [];
     for (const d of this.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
+    const inputLog = this.pendingInput;
+    this.pendingInput = [];
 
     const writes = this.txn.writes();
     const { adds: timerAdds, deletes: timerDeletes } = timerChanges(this.order);
@@ -420,6 +443,7 @@ export class PartitionRuntime {
         progress: copyProgress(this.progress),
         outbox,
         ...(tracking ? { tracking } : {}),
+        ...(inputLog.length ? { inputLog } : {}),
       });
       this.version++;
     }

@@ -9,6 +9,7 @@
  * map entries. Keeping key groups explicit is what lets rescaling move state.
  */
 import type { Barrier, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import type { StreamRecord } from '../api/types.ts';
 
 export interface PartitionScope {
   readonly job: string;
@@ -122,6 +123,23 @@ export interface CommitBatch {
   readonly outbox: readonly OutboxEntry[];
   /** Checkpointed runs: dirty-key tracking for incremental snapshots (backends with tracksChanges). */
   readonly tracking?: TrackingUpdate;
+  /**
+   * Logged input (PartitionDeps.logInput): the source records this commit consumed, in
+   * order; the backend stores them with the commit (all or nothing) so a restore can replay them.
+   */
+  readonly inputLog?: readonly InputLogAppend[];
+}
+
+/** Source records consumed on one log channel, in order: records `from` .. `from + records.length - 1` of the channel. */
+export interface InputLogAppend {
+  readonly channel: string;
+  /** The source partition (`${source}#${partition}`) whose checkpoint positions count these records. */
+  readonly source: string;
+  /** Records consumed on the channel before these (ChannelProgress.records). */
+  readonly from: number;
+  /** The barrier these records follow (0: none): they belong to epoch `after + 1`. */
+  readonly after: number;
+  readonly records: readonly StreamRecord[];
 }
 
 export interface RecoveredPartition {

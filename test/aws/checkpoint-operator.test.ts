@@ -17,7 +17,10 @@ import { Job } from '../../lib/api/stream.ts';
 import { WatermarkStrategies } from '../../lib/api/types.ts';
 import { createCheckpointHandler } from '../../lib/aws/checkpoint-handler.ts';
 import { type Carry, INITIAL_CARRY, type Limits } from '../../lib/aws/checkpoint-task.ts';
+import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { createStateTable } from '../../lib/aws/dynamodb-state.ts';
+import { DynamoDbTable } from '../../lib/aws/dynamodb-table.ts';
+import { AwsInputLog, loggingPartitions } from '../../lib/aws/input-log.ts';
 import { DynamoDbPointerStore } from '../../lib/aws/dynamodb-pointers.ts';
 import { createIngestHandler } from '../../lib/aws/ingest-handler.ts';
 import { apiEvent } from '../../lib/aws/local/feeder.ts';
@@ -152,7 +155,46 @@ async function checkpointRun(crash?: { command: string; nth: number }) {
   const restored = await restoreManifest(manifest, blobs);
   let counted = 0;
   for (const r of restored.values()) for (const { fields } of r.entities.values()) counted += Number(fields.get('n') ?? 0);
-  return { out: out.records, manifest, counted, stats, fired };
+  // The input log: what a restore from this checkpoint replays, and what is left in the bucket.
+  const inputLog = new AwsInputLog(new DynamoDbTable(clients.dynamodb, table, new AwsAccounting()), blobs);
+  const replayed = [];
+  const segments = [];
+  for (const scope of loggingPartitions(plan)) {
+    replayed.push({ scope, runs: await inputLog.replay(scope, manifest.positions), all: await inputLog.replay(scope, {}) });
+    segments.push(...(await inputLog.segments(scope)));
+  }
+  const objects = await blobs.list(`${job.name}/input-log/`);
+  return { out: out.records, manifest, counted, stats, fired, replayed, segments, objects };
+}
+
+/**
+ * The logged input replays exactly the records after the checkpoint's positions, each
+ * once and in the order each source partition consumed them (crashes included: a segment
+ * PUT whose commit did not land is an object nothing names); the checkpoint's truncation
+ * released the segments before the barrier (retention: one epoch).
+ */
+function expectReplay(r: Awaited<ReturnType<typeof checkpointRun>>): void {
+  const after: Click[] = [];
+  for (const { scope, runs, all } of r.replayed) {
+    const source = `clicks#${scope.partition}`;
+    let next = r.manifest.positions[source];
+    expect(next, `position of ${source}`).toBeGreaterThan(0);
+    const values: Click[] = [];
+    for (const run of runs) {
+      expect(run.source).toBe(source);
+      expect(run.from).toBe(next);
+      next += run.records.length;
+      values.push(...run.records.map((x) => x.value as Click));
+    }
+    expect(values.map((c) => c.ts)).toEqual([...values.map((c) => c.ts)].sort((a, b) => a - b));
+    after.push(...values);
+    // Truncated: nothing below the position is left to replay.
+    expect(all).toEqual(runs);
+  }
+  expect(after.sort((a, b) => a.ts - b.ts)).toEqual(clicks.slice(HALF));
+  const named = new Set(r.segments.map((s) => s.key));
+  for (const key of named) expect(r.objects).toContain(key);
+  expect(r.segments.every((s) => s.after === 1)).toBe(true);
 }
 
 describe('a checkpoint through the operator handlers on DynamoDB and S3', () => {
@@ -163,6 +205,7 @@ describe('a checkpoint through the operator handlers on DynamoDB and S3', () => 
     expect(r.counted).toBe(HALF);
     const links = Object.values(r.manifest.partitions).flatMap((p) => p.chain);
     expect(links.length).toBe(4); // two stages x two partitions, each a full first snapshot
+    expectReplay(r);
   }, 120_000);
 
   // Every kind of call a container makes for a checkpoint, at a seeded occurrence.
@@ -178,6 +221,7 @@ describe('a checkpoint through the operator handlers on DynamoDB and S3', () => 
       expect(cmp.ok, cmp.summary()).toBe(true);
       expect(Object.values(r.manifest.positions).reduce((a, b) => a + b, 0)).toBe(HALF);
       expect(r.counted).toBe(HALF);
+      expectReplay(r);
     }, 120_000);
   }
 });

@@ -56,6 +56,8 @@ export interface LocalAwsCheckpointOptions {
   /** Committed with the checkpoints (opened, prepared and committed here). */
   readonly sinks?: readonly TransactionalSink[];
   readonly log?: (line: string) => void;
+  /** The data path's state table (this generation's), where source partitions log their input. */
+  readonly dataTable?: string;
 }
 
 interface Identity {
@@ -98,6 +100,7 @@ export class LocalAwsCheckpointing {
       s3: clients.s3,
       bucket,
       tableName: controlTable,
+      inputLogTableName: o.dataTable,
       queues,
       accounting,
       overrides: {

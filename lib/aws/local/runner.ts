@@ -169,7 +169,7 @@ export class LocalAwsRuntime {
     for (const s of this.sinks.values()) await s.open?.();
     this.transport = new SqsTransport({ sqs: clients.sqs, job: this.plan.job.name, queues, accounting: this.accounting, blobs, maxMessageBytes: o.maxMessageBytes });
     this.ingest = createIngestHandler({ job: this.job, sqs: clients.sqs, queues, clock: this.clock, accounting: this.accounting, maxMessageBytes: o.maxMessageBytes });
-    const cp = o.checkpoints ? await LocalAwsCheckpointing.create(this.job, this.plan, this.options.env, this.identity!, o.checkpoints, queues, this.accounting) : undefined;
+    const cp = o.checkpoints ? await LocalAwsCheckpointing.create(this.job, this.plan, this.options.env, this.identity!, { ...o.checkpoints, dataTable: this.tableName }, queues, this.accounting) : undefined;
     this.checkpointing = cp;
     for (const stage of this.plan.stages) {
       const handler = createOperatorHandler({
@@ -183,7 +183,8 @@ export class LocalAwsRuntime {
         sinks,
         clock: this.clock,
         accounting: this.accounting,
-        backend: o.compactAfterCommits === undefined ? undefined : new DynamoDbStateBackend({ client: clients.dynamodb, tableName: this.tableName, accounting: this.accounting, blobs, compactAfterCommits: o.compactAfterCommits }),
+        backend: o.compactAfterCommits === undefined ? undefined : new DynamoDbStateBackend({ client: clients.dynamodb, tableName: this.tableName, accounting: this.accounting, blobs, compactAfterCommits: o.compactAfterCommits, inputLogStore: cp?.store }),
+        logInput: cp !== undefined,
         maxAttempts: o.maxAttempts,
         maxReceiveCount,
         maxMessageBytes: o.maxMessageBytes,
