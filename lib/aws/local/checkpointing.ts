@@ -16,8 +16,9 @@
  * everything); then every partition's state, timers and progress are installed from the
  * snapshots the committed manifest names (DynamoDbStateBackend.install), source
  * channels forget their old SQS offsets (new queues number anew) but keep their record
- * counts, and the feeder skips, per source partition, the records the manifest's
- * positions say the checkpoint holds. The output file keeps exactly the committed epochs
+ * counts; the feeder first replays, per source partition, the records the input log holds
+ * after the manifest's positions (input-log.ts; logged by earlier generations), then
+ * feeds the input file from where the log ends (records already logged are not fed again). The output file keeps exactly the committed epochs
  * (CommittedFileSink.recover).
  */
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
@@ -29,7 +30,8 @@ import { POINTER_NAME } from '../../checkpoint/driver.ts';
 import { writeFileAtomic } from '../../checkpoint/local-storage.ts';
 import type { CommitPointer, Manifest } from '../../checkpoint/protocol.ts';
 import { restoreManifest } from '../../checkpoint/snapshot.ts';
-import { ConfigError } from '../../errors.ts';
+import type { StreamRecord } from '../../api/types.ts';
+import { ConfigError, InvariantError } from '../../errors.ts';
 import type { PhysicalPlan } from '../../graph/compile.ts';
 import type { TransactionalSink } from '../../local/committed-sink.ts';
 import { positionsBySource } from '../../local/restore.ts';
@@ -39,6 +41,9 @@ import type { AwsAccounting } from '../accounting.ts';
 import { createCheckpointHandler } from '../checkpoint-handler.ts';
 import { DynamoDbPointerStore } from '../dynamodb-pointers.ts';
 import { createStateTable, type DynamoDbStateBackend } from '../dynamodb-state.ts';
+import { DynamoDbTable } from '../dynamodb-table.ts';
+import { DynamoDbRequestError } from '../errors.ts';
+import { AwsInputLog, loggingPartitions } from '../input-log.ts';
 import { stateTableName } from '../naming.ts';
 import { createBucket, S3BlobStore } from '../s3-blob-store.ts';
 import type { QueueResolver } from '../sqs-queues.ts';
@@ -75,6 +80,8 @@ export class LocalAwsCheckpointing {
   restoredEpoch = 0;
   /** Per source, per partition: records the restored checkpoint already holds (the feeder skips them). */
   private skip: Record<string, number[]> = {};
+  /** Per source, per partition: the logged records after the restored checkpoint's positions (the feeder replays them first). */
+  private replay: Record<string, StreamRecord[][]> = {};
   private readonly handler: ReturnType<typeof createCheckpointHandler>;
   private readonly pointers: DynamoDbPointerStore;
 
@@ -85,7 +92,7 @@ export class LocalAwsCheckpointing {
     readonly identity: Identity,
     private readonly o: LocalAwsCheckpointOptions,
     queues: QueueResolver,
-    accounting: AwsAccounting,
+    private readonly accounting: AwsAccounting,
   ) {
     const { clients } = env;
     const controlTable = stateTableName(`${identity.runId}-${plan.job.name}`);
@@ -170,6 +177,56 @@ export class LocalAwsCheckpointing {
     return this.skip[source] ?? [];
   }
 
+  /** Records the input log replays on this restore (all sources). */
+  get replayedRecords(): number {
+    return Object.values(this.replay).reduce((n, parts) => n + parts.reduce((m, r) => m + (r?.length ?? 0), 0), 0);
+  }
+
+  replayOf(source: string): readonly (readonly StreamRecord[])[] {
+    return this.replay[source] ?? [];
+  }
+
+  /**
+   * The input log after the checkpoint's positions, per source and partition. The records
+   * were logged by the data paths of earlier generations (a resumed run re-logs what it
+   * replays, but may die before it consumed all of it), so every earlier generation's
+   * table is read and the runs merged by record index; a gap is an error, never skipped.
+   */
+  private async loggedInput(manifest: Manifest): Promise<Record<string, StreamRecord[][]>> {
+    const byKey = new Map<string, Map<number, StreamRecord>>();
+    for (let g = 0; g < this.identity.generation; g++) {
+      const table = stateTableName(`${LocalAwsCheckpointing.dataRunId({ runId: this.identity.runId, generation: g })}-${this.plan.job.name}`);
+      const log = new AwsInputLog(new DynamoDbTable(this.env.clients.dynamodb, table, this.accounting), this.store, this.accounting);
+      for (const scope of loggingPartitions(this.plan)) {
+        let runs;
+        try {
+          runs = await log.replay(scope, manifest.positions);
+        } catch (e) {
+          // A generation that died before it made its state table consumed nothing.
+          if (e instanceof DynamoDbRequestError && e.awsName === 'ResourceNotFoundException') break;
+          throw e;
+        }
+        for (const run of runs) {
+          const got = byKey.get(run.source) ?? new Map<number, StreamRecord>();
+          byKey.set(run.source, got);
+          run.records.forEach((r, i) => got.set(run.from + i, r));
+        }
+      }
+    }
+    const out: Record<string, StreamRecord[][]> = {};
+    for (const [key, got] of byKey) {
+      const i = key.lastIndexOf('#');
+      const from = manifest.positions[key] ?? 0;
+      const records: StreamRecord[] = [];
+      for (let n = from; got.has(n); n++) records.push(got.get(n)!);
+      if (records.length !== got.size) {
+        throw new InvariantError(`the input log of ${key} has a gap: records ${from}..${from + records.length - 1} are logged, then record ${from + records.length} is missing while ${got.size - records.length} later ones are logged`);
+      }
+      (out[key.slice(0, i)] ??= [])[Number(key.slice(i + 1))] = records;
+    }
+    return out;
+  }
+
   /**
    * Before any partition runs: the coordinator resumes (or starts), the committed
    * checkpoint's state goes into the generation's fresh state table, sinks recover.
@@ -186,7 +243,13 @@ export class LocalAwsCheckpointing {
         const entities = [...r.entities].map(([entity, { kg, fields }]) => ({ kg, entity, fields }));
         await backend.install(scope, { progress: withoutOffsets(r.progress), timers: [...r.timers.values()], entities }, manifest.epoch);
       }
+      // Replay what the input log holds after the positions; new input starts after it.
+      this.replay = await this.loggedInput(manifest);
       this.skip = positionsBySource(manifest);
+      for (const [source, parts] of Object.entries(this.replay)) {
+        const skip = (this.skip[source] ??= []);
+        parts.forEach((records, p) => (skip[p] = (skip[p] ?? 0) + (records?.length ?? 0)));
+      }
       this.restoredEpoch = manifest.epoch;
     } else if (this.o.start === 'resume') {
       this.o.log?.('no completed checkpoint on these servers (were they started by the crashed run?): the input is replayed from the start');

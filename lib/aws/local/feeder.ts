@@ -14,7 +14,7 @@
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import type { SourceDef } from '../../api/sources.ts';
-import type { Clock } from '../../api/types.ts';
+import type { Clock, StreamRecord } from '../../api/types.ts';
 import type { PhysicalPlan } from '../../graph/compile.ts';
 import { InvariantError } from '../../errors.ts';
 import { type RejectedInput, type SourceReader, toRecord } from '../../local/sources.ts';
@@ -36,6 +36,11 @@ export interface FeedTarget {
    * partition it went to before.
    */
   readonly skip?: readonly number[];
+  /**
+   * A restore: per partition, the logged records after the checkpoint's positions (the
+   * input log), sent to that partition before any new input. `skip` then also covers them.
+   */
+  readonly replay?: readonly (readonly StreamRecord[])[];
 }
 
 export interface FeederContext {
@@ -66,6 +71,14 @@ export async function feedSource(ctx: FeederContext, target: FeedTarget, reader:
   const name = target.def.name;
   const skip = [...(target.skip ?? [])];
   if (target.ingest && skip.some((n) => n > 0)) throw new InvariantError(`source "${name}": skipping restored records needs straight feeding, not the ingest handler`);
+  for (const [partition, records] of (target.replay ?? []).entries()) {
+    for (let i = 0; i < records.length && !ctx.shouldStop(); i += ctx.chunkSize) {
+      const slice = records.slice(i, i + ctx.chunkSize);
+      await sendParts(ctx, target, partition, slice.map((r) => C.encodePart([r.timestamp, r.value])), `replay ${partition} ${i}`);
+      accepted += slice.length;
+      await ctx.afterChunk?.(slice.length);
+    }
+  }
   while (!ctx.shouldStop()) {
     const { events, done, rejected, positions } = await reader.pull(ctx.chunkSize * target.partitions);
     if (rejected?.length) ctx.rejected.push(...rejected);
@@ -125,6 +138,12 @@ async function sendChunk(ctx: FeederContext, target: FeedTarget, events: unknown
     parts.splice(0, drop);
     if (!parts.length) return 0;
   }
+  await sendParts(ctx, target, partition, parts, `chunk ${chunkNo}`);
+  return parts.length;
+}
+
+/** One partition's encoded records to the source queue, once the backlog allows. */
+async function sendParts(ctx: FeederContext, target: FeedTarget, partition: number, parts: string[], id: string): Promise<void> {
   const url = await ctx.transport.queues.queueUrl(target.stage);
   const backlog = async () => {
     let n = 0;
@@ -136,10 +155,9 @@ async function sendChunk(ctx: FeederContext, target: FeedTarget, events: unknown
     groupId: String(partition),
     body: m.body!,
     bytes: m.bytes,
-    dedupId: C.dedupId(`${ctx.plan.job.name}/feed/${target.def.name}`, [`chunk ${chunkNo}`, `message ${k}`]),
+    dedupId: C.dedupId(`${ctx.plan.job.name}/feed/${target.def.name}`, [id, `message ${k}`]),
   }));
   await ctx.transport.sendAll(url, messages, true);
-  return parts.length;
 }
 
 /** An HTTP API v2 request as API Gateway hands it to the ingest function. */

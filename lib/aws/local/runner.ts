@@ -225,7 +225,7 @@ export class LocalAwsRuntime {
       // bound sources are fed straight, so a restore can skip what the checkpoint holds.
       const cp = this.checkpointing;
       const ingest = def.binding.kind === 'ingest' && !(cp && binding.kind !== 'ingest') ? this.ingest : undefined;
-      out.push({ def, stage: edge.toStage, partitions, binding, ingest, skip: cp?.skipOf(def.name) });
+      out.push({ def, stage: edge.toStage, partitions, binding, ingest, skip: cp?.skipOf(def.name), replay: cp?.replayOf(def.name) });
     }
     return out;
   }
