@@ -71,7 +71,7 @@ export function createCheckpointHandler(config: CheckpointHandlerConfig): Checkp
     acks,
     injectBarriers: (d) => injectBarriers(transport, queues, job, d.sources, { epoch: d.epoch, baseEpoch: d.baseEpoch, full: d.fullSnapshot, savepoint: d.savepoint !== null }),
     // The operator functions log source input to the same bucket (input-log.ts).
-    truncateLogs: inputLogTruncation(plan, new AwsInputLog(new DynamoDbTable(config.dynamodb, config.inputLogTableName ?? tableName, accounting), blobs, accounting)),
+    truncateLogs: inputLogTruncation(plan, new AwsInputLog(new DynamoDbTable(config.dynamodb, config.inputLogTableName ?? tableName, accounting), blobs)),
     ...config.overrides,
   });
   return Object.assign((event: unknown) => steps.handle(event), { steps, setup, acks, accounting });

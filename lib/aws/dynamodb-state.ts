@@ -64,7 +64,7 @@ import { AwsAccounting } from './accounting.ts';
 import * as L from './dynamodb-layout.ts';
 import { deltaOf, type LogDelta, PartitionLog } from './dynamodb-state-log.ts';
 import { DynamoDbTable, kb, pool } from './dynamodb-table.ts';
-import { type InputLogSegment, inputLogSegment } from './input-log.ts';
+import { INPUT_LOG_SERVICE, type InputLogSegment, inputLogSegment } from './input-log.ts';
 import { entityOfStateItem, INTERVALS_ATTR, PartitionTracking, TRACK_PREFIX } from './dynamodb-tracking.ts';
 import { CommitRollForwardError, mapDynamoDbError, StateEncodingError, StateItemTooLargeError, StateNotPrefetchedError } from './errors.ts';
 
@@ -104,6 +104,8 @@ export interface DynamoDbStateBackendOptions {
    * Without it such a commit is an InvariantError.
    */
   readonly inputLogStore?: BlobStore;
+  /** Input log segments stay inline in their item up to this size (default 4 KB; 0: always an object). */
+  readonly inputLogInlineBytes?: number;
   /** Outbox JSON (and then gzip) kept inline up to this size (default 4 KB). */
   readonly outboxInlineBytes?: number;
   /**
@@ -131,6 +133,7 @@ export class DynamoDbStateBackend implements StateBackend {
   private readonly blobs?: BlobStore;
   private readonly outboxInlineBytes?: number;
   private readonly inputLogStore?: BlobStore;
+  private readonly inputLogInlineBytes?: number;
   private readonly stateLog: boolean;
   private readonly compactAfterCommits: number;
   private readonly compactAfterBytes: number;
@@ -166,6 +169,7 @@ export class DynamoDbStateBackend implements StateBackend {
     this.blobs = options.blobs;
     this.outboxInlineBytes = options.outboxInlineBytes;
     this.inputLogStore = options.inputLogStore;
+    this.inputLogInlineBytes = options.inputLogInlineBytes;
     this.stateLog = options.stateLog ?? true;
     this.compactAfterCommits = options.compactAfterCommits ?? 1000;
     this.compactAfterBytes = options.compactAfterBytes ?? 2 * 1024 * 1024;
@@ -376,7 +380,7 @@ export class DynamoDbStateBackend implements StateBackend {
     let segment: InputLogSegment | undefined;
     if (batch.inputLog?.length) {
       if (!this.inputLogStore) throw new InvariantError(`commit of ${scopeId(scope)} carries logged input, but the backend has no inputLogStore`);
-      segment = inputLogSegment(scope, next, batch.inputLog);
+      segment = inputLogSegment(scope, next, batch.inputLog, this.inputLogInlineBytes);
       ops.push(putOp({ pk: L.controlPk(scope), ...segment.item }, '(input log)', segment.item.sk, 'input'));
     }
     const head: Attrs = { pk: L.controlPk(scope), sk: L.VERSION_SK, ver: next, prog: L.encodeValue(batch.progress) };
@@ -400,7 +404,7 @@ export class DynamoDbStateBackend implements StateBackend {
       // Immutable and content-addressed: written first, named by the transaction; if that fails it is garbage for the lifecycle rule.
       if (blob) await this.blobs!.put(blob.key, blob.body);
       // The same for logged input: an object no committed item names is never replayed.
-      if (segment) await this.inputLogStore!.put(segment.key, segment.body);
+      if (segment?.object) await this.inputLogStore!.put(segment.object.key, segment.object.body);
       if (ops.length + 1 <= L.MAX_TX_ITEMS && total <= L.MAX_TX_BYTES) await this.commitOne(batch, head, ops);
       else await this.commitLogged(batch, head, ops);
     } catch (e) {
@@ -411,6 +415,8 @@ export class DynamoDbStateBackend implements StateBackend {
       throw e;
     }
     if (!delta) this.listed(scope, batch.writes, true);
+    // Descriptive (not priced: the PutObject is, under 's3', and the item under 'dynamodb').
+    if (segment) this.accounting.record(INPUT_LOG_SERVICE, segment.object ? 'segment object' : 'segment inline', { requests: 1, items: batch.inputLog!.reduce((n, a) => n + a.records.length, 0), bytes: segment.object?.body.byteLength ?? 0 });
     const dropped = applyTracking?.() ?? [];
     if (dropped.length) void this.deleteItems(String(head.pk), dropped);
     for (const w of batch.writes) {

@@ -8,12 +8,15 @@
  * (gzip JSON, the layout's tagged encoding), PUT before the commit's transaction, which
  * names it in one item beside the version item:
  *
- *   segment  pk `${job}#p#${stage}#${partition}`  sk `i#${version:16}`  b (key), e (after), r (per channel: [channel, source, from, n])
+ *   segment  pk `${job}#p#${stage}#${partition}`  sk `i#${version:16}`  b (key) | z (inline), e (after), r (per channel: [channel, source, from, n])
  *
  * So a crash cannot lose or duplicate a segment: an object PUT by a commit that did not
  * land is named by nothing, never read, and overwritten with the same bytes or left to
  * the bucket (content-addressed: a retried commit of other records gets another key).
- * One PUT and one small item per commit, never per event or per request.
+ * One PUT and one small item per commit, never per event or per request; a segment whose
+ * gzip fits the item in 4 KB stays inline (`z`, base64) instead: a transactional item
+ * costs 2 write units per started KB ($1.25 per million KB), so up to 4 KB inline
+ * ($5/M) is cheaper than a PUT ($5/M) plus a 1 KB item ($1.25/M).
  *
  * A barrier commits on its own (the records before it), so segments never mix epochs:
  * `after` is the barrier the records follow. Restore from checkpoint e replays, per source
@@ -30,11 +33,14 @@ import type { BlobStore } from '../checkpoint/storage.ts';
 import type { PhysicalPlan } from '../graph/compile.ts';
 import { InvariantError } from '../errors.ts';
 import type { InputLogAppend, PartitionScope } from '../state/backend.ts';
-import type { AwsAccounting } from './accounting.ts';
 import * as L from './dynamodb-layout.ts';
 import type { DynamoDbTable } from './dynamodb-table.ts';
 
 export const INPUT_LOG_PREFIX = 'i#';
+/** Accounting service of the segments written (descriptive, never priced): 'segment object' | 'segment inline', items = records. */
+export const INPUT_LOG_SERVICE = 'input-log';
+/** Segments whose item stays within this many bytes are kept inline (see above). */
+export const INPUT_LOG_INLINE_BYTES = 4096;
 
 export function inputLogSk(version: number): string {
   return `${INPUT_LOG_PREFIX}${String(version).padStart(16, '0')}`;
@@ -48,24 +54,28 @@ export function inputLogPrefix(scope: PartitionScope): string {
 type RunSummary = [string, string, number, number];
 
 export interface InputLogSegment {
-  readonly key: string;
-  readonly body: Uint8Array;
+  /** The object to PUT before the transaction; absent when the segment is inline. */
+  readonly object?: { readonly key: string; readonly body: Uint8Array };
   /** The item the commit's transaction puts (without pk). */
-  readonly item: { sk: string; b: string; e: number; r: string };
+  readonly item: { sk: string; e: number; r: string; b?: string; z?: string };
 }
 
 /** The object and the item for one commit's consumed source records. */
-export function inputLogSegment(scope: PartitionScope, version: number, appends: readonly InputLogAppend[]): InputLogSegment {
+export function inputLogSegment(scope: PartitionScope, version: number, appends: readonly InputLogAppend[], inlineBytes = INPUT_LOG_INLINE_BYTES): InputLogSegment {
   if (!appends.length) throw new InvariantError('an input log segment needs records');
   const after = appends[0].after;
   if (appends.some((a) => a.after !== after)) {
     throw new InvariantError(`one commit of ${scope.job}/${scope.stage}#${scope.partition} consumed source records on both sides of a barrier (after ${[...new Set(appends.map((a) => a.after))].join(', ')}): a barrier must commit on its own`);
   }
   const body = gzipSync(L.encodeValue(appends.map((a) => ({ c: a.channel, s: a.source, f: a.from, r: a.records }))), { level: 6 });
+  const runs: RunSummary[] = appends.map((a) => [a.channel, a.source, a.from, a.records.length]);
+  const base = { sk: inputLogSk(version), e: after, r: JSON.stringify(runs) };
+  const inline = { ...base, z: Buffer.from(body).toString('base64') };
+  // pk (about 60 bytes) is not in `inline` yet.
+  if (L.itemBytes(inline) + 64 <= inlineBytes) return { item: inline };
   const sha = createHash('sha256').update(body).digest('hex');
   const key = `${inputLogPrefix(scope)}${String(after).padStart(10, '0')}-${String(version).padStart(16, '0')}-${sha}.json.gz`;
-  const runs: RunSummary[] = appends.map((a) => [a.channel, a.source, a.from, a.records.length]);
-  return { key, body, item: { sk: inputLogSk(version), b: key, e: after, r: JSON.stringify(runs) } };
+  return { object: { key, body }, item: { ...base, b: key } };
 }
 
 /** A run of logged records of one channel, as replayed. */
@@ -80,7 +90,9 @@ export interface LoggedRun {
 
 interface SegmentRef {
   readonly version: number;
-  readonly key: string;
+  /** The object; undefined when inline. */
+  readonly key?: string;
+  readonly inline?: string;
   readonly after: number;
   readonly runs: readonly RunSummary[];
 }
@@ -93,13 +105,12 @@ export class AwsInputLog {
   constructor(
     private readonly table: DynamoDbTable,
     private readonly blobs: BlobStore,
-    private readonly accounting?: AwsAccounting,
   ) {}
 
   /** The partition's committed segments, oldest first (one Query). */
   async segments(scope: PartitionScope): Promise<SegmentRef[]> {
     const items = await this.table.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': L.controlPk(scope), ':p': INPUT_LOG_PREFIX });
-    return items.map((it) => ({ version: Number(String(it.sk).slice(INPUT_LOG_PREFIX.length)), key: String(it.b), after: Number(it.e), runs: JSON.parse(String(it.r)) as RunSummary[] }));
+    return items.map((it) => ({ version: Number(String(it.sk).slice(INPUT_LOG_PREFIX.length)), key: typeof it.b === 'string' ? it.b : undefined, inline: typeof it.z === 'string' ? it.z : undefined, after: Number(it.e), runs: JSON.parse(String(it.r)) as RunSummary[] }));
   }
 
   /**
@@ -111,9 +122,8 @@ export class AwsInputLog {
     const out: LoggedRun[] = [];
     for (const seg of await this.segments(scope)) {
       if (seg.runs.every(([, source, from, n]) => from + n <= (positions[source] ?? 0))) continue;
-      const body = await this.blobs.get(seg.key);
+      const body = seg.key === undefined ? Buffer.from(seg.inline ?? '', 'base64') : await this.blobs.get(seg.key);
       if (!body) throw new InvariantError(`input log segment ${seg.key} (version ${seg.version} of ${scope.job}/${scope.stage}#${scope.partition}) is named by the state table but missing from the store: its records cannot be replayed`);
-      this.accounting?.record('input-log', 'replay', { requests: 1, bytes: body.byteLength });
       const runs = L.decodeValue(gunzipSync(body).toString('utf8')) as { c: string; s: string; f: number; r: StreamRecord[] }[];
       for (const run of runs) {
         const skip = Math.max(0, (positions[run.s] ?? 0) - run.f);
@@ -126,15 +136,16 @@ export class AwsInputLog {
 
   /**
    * Delete the segments whose records all lie below `belowPositions` (the retention
-   * point's positions): items first, then objects. Returns the keys of the objects deleted.
+   * point's positions): items first, then objects. Returns the keys of the objects deleted
+   * (inline segments have none).
    */
   async truncate(scope: PartitionScope, belowPositions: Readonly<Record<string, number>>): Promise<string[]> {
     const dead = (await this.segments(scope)).filter((seg) => seg.runs.every(([, source, from, n]) => from + n <= (belowPositions[source] ?? 0)));
     if (!dead.length) return [];
     const pk = L.controlPk(scope);
     await this.table.batchWrite(dead.map((seg) => ({ DeleteRequest: { Key: { pk, sk: inputLogSk(seg.version) } } })));
-    const keys = dead.map((seg) => seg.key);
-    await this.blobs.delete(keys);
+    const keys = dead.flatMap((seg) => (seg.key === undefined ? [] : [seg.key]));
+    if (keys.length) await this.blobs.delete(keys);
     return keys;
   }
 }

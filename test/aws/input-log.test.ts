@@ -35,13 +35,14 @@ afterAll(() => Object.values(clients).forEach((c) => c.destroy()));
 const recs = (from: number, n: number): StreamRecord[] => Array.from({ length: n }, (_, i) => ({ value: { i: from + i, x: i % 3 === 0 ? Number.NaN : `v${from + i}` }, timestamp: 1000 + from + i }));
 const append = (source: string, from: number, n: number, after = 0): InputLogAppend => ({ channel: `ch-${source}`, source, from, after, records: recs(from, n) });
 
-function backend(client = clients.dynamodb): DynamoDbStateBackend {
-  return new DynamoDbStateBackend({ client, tableName: table, inputLogStore: blobs, accounting });
+/** Segments as objects (inline: 0), so the object path is what these tests see; the inline path has its own test. */
+function backend(client = clients.dynamodb, inputLogInlineBytes = 0): DynamoDbStateBackend {
+  return new DynamoDbStateBackend({ client, tableName: table, inputLogStore: blobs, inputLogInlineBytes, accounting });
 }
 
 /** Commits `appends` one per version on a fresh partition; returns the scope. */
-async function commitAll(scope: PartitionScope, appends: readonly InputLogAppend[][]): Promise<void> {
-  const b = backend();
+async function commitAll(scope: PartitionScope, appends: readonly InputLogAppend[][], inlineBytes = 0): Promise<void> {
+  const b = backend(clients.dynamodb, inlineBytes);
   await b.recover(scope);
   for (const [v, a] of appends.entries()) await b.commit(batch(scope, v, { inputLog: a }));
 }
@@ -99,7 +100,7 @@ describe('AWS input log', () => {
     await b.recover(scope);
     await expect(b.commit(batch(scope, 1, { inputLog: [append('s#2', 3, 5)] }))).rejects.toThrow(InjectedCrash);
     dying.destroy();
-    const orphan = inputLogSegment(scope, 2, [append('s#2', 3, 5)]).key;
+    const orphan = inputLogSegment(scope, 2, [append('s#2', 3, 5)], 0).object!.key;
     expect(await blobs.list(`${scope.job}/input-log/`)).toContain(orphan);
     expect((await log.segments(scope)).map((s) => s.key)).not.toContain(orphan);
     expect(values(await log.replay(scope, {}))).toEqual([0, 1, 2]);
@@ -117,6 +118,19 @@ describe('AWS input log', () => {
     expect(await log.replay(scope, {})).toEqual([]);
   });
 
+  it('keeps a small segment inline in its item (no PUT), a large one as an object', async () => {
+    const scope = freshScope(4, 0);
+    const puts = () => accounting.rows().filter((r) => r.service === 's3' && r.operation === 'PutObject').reduce((n, r) => n + r.requests, 0);
+    const before = puts();
+    await commitAll(scope, [[append('s#4', 0, 20)], [append('s#4', 20, 3000)]], 4096);
+    expect(puts() - before).toBe(1);
+    const segs = await log.segments(scope);
+    expect(segs.map((s) => [s.key === undefined, s.inline === undefined])).toEqual([[true, false], [false, true]]);
+    expect(values(await log.replay(scope, { 's#4': 10 }))).toEqual(Array.from({ length: 3010 }, (_, i) => i + 10));
+    expect(await log.truncate(scope, { 's#4': 3020 })).toEqual([segs[1].key]);
+    expect(await log.segments(scope)).toEqual([]);
+  });
+
   it('refuses a segment that spans a barrier, a commit with logged input but no store, and a named segment that is gone', async () => {
     const scope = freshScope(3, 0);
     expect(() => inputLogSegment(scope, 1, [append('s#3', 0, 1, 0), append('s#3', 1, 1, 1)])).toThrow(InvariantError);
@@ -125,7 +139,7 @@ describe('AWS input log', () => {
     await expect(noStore.commit(batch(scope, 0, { inputLog: [append('s#3', 0, 1)] }))).rejects.toThrow(/inputLogStore/);
     await commitAll(scope, [[append('s#3', 0, 2)]]);
     const [seg] = await log.segments(scope);
-    await blobs.delete([seg.key]);
+    await blobs.delete([seg.key!]);
     await expect(log.replay(scope, {})).rejects.toThrow(/missing from the store/);
     // Positions past it need not read it.
     expect(await log.replay(scope, { 's#3': 2 })).toEqual([]);

@@ -196,7 +196,7 @@ export class LocalAwsCheckpointing {
     const byKey = new Map<string, Map<number, StreamRecord>>();
     for (let g = 0; g < this.identity.generation; g++) {
       const table = stateTableName(`${LocalAwsCheckpointing.dataRunId({ runId: this.identity.runId, generation: g })}-${this.plan.job.name}`);
-      const log = new AwsInputLog(new DynamoDbTable(this.env.clients.dynamodb, table, this.accounting), this.store, this.accounting);
+      const log = new AwsInputLog(new DynamoDbTable(this.env.clients.dynamodb, table, this.accounting), this.store);
       for (const scope of loggingPartitions(this.plan)) {
         let runs;
         try {
