@@ -41,6 +41,14 @@ export const WAKE_TABLE_ACTIONS = { activity: ['dynamodb:UpdateItem'], lease: ['
 /** Checkpoint pointers and coordinator records: read, compare-and-set (lib/aws/dynamodb-pointers.ts). */
 export const COORDINATOR_TABLE_ACTIONS = ['dynamodb:GetItem', 'dynamodb:PutItem'] as const;
 
+/** Input log truncation (lib/aws/input-log.ts): list a source partition's segment items, delete them. */
+export const INPUT_LOG_TRUNCATE_ACTIONS = ['dynamodb:Query', 'dynamodb:BatchWriteItem'] as const;
+
+/** The control items of the partitions of stage `stage` (where its input log segments are named). */
+export function partitionControlKeys(job: string, stage: number): string[] {
+  return [`${job}#p#${stage}#*`];
+}
+
 /**
  * The partition keys of stage `stage` (layouts in lib/aws/dynamodb-layout.ts and
  * record-attempts.ts): state per key group, control items per partition, record
@@ -62,6 +70,8 @@ export function bucketPrefixes(job: string) {
     /** Oversized envelopes (claim check): the operator's blob store has prefix `${job}/`, its keys start `spill/${job}/`. */
     spill: `${job}/spill/`,
     snapshots: `${job}/snapshots/`,
+    /** Logged source input (lib/aws/input-log.ts): written by source stages, deleted by the coordinator's truncation. */
+    inputLog: `${job}/input-log/`,
     manifests: `${job}/manifests/`,
     checkpoints: `${job}/checkpoints/`,
   } as const;

@@ -28,7 +28,8 @@ import { HANDLER_ENV, runtimeEnvironment } from './handler-environment.ts';
 import { createIngestion, type Ingestion } from './ingestion.ts';
 import { createMonitoring } from './monitoring.ts';
 import { suppressFunctionFindings, suppressStateMachineFindings } from './nag.ts';
-import { bucketPrefixes, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys, grantObjects, grantSend, grantTable, grantWakeUp } from './permissions.ts';
+import { bucketPrefixes, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys, grantObjects, grantSend, grantTable, grantWakeUp, INPUT_LOG_TRUNCATE_ACTIONS, partitionControlKeys } from './permissions.ts';
+import { loggingPartitions } from '../lib/aws/input-log.ts';
 import { checkSources, type ResolvedProps, resolveProps, type SluiceJobProps } from './props.ts';
 import { createStages, type StageResources } from './stages.ts';
 import { snapshotBucket, stateTable } from './storage.ts';
@@ -145,12 +146,14 @@ export class SluiceJob extends Construct {
     return allOf(this.resultLogGroups.map((g) => g.grantRead(grantee)));
   }
 
-  /** Checkpoint storage: pointer items, snapshots, manifests and stats (read, write, delete). */
+  /** Checkpoint storage: pointer items, snapshots, manifests and stats (read, write, delete); input log truncation. */
   grantCoordinator(grantee: iam.IGrantable): iam.Grant {
     const p = this.resolved;
     const prefixes = bucketPrefixes(p.job.name);
-    return grantTable(grantee, this.table, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys(p.job.name), p.encryptionKey).combine(
-      grantObjects(grantee, this.bucket, [prefixes.snapshots, prefixes.manifests, prefixes.checkpoints], { read: true, write: true, delete: true }, p.encryptionKey),
-    );
+    const sourceStages = loggingPartitions(this.plan).filter((s) => s.partition === 0).map((s) => s.stage);
+    return grantTable(grantee, this.table, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys(p.job.name), p.encryptionKey)
+      .combine(grantObjects(grantee, this.bucket, [prefixes.snapshots, prefixes.manifests, prefixes.checkpoints], { read: true, write: true, delete: true }, p.encryptionKey))
+      .combine(grantObjects(grantee, this.bucket, [prefixes.inputLog], { delete: true }, p.encryptionKey))
+      .combine(grantTable(grantee, this.table, INPUT_LOG_TRUNCATE_ACTIONS, sourceStages.flatMap((s) => partitionControlKeys(p.job.name, s)), p.encryptionKey));
   }
 }

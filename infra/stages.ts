@@ -97,6 +97,8 @@ export function createStages(scope: Construct, p: ResolvedProps, storage: { tabl
     if (p.checkpoints) {
       // Checkpoints: snapshot objects (the blob store reads a key before writing it) and ack items.
       grantObjects(grantee, storage.bucket, [bucketPrefixes(job).snapshots], { read: true, write: true }, p.encryptionKey);
+      // Source stages log the input they consume (lib/aws/input-log.ts).
+      if (stage.inputs.some((e) => p.plan.edges[e].from.kind === 'source')) grantObjects(grantee, storage.bucket, [bucketPrefixes(job).inputLog], { read: true, write: true }, p.encryptionKey);
       grantTable(grantee, storage.table, STAGE_ACK_TABLE_ACTIONS, [signalsPk(job)], p.encryptionKey);
     }
     return { stage, queue, deadLetterQueue, operator };

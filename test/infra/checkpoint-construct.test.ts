@@ -36,8 +36,11 @@ describe('SluiceJob with the checkpoint state machine', () => {
   it('grants the task its control items, ack items, bucket prefixes and the source queue; the machine only itself and its task', () => {
     const statements = roleStatements(resources, logicalId(stack, task.role));
     const keys = statements.flatMap((s) => (s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys'] as string[] | undefined) ?? []);
-    expect(keys.sort()).toEqual(['nexmark-q5#a', 'nexmark-q5#c']);
+    expect(keys.sort()).toEqual(['nexmark-q5#a', 'nexmark-q5#c', 'nexmark-q5#p#0#*']);
     expect(statements.find((s) => s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys']?.toString() === 'nexmark-q5#a')!.Action).toBe('dynamodb:GetItem');
+    // Input log truncation: the source stage's segment items, and deleting their objects.
+    expect(statements.find((s) => s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys']?.toString() === 'nexmark-q5#p#0#*')!.Action).toEqual(['dynamodb:Query', 'dynamodb:BatchWriteItem']);
+    expect(JSON.stringify(statements.find((s) => actions(s).length === 1 && actions(s)[0] === 's3:DeleteObject')!.Resource)).toContain('nexmark-q5/input-log/*');
     expect(statements.find((s) => actions(s).includes('sqs:SendMessage'))!.Resource).toEqual({ 'Fn::GetAtt': [logicalId(stack, job.stages[0].queue), 'Arn'] });
     const machineStatements = roleStatements(resources, logicalId(stack, machine.role));
     const start = machineStatements.find((s) => actions(s).includes('states:StartExecution'))!;
@@ -50,6 +53,9 @@ describe('SluiceJob with the checkpoint state machine', () => {
     const ack = stage.find((s) => s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys']?.toString() === 'nexmark-q5#a')!;
     expect(ack.Action).toBe('dynamodb:PutItem');
     expect(JSON.stringify(stage.filter((s) => actions(s).includes('s3:PutObject')).map((s) => s.Resource))).toContain('nexmark-q5/snapshots/*');
+    // The source stage logs its input; the others do not.
+    expect(JSON.stringify(stage.filter((s) => actions(s).includes('s3:PutObject')).map((s) => s.Resource))).toContain('nexmark-q5/input-log/*');
+    expect(JSON.stringify(roleStatements(resources, logicalId(stack, job.stages[1].operator.role)))).not.toContain('input-log');
     const fn = (f: { fn: unknown }) => resources[logicalId(stack, f.fn)];
     expect(fn(job.stages[0].operator).Properties!.Environment.Variables.SLUICE_CHECKPOINTS).toBe('1');
     const ingest = job.ingestion.function;
