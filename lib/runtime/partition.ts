@@ -23,6 +23,7 @@ import { StateTxn } from '../state/txn.ts';
 import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, NodeContext, type NodeRuntime } from './context.ts';
+import { sourceIdlenessAfter } from './idleness.ts';
 import { entitiesToPrefetch, freshEnvelopes } from './inputs.ts';
 import { Outputs } from './outputs.ts';
 import { allTimerEntities, changedTimerEntities, timersOfEntity } from './snapshots.ts';
@@ -107,6 +108,8 @@ export class PartitionRuntime {
   private tracking = false;
   private aligner: BarrierAligner | undefined;
   private readonly byName = new Map<string, NodeRuntime>();
+  /** Idle probes in this batch that changed nothing (they need no commit of their own). */
+  private readonly unchangedProbes = new Set<Envelope>();
 
   private constructor(private readonly deps: PartitionDeps) {
     this.stage = deps.plan.stages[deps.stage];
@@ -211,9 +214,10 @@ export class PartitionRuntime {
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.skip = skip;
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
+    this.unchangedProbes.clear();
     for (const env of fresh) await this.take(env, true);
     this.fireProcessingTimers();
-    await this.commitPart(fresh.length > 0);
+    await this.commitPart(fresh.some((e) => !this.unchangedProbes.has(e)));
     this.skip = undefined;
     return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups };
   }
@@ -265,9 +269,17 @@ export class PartitionRuntime {
     }
     this.acc.recordsIn += records.length;
     this.current = undefined;
-    const wm = edge.partitioning === 'source' ? Math.max(env.watermark, this.sourceWatermark(edge, records)) : env.watermark;
+    const source = edge.partitioning === 'source';
+    const wm = source ? Math.max(env.watermark, this.sourceWatermark(edge, records)) : env.watermark;
     if (wm > ch.watermark) ch.watermark = wm;
-    ch.idle = env.idle === true;
+    if (source) {
+      const spec = target.node.spec;
+      const next = sourceIdlenessAfter(ch, env, spec.kind === 'source' ? spec.source.watermark.idleTimeoutMs : undefined);
+      // A probe that changes nothing need not be committed: applied again, it still changes nothing.
+      if (env.probe && next.idle === ch.idle && next.lastDataAt === ch.lastDataAt) this.unchangedProbes.add(env);
+      ch.idle = next.idle;
+      if (next.lastDataAt !== undefined) ch.lastDataAt = next.lastDataAt;
+    } else ch.idle = env.idle === true;
     this.advanceWatermark();
   }
 

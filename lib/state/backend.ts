@@ -49,6 +49,8 @@ export interface ChannelProgress {
   offset?: string;
   watermark: number;
   idle: boolean;
+  /** Source channels on AWS: arrival time of the last data, for idle probes (runtime/idleness.ts). */
+  lastDataAt?: number;
 }
 
 /** The partition's position, committed atomically with its state and outputs. */

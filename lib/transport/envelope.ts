@@ -28,6 +28,13 @@ export interface Envelope {
   readonly watermark: number;
   /** The producer has no data and does not hold event time back. */
   readonly idle?: boolean;
+  /**
+   * Source channels on AWS: when the ingest function received these records (its clock),
+   * or sent this probe. Decides idleness by probe (runtime/idleness.ts).
+   */
+  readonly arrivedAt?: number;
+  /** Source channels on AWS: no records; asks whether the partition has been idle for its source's timeout. */
+  readonly probe?: true;
   /** A checkpoint barrier (no records): everything before it on this channel belongs to checkpoint `barrier.epoch`. */
   readonly barrier?: Barrier;
 }
