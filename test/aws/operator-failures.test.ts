@@ -31,7 +31,8 @@ interface Ev {
 function poisonJob(name: string) {
   const job = new Job(name, { parallelism: 2, maxParallelism: 16 });
   job
-    .ingest<Ev>('events')
+    // No idle timeout: no idle probes among the messages these tests hand to the handler one by one.
+    .ingest<Ev>('events', { watermark: { maxOutOfOrdernessMs: 0 } })
     .map((e) => {
       if (e.poison) throw new Error(`poisoned event ${e.id}`);
       return e;
