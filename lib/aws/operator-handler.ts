@@ -22,6 +22,10 @@
  *   (SQS would move the whole message to the DLQ next), the record is passed as `skip`:
  *   it is committed as a dead letter with its error and the rest of the group proceeds,
  *   in order.
+ * - A timer or watermark callback throws (its location names the operator, the timer or
+ *   watermark, and the envelope whose watermark fired it): the same, counted per callback,
+ *   from that envelope's message; a processing-time timer (no envelope) fails the whole
+ *   group until it is parked. A parked timer counts as consumed.
  * - A stale cached runtime (another container moved the partition on) fails with
  *   CommitConflictError or a sequence InvariantError: reopen and retry once.
  * - Anything else fails the whole group; SQS redelivers it.
@@ -41,7 +45,7 @@ import { type Clock, systemClock } from '../api/types.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import { CommitConflictError, ConfigError, InvariantError } from '../errors.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
-import { locationId, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
+import { failedEnvelope, locationId, type ParkedFailure, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
 import type { PartitionScope, StateBackend } from '../state/backend.ts';
 import type { BarrierAck, Envelope, OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
@@ -131,14 +135,14 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     const rt = await PartitionRuntime.open({ plan, stage, partition, backend, clock });
     if (rt.recoveredOutbox.length) {
       log?.info('delivering a recovered outbox', { stage, partition, entries: rt.recoveredOutbox.length });
-      await deliver(rt.scope, rt.recoveredOutbox, new Map());
+      await deliver(rt.scope, rt.recoveredOutbox);
       await rt.outboxDelivered(rt.currentVersion);
     }
     runtimes.set(id, rt);
     return { rt, cached: false };
   }
 
-  async function deliver(scope: PartitionScope, outbox: readonly OutboxEntry[], offsets: ReadonlyMap<string, string>): Promise<void> {
+  async function deliver(scope: PartitionScope, outbox: readonly OutboxEntry[]): Promise<void> {
     const envelopes: Envelope[] = [];
     const letters: DeadLetterMessage[] = [];
     const batches: Extract<OutboxEntry, { kind: 'sink' }>['delivery'][] = [];
@@ -146,7 +150,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     for (const e of outbox) {
       if (e.kind === 'channel') envelopes.push(e.envelope);
       else if (e.kind === 'sink') batches.push(e.delivery);
-      else if (e.kind === 'deadLetter') letters.push({ ...e.deadLetter, job, stage: scope.stage, partition: scope.partition, offset: offsets.get(`${e.deadLetter.channel}#${e.deadLetter.seq}`) });
+      else if (e.kind === 'deadLetter') letters.push({ ...e.deadLetter, job, stage: scope.stage, partition: scope.partition });
       else acks.push(e.ack);
     }
     const writeSinks = async () => {
@@ -168,7 +172,10 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     await Promise.all([envelopes.length ? transport.sendEnvelopes(plan, envelopes) : undefined, transport.sendDeadLetters(letters), writeSinks(), sendAcks()]);
     if (letters.length) {
       metrics?.addMetric('deadLetters', MetricUnit.Count, letters.length);
-      for (const d of letters) log?.warn('record parked as a dead letter', { operator: d.operator, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });
+      for (const d of letters) {
+        if (d.record) log?.warn('record parked as a dead letter', { operator: d.operator, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });
+        else log?.warn('callback parked as a dead letter (a timer counts as consumed)', { operator: d.operator, timer: d.timer, watermark: d.watermark, attempts: d.attempts, error: d.error });
+      }
     }
   }
 
@@ -192,14 +199,10 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       }
     }
     const messageOf = new Map<string, number>();
-    const offsets = new Map<string, string>();
     decoded.forEach((envs, i) => {
-      for (const e of envs) {
-        messageOf.set(`${e.channel}#${e.seq}`, i);
-        if (e.offset !== undefined) offsets.set(`${e.channel}#${e.seq}`, e.offset);
-      }
+      for (const e of envs) messageOf.set(`${e.channel}#${e.seq}`, i);
     });
-    const skip = new Map<string, { error: string; attempts: number }>();
+    const skip = new Map<string, ParkedFailure>();
     let end = decoded.length;
     let staleRetry = true;
     for (let pass = 0; end > 0 && pass < MAX_PASSES; pass++) {
@@ -208,7 +211,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         const got = await runtimeFor(stage, partition);
         cached = got.cached;
         const result = await got.rt.process(decoded.slice(0, end).flat(), skip.size ? skip : undefined);
-        await deliver(scope, result.outbox, offsets);
+        await deliver(scope, result.outbox);
         if (result.outbox.length) await got.rt.outboxDelivered(result.version);
         metrics?.addMetric('recordsIn', MetricUnit.Count, result.recordsIn);
         metrics?.addMetric('duplicatesDropped', MetricUnit.Count, result.duplicatesDropped);
@@ -218,7 +221,10 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         // Whatever failed, this runtime may hold uncommitted changes or an undelivered outbox.
         runtimes.delete(`${stage}/${partition}`);
         if (e instanceof RecordFailedError && e.location) {
-          const idx = messageOf.get(`${e.location.channel}#${e.location.seq}`);
+          // A record, or a callback fired by an envelope's watermark: its message. A
+          // processing-time timer fires at the end of any batch: the group as a whole.
+          const at = failedEnvelope(e.location);
+          const idx = at ? messageOf.get(`${at.channel}#${at.seq}`) : 0;
           if (idx !== undefined && idx < end) {
             const id = locationId(e.location);
             let attempts: number;
@@ -229,8 +235,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
               return all();
             }
             const receives = Number(records[idx].attributes.ApproximateReceiveCount ?? '1');
-            log?.warn('user code failed on a record', { stage, partition, location: id, attempts, receives, error: e.message });
-            if (attempts >= maxAttempts || receives >= maxReceiveCount) skip.set(id, { error: e.message, attempts });
+            log?.warn('user code failed', { stage, partition, location: id, attempts, receives, error: e.message });
+            if (attempts >= maxAttempts || receives >= maxReceiveCount) skip.set(id, { error: e.message, attempts, operator: e.operator });
             else end = idx; // commit what precedes it; it and the rest come back
             continue;
           }

@@ -39,8 +39,6 @@ export interface DeadLetterMessage extends DeadLetter {
   readonly job: string;
   readonly stage: number;
   readonly partition: number;
-  /** The SQS sequence number of the record's message, for source channels. */
-  readonly offset?: string;
 }
 
 export type MessageBody =

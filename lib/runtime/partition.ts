@@ -12,7 +12,7 @@
  * commits on its own (snapshot handle, forwarded barriers and the ack with the state
  * they describe), then the batch goes on with the envelopes that waited behind it.
  */
-import { type Clock, type Key, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
+import { type Clock, type Key, keyFromString, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
 import { channelsInto, type PhysicalPlan, type StagePlan, type StageEdge, type Successor } from '../graph/compile.ts';
@@ -52,19 +52,54 @@ export interface RecordLocation {
   readonly channel: string;
   readonly seq: number;
   readonly index: number;
+  /** Log-fed source channels (on AWS the SQS SequenceNumber): the record's position in the input. */
+  readonly offset?: string;
 }
 
-export function locationId(l: RecordLocation): string {
-  return `${l.channel}#${l.seq}#${l.index}`;
+/**
+ * A timer or watermark callback (onTimer, onWatermark, and whatever ran on what it
+ * emitted), so that a failing one can be parked alone. `at`: the envelope whose
+ * watermark fired it (absent for processing-time timers), where a retry starts.
+ */
+export interface CallbackLocation {
+  readonly operator: string;
+  readonly timer?: TimerEntry;
+  readonly watermark?: number;
+  readonly at?: { readonly channel: string; readonly seq: number };
 }
 
-/** User code threw on a record; carries where, so a retry can skip it into the dead-letter queue. */
+export type FailureLocation = RecordLocation | CallbackLocation;
+
+export function isRecordLocation(l: FailureLocation): l is RecordLocation {
+  return 'index' in l;
+}
+
+/** The envelope where a failure happened, if any (a processing-time timer has none). */
+export function failedEnvelope(l: FailureLocation): { readonly channel: string; readonly seq: number } | undefined {
+  return isRecordLocation(l) ? l : l.at;
+}
+
+/** Stable across retries: names the same record or callback on every attempt. */
+export function locationId(l: FailureLocation): string {
+  if (isRecordLocation(l)) return `${l.channel}#${l.offset ?? l.seq}#${l.index}`;
+  if (l.timer) return `timer:${l.operator}:${l.timer.domain}:${l.timer.time}:${l.timer.ns}:${l.timer.key}`;
+  return `watermark:${l.operator}:${l.watermark}`;
+}
+
+/** What a retry parks instead of running: the error and attempts, and the operator that threw. */
+export interface ParkedFailure {
+  readonly error: string;
+  readonly attempts: number;
+  readonly operator?: string;
+}
+
+/** User code threw on a record or in a callback; carries where, so a retry can skip it into the dead-letter queue. */
 export class RecordFailedError extends UserCodeError {
   constructor(
     operator: string,
     record: unknown,
     cause: unknown,
-    readonly location: RecordLocation | undefined,
+    readonly location: FailureLocation | undefined,
   ) {
     super(operator, record, cause);
   }
@@ -77,6 +112,8 @@ export interface BatchResult {
   readonly recordsIn: number;
   readonly duplicatesDropped: number;
   readonly committed: boolean;
+  /** Location ids of the records and callbacks parked as dead letters in this commit. */
+  readonly parked: readonly string[];
 }
 
 export interface OperatorStats {
@@ -100,8 +137,12 @@ export class PartitionRuntime {
   private pendingOutbox: OutboxEntry[] = [];
   /** Outbox committed before a crash, to deliver again first. */
   recoveredOutbox: OutboxEntry[] = [];
-  private current: RecordLocation | undefined;
-  private skip: ReadonlyMap<string, { error: string; attempts: number }> | undefined;
+  /** The record or callback running, for attributing a throw. */
+  private current: FailureLocation | undefined;
+  /** The envelope being applied, whose watermark may fire timers. */
+  private applying: { channel: string; seq: number } | undefined;
+  private skip: ReadonlyMap<string, ParkedFailure> | undefined;
+  private parked: string[] = [];
   /** What this process() call committed so far (an aligned barrier commits mid-batch). */
   private acc = { outbox: [] as OutboxEntry[], recordsIn: 0, committed: false };
   /** Checkpointed runs: commits mark the entities they changed (incremental snapshots). */
@@ -206,20 +247,21 @@ export class PartitionRuntime {
   }
 
   /** Process envelopes and commit. `skip`: records (by locationId) to park in the dead-letter queue instead. */
-  async process(envelopes: readonly Envelope[], skip?: ReadonlyMap<string, { error: string; attempts: number }>): Promise<BatchResult> {
+  async process(envelopes: readonly Envelope[], skip?: ReadonlyMap<string, ParkedFailure>): Promise<BatchResult> {
     const { fresh, dups } = freshEnvelopes(envelopes, this.progress.inputs, `${this.scope.job}/${this.stage.name}#${this.scope.partition}`);
     if (fresh.length === 0 && dups > 0) {
-      return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false };
+      return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false, parked: [] };
     }
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.skip = skip;
+    this.parked = [];
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
     this.unchangedProbes.clear();
     for (const env of fresh) await this.take(env, true);
     this.fireProcessingTimers();
     await this.commitPart(fresh.some((e) => !this.unchangedProbes.has(e)));
     this.skip = undefined;
-    return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups };
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups, parked: this.parked };
   }
 
   /**
@@ -256,11 +298,13 @@ export class PartitionRuntime {
     const records = env.records;
     for (let i = 0; i < records.length; i++) {
       const rec = records[i];
-      this.current = { channel: env.channel, seq: env.seq, index: i };
+      this.current = env.offset === undefined ? { channel: env.channel, seq: env.seq, index: i } : { channel: env.channel, seq: env.seq, index: i, offset: env.offset };
       if (this.skip) {
-        const parked = this.skip.get(locationId(this.current));
+        const id = locationId(this.current);
+        const parked = this.skip.get(id);
         if (parked) {
-          this.deadLetters.push({ operator: target.node.name, ...this.current, record: rec, error: parked.error, attempts: parked.attempts });
+          this.deadLetters.push({ operator: parked.operator ?? target.node.name, ...this.current, record: rec, error: parked.error, attempts: parked.attempts });
+          this.parked.push(id);
           continue;
         }
       }
@@ -280,7 +324,9 @@ export class PartitionRuntime {
       ch.idle = next.idle;
       if (next.lastDataAt !== undefined) ch.lastDataAt = next.lastDataAt;
     } else ch.idle = env.idle === true;
+    this.applying = { channel: env.channel, seq: env.seq };
     this.advanceWatermark();
+    this.applying = undefined;
   }
 
   /** Bounded out-of-orderness over the records of a source envelope. */
@@ -294,12 +340,15 @@ export class PartitionRuntime {
   }
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */
-  async tick(): Promise<BatchResult> {
+  async tick(skip?: ReadonlyMap<string, ParkedFailure>): Promise<BatchResult> {
     this.acc = { outbox: [], recordsIn: 0, committed: false };
+    this.skip = skip;
+    this.parked = [];
     if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
     this.fireProcessingTimers();
     await this.commitPart(false);
-    return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0 };
+    this.skip = undefined;
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0, parked: this.parked };
   }
 
   /** The earliest pending processing-time timer (for scheduling ticks). */
@@ -346,7 +395,7 @@ export class PartitionRuntime {
     this.inputWatermark = wm;
     for (const n of this.order) {
       for (let t = n.timers.event.pollUpTo(wm); t; t = n.timers.event.pollUpTo(wm)) this.fireTimer(n, t);
-      if (n.op.onWatermark) this.guard(n, undefined, () => n.op.onWatermark!(wm));
+      if (n.op.onWatermark) this.callback(n, { operator: n.node.name, watermark: wm, ...(this.applying ? { at: this.applying } : {}) }, () => n.op.onWatermark!(wm));
     }
     this.progress.outputWatermark = wm;
     this.outputs.watermarkMoved = true;
@@ -361,17 +410,36 @@ export class PartitionRuntime {
   }
 
   private fireTimer(n: NodeRuntime, t: TimerEntry): void {
+    if (!n.op.onTimer) return;
     n.ctx.setCurrentKeyString(t.key, t.kg);
-    this.guard(n, undefined, () => n.op.onTimer?.(t.domain, t.time, t.ns));
+    const at = t.domain === 'event' && this.applying ? { at: this.applying } : {};
+    this.callback(n, { operator: n.node.name, timer: t, ...at }, () => n.op.onTimer!(t.domain, t.time, t.ns));
   }
 
-  /** Run operator code; attribute a throw to the operator and the input record. */
-  private guard(n: NodeRuntime, rec: StreamRecord | undefined, f: () => void): void {
+  /**
+   * Run a timer or watermark callback. A throw (there or in an operator fed what it
+   * emitted) names the callback, so a retry can park it; a parked one is not run: the
+   * timer counts as consumed, as its dead letter says.
+   */
+  private callback(n: NodeRuntime, where: CallbackLocation, f: () => void): void {
+    const id = this.skip ? locationId(where) : undefined;
+    const parked = id !== undefined ? this.skip!.get(id) : undefined;
+    if (parked) {
+      const t = where.timer;
+      const what = t ? { timer: { operator: n.node.name, domain: t.domain, time: t.time, key: keyFromString(t.key), namespace: t.ns, consumed: true as const } } : { watermark: where.watermark };
+      this.deadLetters.push({ operator: parked.operator ?? n.node.name, ...what, error: parked.error, attempts: parked.attempts });
+      this.parked.push(id!);
+      return;
+    }
+    const outer = this.current;
+    this.current = where;
     try {
       f();
     } catch (e) {
       if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, rec?.value, e, this.current);
+      throw new RecordFailedError(n.node.name, undefined, e, where);
+    } finally {
+      this.current = outer;
     }
   }
 

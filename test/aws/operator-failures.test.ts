@@ -107,9 +107,9 @@ describe('operator handler failures', () => {
     expect(t.byUser('ann')).toEqual(['a1', 'a2', 'a3', 'a4', 'a5']);
     const [dead, ...more] = await t.deadLetters();
     expect(more).toEqual([]);
-    // The record as it entered the stage (at its first operator), with the error of the one that threw.
-    expect(dead).toMatchObject({ k: 'd', job: t.job.name, stage: 0, partition: 0, operator: 'events', index: 1, attempts: 3, offset: normaliseOffset(A3.Attributes!.SequenceNumber!) });
-    expect(dead.record.value).toEqual(ev('X', 'ann', true));
+    // The record as it entered the stage, named by the operator that threw (chained behind the source) and its message's SequenceNumber.
+    expect(dead).toMatchObject({ k: 'd', job: t.job.name, stage: 0, partition: 0, operator: 'check', index: 1, attempts: 3, offset: normaliseOffset(A3.Attributes!.SequenceNumber!) });
+    expect(dead.record!.value).toEqual(ev('X', 'ann', true));
     expect(dead.error).toMatch(/operator "check" threw: poisoned event X/);
 
     // The whole batch once more (a redelivery after everything committed): nothing new anywhere.
@@ -156,6 +156,6 @@ describe('operator handler failures', () => {
       for (const p of [0, 1]) expect(t.byUser(u).filter((id) => partitionOf(id) === p)).toEqual(want.filter((id) => partitionOf(id) === p));
     }
     const dead = await t.deadLetters();
-    expect(dead.map((d) => [d.record.value, d.attempts])).toEqual([[events[9], 3]]);
+    expect(dead.map((d) => [d.record!.value, d.attempts])).toEqual([[events[9], 3]]);
   });
 });
