@@ -93,6 +93,7 @@ export function decodeBody(body: string, messageId = '?'): MessageBody {
   if (b.k === 'e' && !Array.isArray((b as { e?: unknown }).e)) throw new MessageDecodeError(messageId, 'envelope message without envelopes');
   if (b.k === 'i' && (!Array.isArray((b as { r?: unknown }).r) || typeof (b as { s?: unknown }).s !== 'string')) throw new MessageDecodeError(messageId, 'ingest message without source or records');
   if (b.k === 'i' && 'at' in b && !Number.isFinite((b as { at?: unknown }).at)) throw new MessageDecodeError(messageId, `ingest message: "at" must be epoch milliseconds, received ${JSON.stringify((b as { at?: unknown }).at)}`);
+  if (b.k === 'i' && 'probe' in b && ((b as { probe?: unknown }).probe !== true || (b as unknown as { r: unknown[] }).r.length > 0 || !('at' in b))) throw new MessageDecodeError(messageId, 'idle probe: expected "probe": true with "at" and no records');
   return value as MessageBody;
 }
 

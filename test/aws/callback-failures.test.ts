@@ -37,7 +37,7 @@ async function setup<O>(job: Job, sink: CollectSink<O>, clock: Clock) {
   const queues = await createStageQueues(clients.sqs, plan, { maxReceiveCount: 10, visibilityTimeoutSeconds: 300 });
   const staticQueues = new StaticQueues(queues);
   const ingest = createIngestHandler({ job, sqs: clients.sqs, queues: staticQueues, clock });
-  const send = async (events: Ev[]) => {
+  const send = async (events: readonly object[]) => {
     const event = { version: '2.0', rawPath: '/streams/events/events', headers: { 'content-type': 'application/json' }, requestContext: { http: { method: 'POST' }, requestId: unique('r') }, body: JSON.stringify(events), isBase64Encoded: false };
     expect((await ingest(event as unknown as APIGatewayProxyEventV2)).statusCode).toBe(202);
   };

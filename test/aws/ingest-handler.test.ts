@@ -13,7 +13,7 @@ import { Job } from '../../lib/api/stream.ts';
 import { ManualClock } from '../../lib/api/types.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { createIngestHandler, type IngestHandlerConfig, ingestStreams } from '../../lib/aws/ingest-handler.ts';
-import { decodeBody } from '../../lib/aws/sqs-codec.ts';
+import { decodeBody, probeBody, sourceEnvelope } from '../../lib/aws/sqs-codec.ts';
 import { createStageQueues, StaticQueues, type StageQueues } from '../../lib/aws/sqs-queues.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { type IngestServer, startIngestServer } from '../../lib/local/ingest-server.ts';
@@ -182,6 +182,13 @@ describe('ingest handler: SQS', () => {
     await viaLambda(h, 'POST', '/streams/orders/events', json, JSON.stringify([order(4)]));
     await enqueued(streams.get('orders')!.stage, probes);
     expect(probes).toEqual([{ partition: silent, at: t0 + 5000 }]);
+
+    // The operator handler's view of a probe, and what it refuses.
+    const body = decodeBody(probeBody('orders', 7));
+    if (body.k !== 'i') throw new Error('expected an ingest message');
+    expect(sourceEnvelope(plan, streams.get('orders')!.stage, 1, body, '0000012')).toMatchObject({ probe: true, arrivedAt: 7, records: [], offset: '12' });
+    expect(() => decodeBody('{"v":1,"k":"i","s":"orders","at":5,"r":[[1,{}]],"probe":true}')).toThrow(/idle probe: expected "probe": true with "at" and no records/);
+    expect(() => decodeBody('{"v":1,"k":"i","s":"orders","at":"soon","r":[]}')).toThrow(/"at" must be epoch milliseconds, received "soon"/);
   });
 
   it('routes by a partition key when configured', async () => {
