@@ -20,8 +20,9 @@
  * the arrival time), packed per source partition, in order, into ingest messages.
  * Partition: by `partitionKey` when configured, else by the Idempotency-Key's hash,
  * else round-robin per request. Messages carry the arrival time; partitions this
- * container has sent nothing for the source's idle timeout get an idle probe in the same
- * send (idleProbes), so a silent partition can be marked idle.
+ * container has sent nothing for the source's idle timeout get an idle probe (idleProbes):
+ * the request's stream in the same send, the job's other ingestion streams in their own,
+ * so a silent partition can be marked idle.
  */
 import { randomUUID } from 'node:crypto';
 import type { SQSClient } from '@aws-sdk/client-sqs';
@@ -100,9 +101,28 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
    * and would hold event time back downstream forever. At most one per partition per
    * timeout per container, and only while requests arrive: nothing at zero traffic.
    */
+  /**
+   * A silent stream holds back the stages it feeds with other streams (a join, a union):
+   * its partitions are probed too, on their own queue, at most once per timeout. Never
+   * fails the request: a probe that is not sent is tried again by a later request.
+   */
+  async function probeOtherStreams(current: string, now: number, requestKey: string): Promise<void> {
+    for (const [name, other] of streams) {
+      if (name === current) continue;
+      const probes = idleProbes(name, other, [], now, requestKey);
+      if (!probes.length) continue;
+      try {
+        const sent = await transport.send(await queues.queueUrl(other.stage), probes.map((p) => p.message), false);
+        sent.forEach((o, i) => o.ok && probes[i].sent());
+      } catch (e) {
+        config.logger?.warn('idle probes not sent; a later request tries again', { stream: name, error: (e as Error).message });
+      }
+    }
+  }
+
   function idleProbes(name: string, stream: Stream, sentTo: Iterable<number>, now: number, requestKey: string): { message: OutgoingMessage; sent: () => void }[] {
     const timeout = stream.def.watermark.idleTimeoutMs;
-    if (timeout === undefined || stream.partitions < 2) return [];
+    if (timeout === undefined) return [];
     const last = lastSentTo(name, stream);
     const skip = new Set(sentTo);
     const out: { message: OutgoingMessage; sent: () => void }[] = [];
@@ -199,6 +219,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
       else config.logger?.warn('idle probe not sent; the next request tries again', { stream: route.stream, partition: p.message.groupId });
     });
     for (const p of byPartition.keys()) lastSentTo(route.stream, stream)[p] = arrival;
+    await probeOtherStreams(route.stream, arrival, requestKey);
 
     let accepted = 0;
     const rejected: V.RejectedEvent[] = [...checked.rejected];

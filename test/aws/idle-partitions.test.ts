@@ -120,4 +120,39 @@ describe('idle source partitions on AWS', () => {
       await runtime.stop();
     }
   }, 120_000);
+
+  it('fire windows over a union when one of its ingestion streams is silent (its partitions are probed too)', async () => {
+    const clock = new ManualClock(0);
+    const sink = new CollectSink<Count>();
+    const job = new Job('idle-union', { parallelism: 2, maxParallelism: MAX_P });
+    const idle = WatermarkStrategies.boundedOutOfOrderness(0, { idleTimeoutMs: 1000 });
+    const web = job.ingest<Click>('web', { timestamp: (c) => c.ts, watermark: idle });
+    const app = job.ingest<Click>('app', { timestamp: (c) => c.ts, watermark: idle });
+    web
+      .union(app)
+      .keyBy((c) => c.user)
+      .window(Windows.tumbling(1000))
+      .process<Count>((els, { key, window }, out) => out.emit({ user: key as string, start: window.start, n: els.length }))
+      .sinkTo(Sinks.collect(), 'out');
+    const runtime = new LocalAwsRuntime(job, { env, runId: unique('union').slice(-20).replace(/^[^a-z]+/, 'r'), clock, sinks: { out: sink as Sink<any> } });
+    await runtime.start();
+    const post = async (...ts: number[]) => {
+      const event = { version: '2.0', rawPath: '/streams/web/events', headers: { 'content-type': 'application/json' }, requestContext: { http: { method: 'POST' }, requestId: unique('r') }, body: JSON.stringify(ts.map((t) => ({ user: 'u', ts: t }))), isBase64Encoded: false };
+      expect((await runtime.ingest!(event as unknown as APIGatewayProxyEventV2)).statusCode).toBe(202);
+      await runtime.drained();
+    };
+    try {
+      // Round-robin: web partitions 0 and 1 both get data; "app" gets nothing, ever.
+      await post(100);
+      await post(200, 1500);
+      await post(1600);
+      expect(sink.records).toEqual([]);
+      clock.set(1000);
+      await post(1700);
+      await post(1800);
+      expect(sink.records).toEqual([{ user: 'u', start: 0, n: 2 }]);
+    } finally {
+      await runtime.stop();
+    }
+  }, 120_000);
 });

@@ -161,13 +161,17 @@ describe('ingest handler: SQS', () => {
     const probes: { partition: number; at?: number }[] = [];
     const t0 = clock.now();
     expect((await viaLambda(counted, 'POST', '/streams/orders/events', json, JSON.stringify([order(1)]))).status).toBe(202);
-    // Data to partition 0 and a probe to partition 1 went in one SendMessageBatch.
-    expect(acc.get('sqs', 'SendMessageBatch').requests).toBe(1);
+    // Data and the probe of the other orders partition went in one SendMessageBatch; the
+    // silent clicks stream (its own stage queue) got probes on both partitions in another.
+    expect(acc.get('sqs', 'SendMessageBatch').requests).toBe(2);
     const [got, ...more] = await enqueued(streams.get('orders')!.stage, probes);
     expect(more).toEqual([]);
     expect(got.records).toEqual([[1001, order(1)]]);
     const silent = 1 - got.partition; // every event goes to the partition of key 0
     expect(probes).toEqual([{ partition: silent, at: t0 }]);
+    const clickProbes: { partition: number; at?: number }[] = [];
+    expect(await enqueued(streams.get('clicks')!.stage, clickProbes)).toEqual([]);
+    expect(clickProbes.sort((a, b) => a.partition - b.partition)).toEqual([{ partition: 0, at: t0 }, { partition: 1, at: t0 }]);
     // Data messages carry their arrival time too.
     expect((await viaLambda(h, 'POST', '/streams/orders/events', json, JSON.stringify([order(2)]))).status).toBe(202);
     const bodies = (await drainQueue(clients.sqs, queues[streams.get('orders')!.stage].url)).map((m) => decodeBody(m.Body!));
