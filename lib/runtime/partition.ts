@@ -137,10 +137,12 @@ export class PartitionRuntime {
   private pendingOutbox: OutboxEntry[] = [];
   /** Outbox committed before a crash, to deliver again first. */
   recoveredOutbox: OutboxEntry[] = [];
-  /** The record or callback running, for attributing a throw. */
-  private current: FailureLocation | undefined;
+  /** The record being processed, for attributing a throw. */
+  private current: RecordLocation | undefined;
   /** The envelope being applied, whose watermark may fire timers. */
-  private applying: { channel: string; seq: number } | undefined;
+  private applying: Envelope | undefined;
+  /** The callback running (timer, or watermark), for attributing a throw; built into a location only when needed. */
+  private firing: { node: NodeRuntime | undefined; timer: TimerEntry | undefined; watermark: number } = { node: undefined, timer: undefined, watermark: 0 };
   private skip: ReadonlyMap<string, ParkedFailure> | undefined;
   private parked: string[] = [];
   /** What this process() call committed so far (an aligned barrier commits mid-batch). */
@@ -324,7 +326,7 @@ export class PartitionRuntime {
       ch.idle = next.idle;
       if (next.lastDataAt !== undefined) ch.lastDataAt = next.lastDataAt;
     } else ch.idle = env.idle === true;
-    this.applying = { channel: env.channel, seq: env.seq };
+    this.applying = env;
     this.advanceWatermark();
     this.applying = undefined;
   }
@@ -395,7 +397,7 @@ export class PartitionRuntime {
     this.inputWatermark = wm;
     for (const n of this.order) {
       for (let t = n.timers.event.pollUpTo(wm); t; t = n.timers.event.pollUpTo(wm)) this.fireTimer(n, t);
-      if (n.op.onWatermark) this.callback(n, { operator: n.node.name, watermark: wm, ...(this.applying ? { at: this.applying } : {}) }, () => n.op.onWatermark!(wm));
+      if (n.op.onWatermark) this.callback(n, undefined, wm, () => n.op.onWatermark!(wm));
     }
     this.progress.outputWatermark = wm;
     this.outputs.watermarkMoved = true;
@@ -412,8 +414,20 @@ export class PartitionRuntime {
   private fireTimer(n: NodeRuntime, t: TimerEntry): void {
     if (!n.op.onTimer) return;
     n.ctx.setCurrentKeyString(t.key, t.kg);
-    const at = t.domain === 'event' && this.applying ? { at: this.applying } : {};
-    this.callback(n, { operator: n.node.name, timer: t, ...at }, () => n.op.onTimer!(t.domain, t.time, t.ns));
+    this.callback(n, t, 0, () => n.op.onTimer!(t.domain, t.time, t.ns));
+  }
+
+  /** Where a callback is (timers fire in bulk: built only for a skip check or a throw). */
+  private callbackLocation(n: NodeRuntime, timer: TimerEntry | undefined, watermark: number): CallbackLocation {
+    const env = timer?.domain === 'processing' ? undefined : this.applying;
+    const at = env ? { at: { channel: env.channel, seq: env.seq } } : {};
+    return timer ? { operator: n.node.name, timer, ...at } : { operator: n.node.name, watermark, ...at };
+  }
+
+  /** The record or callback running, for a throw. */
+  private failureLocation(): FailureLocation | undefined {
+    const f = this.firing;
+    return this.current ?? (f.node ? this.callbackLocation(f.node, f.timer, f.watermark) : undefined);
   }
 
   /**
@@ -421,25 +435,29 @@ export class PartitionRuntime {
    * emitted) names the callback, so a retry can park it; a parked one is not run: the
    * timer counts as consumed, as its dead letter says.
    */
-  private callback(n: NodeRuntime, where: CallbackLocation, f: () => void): void {
-    const id = this.skip ? locationId(where) : undefined;
-    const parked = id !== undefined ? this.skip!.get(id) : undefined;
-    if (parked) {
-      const t = where.timer;
-      const what = t ? { timer: { operator: n.node.name, domain: t.domain, time: t.time, key: keyFromString(t.key), namespace: t.ns, consumed: true as const } } : { watermark: where.watermark };
-      this.deadLetters.push({ operator: parked.operator ?? n.node.name, ...what, error: parked.error, attempts: parked.attempts });
-      this.parked.push(id!);
-      return;
+  private callback(n: NodeRuntime, t: TimerEntry | undefined, watermark: number, f: () => void): void {
+    if (this.skip) {
+      const id = locationId(this.callbackLocation(n, t, watermark));
+      const parked = this.skip.get(id);
+      if (parked) {
+        const what = t ? { timer: { operator: n.node.name, domain: t.domain, time: t.time, key: keyFromString(t.key), namespace: t.ns, consumed: true as const } } : { watermark };
+        this.deadLetters.push({ operator: parked.operator ?? n.node.name, ...what, error: parked.error, attempts: parked.attempts });
+        this.parked.push(id);
+        return;
+      }
     }
-    const outer = this.current;
-    this.current = where;
+    const firing = this.firing;
+    firing.node = n;
+    firing.timer = t;
+    firing.watermark = watermark;
     try {
       f();
     } catch (e) {
       if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, undefined, e, where);
+      throw new RecordFailedError(n.node.name, undefined, e, this.failureLocation());
     } finally {
-      this.current = outer;
+      firing.node = undefined;
+      firing.timer = undefined;
     }
   }
 
@@ -450,7 +468,7 @@ export class PartitionRuntime {
       n.op.processElement(rec, input);
     } catch (e) {
       if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, rec.value, e, this.current);
+      throw new RecordFailedError(n.node.name, rec.value, e, this.failureLocation());
     }
   }
 
