@@ -5,7 +5,8 @@
  * function probes the silent partitions; once the idle timeout separates a partition's
  * last data from a probe (the injected clock), it stops holding event time back and the
  * windows fire. A partition that gets data again counts again. Nothing is late, lost or
- * parked.
+ * parked. The embedded runtime, fed the same arrivals per partition at the same clock,
+ * fires the same windows at the same steps.
  */
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { afterAll, describe, expect, inject, it } from 'vitest';
@@ -15,6 +16,7 @@ import { keyToString, ManualClock, WatermarkStrategies } from '../../lib/api/typ
 import { Windows } from '../../lib/api/windows.ts';
 import { localAwsAt } from '../../lib/aws/local/endpoints.ts';
 import { LocalAwsRuntime } from '../../lib/aws/local/runner.ts';
+import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { keyGroupOfString, partitionOfKeyGroup } from '../../lib/graph/keygroups.ts';
 import { unique } from './helpers.ts';
 
@@ -118,6 +120,48 @@ describe('idle source partitions on AWS', () => {
       for (const s of runtime.report().stages) expect(s.metrics.fifoRuleViolations, s.name).toBe(0);
     } finally {
       await runtime.stop();
+    }
+  }, 120_000);
+
+  it('gives the embedded runtime\'s windows, step by step, for the same arrivals per partition and clock', async () => {
+    // [processing time, source partition, event times]: partitions in the embedded runtime's round-robin order.
+    const steps: [number, number, number[]][] = [
+      [0, 0, [100, 200]],
+      [0, 1, [300, 1500]],
+      [1000, 2, [1700]], // 0, 1 (data at 0) and 3 (none) are idle: [0, 1000) fires at 1699
+      [1100, 3, [2500]],
+      [1200, 0, [2600]],
+      [1300, 1, [2700]],
+      [1400, 2, [3500]], // all active again: min 2499, [1000, 2000) fires
+    ];
+    const embeddedClock = new ManualClock(0);
+    const a = new CollectSink<Count>();
+    const embedded = new EmbeddedRuntime(clicksJob(), { clock: embeddedClock, sinks: { out: a as Sink<any> }, sourceBatchSize: 100 });
+    await embedded.start();
+    const awsClock = new ManualClock(0);
+    const b = new CollectSink<Count>();
+    const runtime = new LocalAwsRuntime(clicksJob(), { env, runId: unique('same').slice(-20).replace(/^[^a-z]+/, 'r'), clock: awsClock, sinks: { out: b as Sink<any> } });
+    await runtime.start();
+    const nextKey = [0, 1, 2, 3].map(keysFor);
+    const rows = (sink: CollectSink<Count>) => sink.records.map((r) => JSON.stringify(r)).sort();
+    const seen: number[] = [];
+    try {
+      for (const [at, p, ts] of steps) {
+        const clicks = ts.map((t) => ({ user: `u${t % 3}`, ts: t }));
+        embeddedClock.set(at);
+        expect(embedded.offer('clicks', clicks)).toEqual({ ok: true });
+        while (await embedded.step()) {}
+        awsClock.set(at);
+        const event = { version: '2.0', rawPath: '/streams/clicks/events', headers: { 'content-type': 'application/json', 'idempotency-key': nextKey[p]() }, requestContext: { http: { method: 'POST' }, requestId: unique('r') }, body: JSON.stringify(clicks), isBase64Encoded: false };
+        expect((await runtime.ingest!(event as unknown as APIGatewayProxyEventV2)).statusCode).toBe(202);
+        await runtime.drained();
+        expect(rows(b), `after the arrival at ${at} on partition ${p}`).toEqual(rows(a));
+        seen.push(a.records.length);
+      }
+      expect(seen).toEqual([0, 0, 3, 3, 3, 3, 5]);
+    } finally {
+      await runtime.stop();
+      await embedded.close();
     }
   }, 120_000);
 
