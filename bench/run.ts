@@ -6,6 +6,7 @@
  *   npm run bench -- [--events 1000000] [--query q5 --query q7 | --query q5,q7]
  *                    [--parallelism N] [--seed 42] [--warmup 100000] [--json] [--in-process]
  *                    [--checkpoint-interval MS]   (default: checkpoints off)
+ *                    [--cost-events 20000] [--cost-publish-batch 2000] [--skip-aws-cost]
  *
  * Each query runs in a fresh child process (`--expose-gc`), so its JIT state and peak
  * memory are its own. Events are generated into memory first, so neither side pays
@@ -13,6 +14,9 @@
  * as Flink's Nexmark runner does; "per core" divides by the process's CPU time
  * (Flink's "throughput/cores"). Both sides must produce the same rows, or the bench
  * fails. Latency is defined in bench/nexmark/measure.ts.
+ *
+ * Then the AWS cost section (bench/aws-cost.ts): the same queries in local-AWS mode,
+ * dollars per million events next to the naive baseline and Managed Flink.
  */
 import { spawn } from 'node:child_process';
 import { cpus } from 'node:os';
@@ -43,6 +47,9 @@ const { values } = parseArgs({
     'checkpoint-interval': { type: 'string' },
     json: { type: 'boolean', default: false },
     'in-process': { type: 'boolean', default: false },
+    'cost-events': { type: 'string' },
+    'cost-publish-batch': { type: 'string' },
+    'skip-aws-cost': { type: 'boolean', default: false },
     worker: { type: 'string' },
   },
 });
@@ -132,8 +139,15 @@ async function main(): Promise<void> {
   say('\n' + table(results.map(row)));
   say('\nper core = events / CPU seconds of the process (ratio = runtime / floor, both per core); Flink/core = NEXMARK.md 7.1 (runner V1);');
   say('latency: the row\'s trigger event read by the source -> the row at the sink (bench/nexmark/measure.ts).');
+  let awsCost: unknown;
+  if (!values['skip-aws-cost'] && results.every((r) => r.resultsMatch)) {
+    const { costConfig, measureAwsCost } = await import('./aws-cost.ts');
+    say('');
+    const costCfg = await costConfig({ events: values['cost-events'], 'publish-batch': values['cost-publish-batch'], parallelism: values.parallelism, seed: values.seed });
+    awsCost = await measureAwsCost(selected.map((q) => q.name), costCfg, say);
+  }
   if (values.json) {
-    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: checkpointLabel(cfg), node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, results }, null, 2));
+    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: checkpointLabel(cfg), node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, results, awsCost }, null, 2));
   }
   if (results.some((r) => !r.resultsMatch)) {
     console.error('bench: the runtime and the floor disagree on the results');

@@ -67,7 +67,7 @@ export interface OperatorHandlerConfig {
   /** Default: the job's queues by name. */
   readonly queues?: QueueResolver;
   readonly queuePrefix?: string;
-  /** For envelopes too large for one message (claim check). */
+  /** For envelopes too large for one message (claim check), and outboxes too large to keep in the state table. */
   readonly blobs?: BlobStore;
   /** Sinks by name; default the job's own. Injected sinks are opened and closed by the caller. */
   readonly sinks?: Readonly<Record<string, Sink<any>>>;
@@ -102,7 +102,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   const job = plan.job.name;
   const accounting = config.accounting ?? new AwsAccounting();
   const tableName = config.tableName ?? stateTableName(job);
-  const backend = config.backend ?? new DynamoDbStateBackend({ client: config.dynamodb, tableName, accounting });
+  const backend = config.backend ?? new DynamoDbStateBackend({ client: config.dynamodb, tableName, accounting, blobs: config.blobs });
   const queues = config.queues ?? new NamedQueues(config.sqs, job, config.queuePrefix, accounting);
   const transport = new SqsTransport({ sqs: config.sqs, job, queues, accounting, blobs: config.blobs, maxMessageBytes: config.maxMessageBytes, compress: config.compress });
   const attemptsLog = new RecordAttempts(config.dynamodb, tableName, accounting);
