@@ -15,6 +15,7 @@
  *                                                   received at `at` (its clock)
  *   {"v":1,"k":"i","s":source,"at":ms,"r":[],"probe":true}   an idle probe (runtime/idleness.ts)
  *   {"v":1,"k":"i","s":source,"r":[],"end":true}   end of a bounded input (watermark +inf)
+ *   {"v":1,"k":"i","s":source,"r":[],"b":{...}}     checkpoint barrier (checkpoint-barriers.ts)
  *   {"v":1,"k":"d", ...DeadLetterMessage}          a parked record, on the stage's DLQ
  */
 import { createHash } from 'node:crypto';
@@ -35,6 +36,23 @@ const GZIP_PREFIX = 'gz1:';
 /** Below this, gzip's header and base64 cannot win. */
 const MIN_COMPRESS_BYTES = 512;
 
+/** A barrier as checkpoint-barriers.ts writes it into a source queue. */
+export interface BarrierBody {
+  readonly epoch: number;
+  readonly baseEpoch: number;
+  readonly full: readonly string[];
+  readonly savepoint: boolean;
+}
+
+function checkBarrierBody(b: unknown, messageId: string): BarrierBody {
+  const x = b as Partial<BarrierBody> | null;
+  const int = (v: unknown, min: number) => typeof v === 'number' && Number.isSafeInteger(v) && v >= min;
+  if (!x || typeof x !== 'object' || !int(x.epoch, 1) || !int(x.baseEpoch, 0) || !Array.isArray(x.full) || !x.full.every((f) => typeof f === 'string') || typeof x.savepoint !== 'boolean') {
+    throw new MessageDecodeError(messageId, `barrier "b": expected {epoch >= 1, baseEpoch >= 0, full: string[], savepoint: boolean}, received ${JSON.stringify(b)?.slice(0, 120)}`);
+  }
+  return { epoch: x.epoch as number, baseEpoch: x.baseEpoch as number, full: x.full, savepoint: x.savepoint };
+}
+
 export interface DeadLetterMessage extends DeadLetter {
   readonly job: string;
   readonly stage: number;
@@ -44,7 +62,7 @@ export interface DeadLetterMessage extends DeadLetter {
 export type MessageBody =
   | { readonly v: 1; readonly k: 'e'; readonly e: Envelope[] }
   | { readonly v: 1; readonly k: 's'; readonly key: string; readonly n: number }
-  | { readonly v: 1; readonly k: 'i'; readonly s: string; readonly r: [number, unknown][]; readonly at?: number; readonly probe?: true; readonly end?: true }
+  | { readonly v: 1; readonly k: 'i'; readonly s: string; readonly r: [number, unknown][]; readonly at?: number; readonly probe?: true; readonly end?: true; readonly b?: BarrierBody }
   | ({ readonly v: 1; readonly k: 'd' } & DeadLetterMessage);
 
 // Allowed by SQS: #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF. Astral characters are
@@ -202,6 +220,8 @@ export function sourceEnvelope(plan: PhysicalPlan, stage: number, partition: num
     watermark: body.end ? MAX_WATERMARK : MIN_WATERMARK,
     ...(body.at !== undefined ? { arrivedAt: body.at } : {}),
     ...(body.probe ? { probe: true as const } : {}),
+    // The partition fills in the barrier's source position (records it consumed on this channel before it).
+    ...(body.b !== undefined ? { barrier: checkBarrierBody(body.b, messageId) } : {}),
   };
 }
 

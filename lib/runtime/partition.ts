@@ -15,19 +15,20 @@
 import { type Clock, type Key, keyFromString, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
-import { channelsInto, type PhysicalPlan, type StagePlan, type StageEdge, type Successor } from '../graph/compile.ts';
+import { channelsInto, type PhysicalPlan, type StagePlan, type Successor } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
 import { createOperator } from '../operators/registry.ts';
 import type { ChannelProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import { buildChains } from './chain.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, NodeContext, type NodeRuntime } from './context.ts';
 import { type CallbackLocation, type FailureLocation, locationId, type ParkedFailure, RecordFailedError, type RecordLocation } from './failures.ts';
 import { sourceIdlenessAfter } from './idleness.ts';
-import { entitiesToPrefetch, freshEnvelopes } from './inputs.ts';
+import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark } from './inputs.ts';
 import { Outputs } from './outputs.ts';
-import { allTimerEntities, changedTimerEntities, timersOfEntity } from './snapshots.ts';
+import { allTimerEntities, changedTimerEntities, timerChanges, timersOfEntity } from './snapshots.ts';
 import { TimerQueue } from './timers.ts';
 
 export { entityId };
@@ -81,8 +82,11 @@ export class PartitionRuntime {
   private pendingOutbox: OutboxEntry[] = [];
   /** Outbox committed before a crash, to deliver again first. */
   recoveredOutbox: OutboxEntry[] = [];
-  /** The record being processed, for attributing a throw. */
-  private current: RecordLocation | undefined;
+  /** The input record being applied (fields, not an object per record; see location()). */
+  private curChannel: string | undefined;
+  private curSeq = 0;
+  private curIndex = 0;
+  private curOffset: string | undefined;
   /** The envelope being applied, whose watermark may fire timers. */
   private applying: Envelope | undefined;
   /** The callback running (timer, or watermark), for attributing a throw; built into a location only when needed. */
@@ -118,6 +122,11 @@ export class PartitionRuntime {
     this.progress = copyProgress(rec.progress as MutableProgress) as MutableProgress;
     this.recoveredOutbox = [...rec.outbox];
     for (const id of this.stage.nodes) this.createNode(this.deps.plan.job.nodes[id]);
+    buildChains(this.deps.plan, this.order, this.nodes, {
+      outputs: this.outputs,
+      dispatch: (n, rec, input) => this.dispatch(n, rec, input),
+      failure: (n, value, cause) => new RecordFailedError(n.node.name, value, cause, this.location()),
+    });
     for (const t of rec.timers) this.nodes.get(t.node)?.timers[t.domain].load(t);
     this.inputWatermark = this.computeInputWatermark();
     if (this.deps.checkpointStore) {
@@ -157,6 +166,9 @@ export class PartitionRuntime {
       routes,
       timers: { event: new TimerQueue(), processing: new TimerQueue() },
       recordsIn: 0,
+      emitters: new Map(),
+      emitMain: () => {},
+      entry: undefined,
     };
     (rt as { ctx: NodeContext }).ctx = new NodeContext(this, rt, this.deps.plan.job.maxParallelism);
     rt.op = createOperator(rt.ctx);
@@ -218,7 +230,10 @@ export class PartitionRuntime {
     const ch = this.channel(env.channel);
     if (fresh) {
       ch.seq = env.seq;
-      if (env.offset !== undefined) ch.offset = env.offset;
+      if (env.offset !== undefined) {
+        ch.offset = env.offset;
+        ch.records = (ch.records ?? 0) + env.records.length;
+      }
     }
     const a = this.progress.aligning;
     if (a && a.arrived[env.channel]) {
@@ -241,26 +256,35 @@ export class PartitionRuntime {
     const edge = this.deps.plan.edges[env.edge];
     const target = this.nodes.get(edge.toNode)!;
     const keyed = KEYED_KINDS.has(target.node.spec.kind);
+    const entry = target.entry;
     const records = env.records;
+    this.curChannel = env.channel;
+    this.curSeq = env.seq;
+    this.curOffset = env.offset;
     for (let i = 0; i < records.length; i++) {
       const rec = records[i];
-      this.current = env.offset === undefined ? { channel: env.channel, seq: env.seq, index: i } : { channel: env.channel, seq: env.seq, index: i, offset: env.offset };
+      this.curIndex = i;
       if (this.skip) {
-        const id = locationId(this.current);
+        const here = this.recordLocation();
+        const id = locationId(here);
         const parked = this.skip.get(id);
         if (parked) {
-          this.deadLetters.push({ operator: parked.operator ?? target.node.name, ...this.current, record: rec, error: parked.error, attempts: parked.attempts });
+          this.deadLetters.push({ operator: parked.operator ?? target.node.name, ...here, record: rec, error: parked.error, attempts: parked.attempts });
           this.parked.push(id);
           continue;
         }
+      }
+      if (entry) {
+        entry(rec.value, rec.timestamp);
+        continue;
       }
       if (keyed) target.ctx.setCurrentKey(rec.key as Key);
       this.dispatch(target, rec, edge.toInput);
     }
     this.acc.recordsIn += records.length;
-    this.current = undefined;
+    this.curChannel = undefined;
     const source = edge.partitioning === 'source';
-    const wm = source ? Math.max(env.watermark, this.sourceWatermark(edge, records)) : env.watermark;
+    const wm = source ? Math.max(env.watermark, sourceWatermark(this.deps.plan, edge, records)) : env.watermark;
     if (wm > ch.watermark) ch.watermark = wm;
     if (source) {
       const spec = target.node.spec;
@@ -273,16 +297,6 @@ export class PartitionRuntime {
     this.applying = env;
     this.advanceWatermark();
     this.applying = undefined;
-  }
-
-  /** Bounded out-of-orderness over the records of a source envelope. */
-  private sourceWatermark(edge: StageEdge, records: readonly StreamRecord[]): number {
-    if (records.length === 0) return MIN_WATERMARK;
-    const spec = this.deps.plan.job.nodes[edge.toNode].spec;
-    const delay = spec.kind === 'source' ? spec.source.watermark.maxOutOfOrdernessMs : 0;
-    let max = MIN_WATERMARK;
-    for (const r of records) if (r.timestamp > max) max = r.timestamp;
-    return max - delay - 1;
   }
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */
@@ -309,25 +323,11 @@ export class PartitionRuntime {
   }
 
   private computeInputWatermark(): number {
-    if (this.expectedChannels.length === 0) return MAX_WATERMARK;
-    let wm = MAX_WATERMARK;
-    let active = 0;
-    for (const c of this.expectedChannels) {
-      const ch = this.progress.inputs[c];
-      if (ch?.idle) continue;
-      active++;
-      const w = ch ? ch.watermark : MIN_WATERMARK;
-      if (w < wm) wm = w;
-    }
-    return active === 0 ? this.inputWatermark : wm;
-  }
-
-  private allInputsIdle(): boolean {
-    return this.expectedChannels.length > 0 && this.expectedChannels.every((c) => this.progress.inputs[c]?.idle);
+    return inputWatermark(this.expectedChannels, this.progress.inputs, this.inputWatermark);
   }
 
   private advanceWatermark(): void {
-    const idle = this.allInputsIdle();
+    const idle = allIdle(this.expectedChannels, this.progress.inputs);
     if (idle !== this.progress.outputIdle) {
       this.progress.outputIdle = idle;
       this.outputs.watermarkMoved = true;
@@ -361,19 +361,6 @@ export class PartitionRuntime {
     this.callback(n, t, 0, () => n.op.onTimer!(t.domain, t.time, t.ns));
   }
 
-  /** Where a callback is (timers fire in bulk: built only for a skip check or a throw). */
-  private callbackLocation(n: NodeRuntime, timer: TimerEntry | undefined, watermark: number): CallbackLocation {
-    const env = timer?.domain === 'processing' ? undefined : this.applying;
-    const at = env ? { at: { channel: env.channel, seq: env.seq } } : {};
-    return timer ? { operator: n.node.name, timer, ...at } : { operator: n.node.name, watermark, ...at };
-  }
-
-  /** The record or callback running, for a throw. */
-  private failureLocation(): FailureLocation | undefined {
-    const f = this.firing;
-    return this.current ?? (f.node ? this.callbackLocation(f.node, f.timer, f.watermark) : undefined);
-  }
-
   /**
    * Run a timer or watermark callback. A throw (there or in an operator fed what it
    * emitted) names the callback, so a retry can park it; a parked one is not run: the
@@ -398,11 +385,30 @@ export class PartitionRuntime {
       f();
     } catch (e) {
       if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, undefined, e, this.failureLocation());
+      throw new RecordFailedError(n.node.name, undefined, e, this.location());
     } finally {
       firing.node = undefined;
       firing.timer = undefined;
     }
+  }
+
+  /** Where a callback is (timers fire in bulk: built only for a skip check or a throw). */
+  private callbackLocation(n: NodeRuntime, timer: TimerEntry | undefined, watermark: number): CallbackLocation {
+    const env = timer?.domain === 'processing' ? undefined : this.applying;
+    const at = env ? { at: { channel: env.channel, seq: env.seq } } : {};
+    return timer ? { operator: n.node.name, timer, ...at } : { operator: n.node.name, watermark, ...at };
+  }
+
+  /** The input record being applied, or the timer or watermark callback running (built only when needed). */
+  private location(): FailureLocation | undefined {
+    if (this.curChannel !== undefined) return this.recordLocation();
+    const f = this.firing;
+    return f.node ? this.callbackLocation(f.node, f.timer, f.watermark) : undefined;
+  }
+
+  private recordLocation(): RecordLocation {
+    const l = { channel: this.curChannel!, seq: this.curSeq, index: this.curIndex };
+    return this.curOffset === undefined ? l : { ...l, offset: this.curOffset };
   }
 
   /** @internal Deliver a record to a node of this stage. */
@@ -412,24 +418,7 @@ export class PartitionRuntime {
       n.op.processElement(rec, input);
     } catch (e) {
       if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, rec.value, e, this.failureLocation());
-    }
-  }
-
-  /** @internal Route an emitted record to the node's successors. */
-  route(n: NodeRuntime, value: unknown, timestamp: number, port: string): void {
-    if (n.node.spec.kind === 'sink') {
-      this.outputs.toSink(n.node.name, value);
-      return;
-    }
-    const succ = n.routes.get(port);
-    if (!succ) return;
-    for (const s of succ) {
-      if (s.kind === 'local') {
-        this.dispatch(this.nodes.get(s.node)!, { value, timestamp }, s.input);
-      } else {
-        this.outputs.send(this.deps.plan.edges[s.edge], value, timestamp);
-      }
+      throw new RecordFailedError(n.node.name, rec.value, e, this.location());
     }
   }
 
@@ -448,18 +437,6 @@ export class PartitionRuntime {
     if (want.length) await this.deps.backend.prefetch(this.scope, want);
   }
 
-  private timerChanges(): { adds: TimerEntry[]; deletes: TimerEntry[] } {
-    const adds: TimerEntry[] = [];
-    const deletes: TimerEntry[] = [];
-    for (const n of this.order) {
-      for (const q of [n.timers.event, n.timers.processing]) {
-        adds.push(...q.added.values());
-        deletes.push(...q.deleted.values());
-      }
-    }
-    return { adds, deletes };
-  }
-
   /**
    * Commit what was processed since the last commit of this call. `progressMoved`: even
    * an envelope without records moves a channel's position, which must be committed;
@@ -473,7 +450,7 @@ export class PartitionRuntime {
     for (const d of this.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
 
     const writes = this.txn.writes();
-    const { adds: timerAdds, deletes: timerDeletes } = this.timerChanges();
+    const { adds: timerAdds, deletes: timerDeletes } = timerChanges(this.order);
     this.deps.beforeCommit?.();
     const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
     if (changed) {
