@@ -12,12 +12,16 @@ import { createOperatorHandler } from '../lib/aws/operator-handler.ts';
 import { S3BlobStore } from '../lib/aws/s3-blob-store.ts';
 import { deployment, job } from './job.ts';
 
+const s3 = new S3Client({});
+
 export const handler = createOperatorHandler({
   job,
+  s3,
+  bucket: deployment.bucket,
   sqs: new SQSClient({}),
   dynamodb: new DynamoDBClient({}),
   queuePrefix: deployment.queuePrefix,
-  blobs: deployment.bucket ? new S3BlobStore({ s3: new S3Client({}), bucket: deployment.bucket, prefix: `${job.name}/` }) : undefined,
+  blobs: deployment.bucket ? new S3BlobStore({ s3, bucket: deployment.bucket, prefix: `${job.name}/` }) : undefined,
   logger: new Logger({ serviceName: `sluice-${job.name}` }),
   metrics: new Metrics({ namespace: 'Sluice', serviceName: job.name }),
 });

@@ -31,6 +31,7 @@
  * a group with a record skipped. Logger and metrics are Powertools'.
  */
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { S3Client } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Logger } from '@aws-lambda-powertools/logger';
 import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
@@ -45,6 +46,7 @@ import { locationId, PartitionRuntime, RecordFailedError } from '../runtime/part
 import type { PartitionScope, StateBackend } from '../state/backend.ts';
 import type { BarrierAck, Envelope, OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
+import { bindAwsSinks } from './sink-options.ts';
 import { DynamoDbStateBackend } from './dynamodb-state.ts';
 import { stageOfQueue, stateTableName } from './naming.ts';
 import { RecordAttempts } from './record-attempts.ts';
@@ -65,6 +67,9 @@ export interface OperatorHandlerConfig {
   readonly queuePrefix?: string;
   /** For envelopes too large for one message (claim check). */
   readonly blobs?: BlobStore;
+  /** For AWS sinks (S3 files): the client and the job's bucket (SLUICE_BUCKET). @default - a client from the SDK's configuration, no bucket */
+  readonly s3?: S3Client;
+  readonly bucket?: string;
   /** Sinks by name; default the job's own. Injected sinks are opened and closed by the caller. */
   readonly sinks?: Readonly<Record<string, Sink<any>>>;
   readonly clock?: Clock;
@@ -119,6 +124,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     sinks.set(node.name, injected ?? node.spec.sink);
     if (!injected) own.push(node.spec.sink);
   }
+  // AWS sinks (S3 files, DynamoDB upsert) write with this function's clients and accounting.
+  bindAwsSinks(sinks, { job, s3: config.s3, dynamodb: config.dynamodb, bucket: config.bucket, tableName, accounting });
   let opened: Promise<void> | undefined;
 
   /** Warm partitions: reused while no other container commits to them (the version fence checks). */
@@ -165,7 +172,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       if (config.onBarrierAcks) await config.onBarrierAcks(acks);
       else log?.warn('checkpoint acknowledgements without a coordinator were dropped', { epochs: acks.map((a) => a.epoch) });
     };
-    await Promise.all([envelopes.length ? transport.sendEnvelopes(plan, envelopes) : undefined, transport.sendDeadLetters(letters), writeSinks(), sendAcks()]);
+    // Acks after the sink writes: a transactional sink's objects for an epoch exist before the coordinator can commit it.
+    await Promise.all([envelopes.length ? transport.sendEnvelopes(plan, envelopes) : undefined, transport.sendDeadLetters(letters), writeSinks().then(sendAcks)]);
     if (letters.length) {
       metrics?.addMetric('deadLetters', MetricUnit.Count, letters.length);
       for (const d of letters) log?.warn('record parked as a dead letter', { operator: d.operator, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });

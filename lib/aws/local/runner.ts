@@ -161,6 +161,8 @@ export class LocalAwsRuntime {
         queues,
         blobs,
         sinks,
+        s3: clients.s3,
+        bucket: this.bucket,
         clock: this.clock,
         accounting: this.accounting,
         maxAttempts: o.maxAttempts,
