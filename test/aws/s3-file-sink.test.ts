@@ -170,7 +170,7 @@ describe('S3FileSink in the checkpoint steps', () => {
     // What the operator function writes (another process: its own sink instance, same place).
     const operatorSide = new S3FileSink<{ v: string }>(parseS3FileSinkOptions({ prefix: 'committed' }));
     operatorSide.bindAws({ job: job.name, sink: 'files', s3: clients.s3, dynamodb: clients.dynamodb, bucket, tableName: table });
-    const reader = job.graph.sinks()[0].spec as { sink: ReturnType<typeof Sinks.s3Files<{ v: string }>> };
+    const reader = job.graph.sinks()[0].spec as unknown as { sink: ReturnType<typeof Sinks.s3Files<{ v: string }>> };
 
     let c = await step('resume', INITIAL_CARRY);
     await handler.acks.touch(clock);
