@@ -158,7 +158,8 @@ class SinkStorage {
   /** Data objects tagged from `fromTag` (inclusive) to `toTag` (exclusive), in key order. */
   async data(fromTag: number, toTag: number): Promise<S3FileEntry[]> {
     // Keys `data/<pad(t)>/...` sort after `data/<pad(fromTag)>` exactly when t >= fromTag.
-    const objects = await this.list('data/', `data/${pad(fromTag)}`, (k) => Number(DATA_KEY.exec(k)?.[1] ?? Infinity) >= toTag);
+    const objects = await this.list('data/', `data/${pad(fromTag)}`, (k) => Number(/^data\/(\d{12})\//.exec(k)?.[1] ?? 0) >= toTag);
+    // Keys this sink did not write (a stray upload) are never part of a commit.
     return objects.flatMap((o) => {
       const m = DATA_KEY.exec(o.Key!);
       return m ? [{ key: o.Key!, records: Number(m[4]), bytes: o.Size ?? 0 }] : [];

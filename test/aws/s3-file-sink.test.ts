@@ -88,6 +88,10 @@ describe('S3FileSink', () => {
     expect(await values(s)).toEqual(['a']);
     await s.write(batch('1:0', 3, 2, 'c')); // a partition that passed barrier 2 before the abort
     await s.write(batch('1:0', 4, 3, 'late')); // after barrier 3: belongs to epoch 4
+    // Stray uploads under data/ (not written by the sink) are never committed and do not stop the listing.
+    const raw = new S3BlobStore({ s3: clients.s3, bucket, prefix: 'files/sinks/p2/' });
+    await raw.put('data/000000000002/notes.txt', new TextEncoder().encode('{"v":"stray"}\n'));
+    await raw.put('data/zzz', new TextEncoder().encode('{"v":"stray"}\n'));
     await s.prepare(3);
     await s.commit(3);
     expect(await values(s)).toEqual(['a', 'b', 'c']);
