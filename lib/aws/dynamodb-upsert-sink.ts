@@ -39,9 +39,9 @@ import { AwsAccounting, dynamoDbCapacity } from './accounting.ts';
 import { itemBytes } from './dynamodb-layout.ts';
 import { kb, pool } from './dynamodb-table.ts';
 import { DynamoDbThrottledError, mapDynamoDbError } from './errors.ts';
-import { type AwsBindableSink, type AwsSinkBinding, type AwsSinkResources, type KeyValue, PRODUCER_ATTRIBUTE, type ResolvedUpsertOptions, SEQ_ATTRIBUTE } from './sink-options.ts';
+import { type AwsBindableSink, type AwsSinkBinding, type AwsSinkResources, type KeyValue, PRODUCER_ATTRIBUTE, type ResolvedUpsertOptions, SEQ_ATTRIBUTE, SinkRecordsRejectedError } from './sink-options.ts';
 
-/** A record the sink cannot turn into an item (its key or item function threw or returned the wrong type). */
+/** A record the sink cannot turn into an item (its key or item function threw or returned the wrong type); reported per delivery as SinkRecordsRejectedError. */
 export class SinkRecordError extends FieldError {
   readonly code = 'SINK_RECORD';
 }
@@ -85,16 +85,30 @@ export class DynamoDbUpsertSink<T> implements Sink<T>, AwsBindableSink {
       this.duplicatesDropped++;
       return;
     }
-    const items = new Map<string, Record<string, unknown>>();
+    const items = new Map<string, { item: Record<string, unknown>; index: number }>();
+    const rejected: { index: number; record: unknown; error: string }[] = [];
     batch.records.forEach((record, index) => {
-      const item = this.itemOf(record, index, batch);
-      // Coalesce: the last record of a key in this delivery is the one that counts.
-      const id = JSON.stringify([item[this.options.partitionKey], this.options.sortKey ? item[this.options.sortKey] : null]);
-      items.delete(id);
-      items.set(id, item);
+      try {
+        const item = this.itemOf(record, index, batch);
+        // Coalesce: the last record of a key in this delivery is the one that counts.
+        const id = JSON.stringify([item[this.options.partitionKey], this.options.sortKey ? item[this.options.sortKey] : null]);
+        items.delete(id);
+        items.set(id, { item, index });
+      } catch (e) {
+        if (!(e instanceof SinkRecordError)) throw e;
+        rejected.push({ index, record, error: e.message });
+      }
     });
-    await pool([...items.values()], this.options.concurrency, (item) => this.put(item));
+    await pool([...items.values()], this.options.concurrency, async ({ item, index }) => {
+      try {
+        await this.put(item);
+      } catch (e) {
+        if (!(e instanceof SinkRecordError)) throw e;
+        rejected.push({ index, record: batch.records[index], error: e.message });
+      }
+    });
     this.highWater.set(batch.producer, batch.seq);
+    if (rejected.length) throw new SinkRecordsRejectedError(`dynamodbUpsert(${this.options.table})`, batch.producer, batch.seq, rejected.sort((a, b) => a.index - b.index));
   }
 
   private itemOf(record: T, index: number, batch: SinkBatch<T>): Record<string, unknown> {
@@ -129,7 +143,7 @@ export class DynamoDbUpsertSink<T> implements Sink<T>, AwsBindableSink {
   /** One conditional PutItem, retried on throttling and on a lost answer. */
   private async put(item: Record<string, unknown>): Promise<void> {
     const { table, maxAttempts, sleep } = this.options;
-    const est = kb(itemBytes(item));
+    const est = estimateUnits(item);
     const doc = this.documentClient();
     const command = new PutCommand({
       TableName: table,
@@ -155,7 +169,7 @@ export class DynamoDbUpsertSink<T> implements Sink<T>, AwsBindableSink {
           return;
         }
         this.accounting.record('dynamodb', 'PutItem', { requests: 1, errors: 1 });
-        if (isMarshallError(e)) throw new SinkRecordError(`Sinks.dynamodbUpsert(${table}) item`, 'values DynamoDB can store (no functions, symbols or bigints)', (e as Error).message);
+        if (isMarshallError(e)) throw new SinkRecordError(`Sinks.dynamodbUpsert(${table}) item`, 'values DynamoDB can store (finite numbers, no symbols)', (e as Error).message);
         const mapped = mapDynamoDbError(e, { operation: 'PutItem', table, write: true });
         if (!mapped.retryable) throw mapped;
         if (attempt >= maxAttempts) {
@@ -171,5 +185,14 @@ export class DynamoDbUpsertSink<T> implements Sink<T>, AwsBindableSink {
 /** The document client's marshalling failed before anything was sent. */
 function isMarshallError(e: unknown): boolean {
   const m = (e as Error)?.message ?? '';
-  return !(e as { $metadata?: unknown })?.$metadata && /Unsupported type|marshall|convertClassInstanceToMap|BigInt/i.test(m);
+  return !(e as { $metadata?: unknown })?.$metadata && /Unsupported type|marshall|convertClassInstanceToMap|Special numeric value|Cannot convert/i.test(m);
+}
+
+/** Write units by AWS's rule (1 per started KB); values JSON cannot size (bigint) are left to the marshaller. */
+function estimateUnits(item: Record<string, unknown>): number {
+  try {
+    return kb(itemBytes(item));
+  } catch {
+    return 1;
+  }
 }

@@ -46,7 +46,7 @@ import { locationId, PartitionRuntime, RecordFailedError } from '../runtime/part
 import type { PartitionScope, StateBackend } from '../state/backend.ts';
 import type { BarrierAck, Envelope, OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
-import { bindAwsSinks } from './sink-options.ts';
+import { bindAwsSinks, SinkRecordsRejectedError } from './sink-options.ts';
 import { DynamoDbStateBackend } from './dynamodb-state.ts';
 import { stageOfQueue, stateTableName } from './naming.ts';
 import { RecordAttempts } from './record-attempts.ts';
@@ -163,7 +163,16 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       for (const b of batches) {
         const sink = sinks.get(b.sink);
         if (!sink) throw new InvariantError(`outbox names sink "${b.sink}", which job ${job} does not have`);
-        await sink.write(b);
+        try {
+          await sink.write(b);
+        } catch (e) {
+          if (!(e instanceof SinkRecordsRejectedError)) throw e;
+          // The rest of the delivery was written; the records the sink refused are parked, not retried forever.
+          const parked = e.rejected.map((r) => ({ operator: b.sink, channel: `sink:${b.producer}`, seq: b.seq, index: r.index, record: { value: r.record, timestamp: Number.NaN }, error: r.error, attempts: 1, job, stage: scope.stage, partition: scope.partition }));
+          await transport.sendDeadLetters(parked);
+          log?.warn('sink refused records; parked as dead letters', { sink: b.sink, producer: b.producer, seq: b.seq, records: parked.length, error: e.message });
+          metrics?.addMetric('deadLetters', MetricUnit.Count, parked.length);
+        }
       }
     };
     const sendAcks = async () => {

@@ -37,7 +37,7 @@ import { AwsAccounting } from './accounting.ts';
 import { DynamoDbPointerStore } from './dynamodb-pointers.ts';
 import { stateTableName } from './naming.ts';
 import { S3BlobStore } from './s3-blob-store.ts';
-import type { AwsBindableSink, AwsSinkBinding, AwsSinkResources, ResolvedS3FileSinkOptions } from './sink-options.ts';
+import { type AwsBindableSink, type AwsSinkBinding, type AwsSinkResources, type ResolvedS3FileSinkOptions, SinkRecordsRejectedError } from './sink-options.ts';
 import { mapS3Error } from './transport-errors.ts';
 
 export interface S3FileEntry {
@@ -225,15 +225,27 @@ export class S3FileSink<T> implements Sink<T>, TransactionalSink, AwsBindableSin
       this.duplicatesDropped++;
       return;
     }
-    if (batch.records.length) {
+    let text = '';
+    let n = 0;
+    const rejected: { index: number; record: unknown; error: string }[] = [];
+    batch.records.forEach((r, index) => {
+      try {
+        const line = JSON.stringify(r);
+        if (line === undefined) throw new Error('JSON.stringify gives nothing for it (undefined, a function or a symbol)');
+        text += line + '\n';
+        n++;
+      } catch (e) {
+        rejected.push({ index, record: r, error: `not JSON: ${(e as Error).message}` });
+      }
+    });
+    if (n) {
       const producer = batch.producer.replace(/[^A-Za-z0-9_.-]/g, '_');
-      const key = `data/${pad(batch.afterBarrier ?? 0)}/${producer}/${pad(batch.seq)}-${batch.records.length}.jsonl`;
-      let text = '';
-      for (const r of batch.records) text += JSON.stringify(r) + '\n';
+      const key = `data/${pad(batch.afterBarrier ?? 0)}/${producer}/${pad(batch.seq)}-${n}.jsonl`;
       // Same key, same bytes on a redelivery: accepted without a second object.
       await this.store().blobs.put(key, utf8.encode(text));
     }
     this.highWater.set(batch.producer, batch.seq);
+    if (rejected.length) throw new SinkRecordsRejectedError(`s3Files(${this.options.prefix})`, batch.producer, batch.seq, rejected);
   }
 
   /**

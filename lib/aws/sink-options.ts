@@ -12,7 +12,7 @@
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { z } from 'zod';
-import { ConfigError } from '../errors.ts';
+import { ConfigError, SluiceError } from '../errors.ts';
 import type { AwsAccounting } from './accounting.ts';
 
 /** What the AWS handlers know and a sink needs. */
@@ -47,6 +47,26 @@ export function isAwsBindable(s: unknown): s is AwsBindableSink {
 /** Bind every AWS sink of a job's sink map (the handlers call this once). */
 export function bindAwsSinks(sinks: Iterable<readonly [string, unknown]>, binding: Omit<AwsSinkBinding, 'sink'>): void {
   for (const [sink, s] of sinks) if (isAwsBindable(s)) s.bindAws({ ...binding, sink });
+}
+
+/**
+ * Some records of a delivery could not be written (the sink's key or item function threw
+ * or returned the wrong type, a value is not serialisable); the others were. The operator
+ * function parks the rejected ones on the stage's dead-letter queue with their error, so
+ * one bad record neither wedges the partition (its outbox would fail forever) nor
+ * disappears.
+ */
+export class SinkRecordsRejectedError extends SluiceError {
+  readonly code = 'SINK_RECORDS_REJECTED';
+  readonly retryable = false;
+  constructor(
+    readonly sink: string,
+    readonly producer: string,
+    readonly seq: number,
+    readonly rejected: readonly { readonly index: number; readonly record: unknown; readonly error: string }[],
+  ) {
+    super(`sink ${sink}: ${rejected.length} record(s) of delivery ${producer}#${seq} rejected; first: record ${rejected[0]?.index}: ${rejected[0]?.error}`);
+  }
 }
 
 // ---- S3 files ---------------------------------------------------------------------------

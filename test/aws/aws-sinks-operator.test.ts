@@ -21,12 +21,13 @@ import { createIngestHandler } from '../../lib/aws/ingest-handler.ts';
 import { createOperatorHandler } from '../../lib/aws/operator-handler.ts';
 import { createBucket } from '../../lib/aws/s3-blob-store.ts';
 import { createStageQueues, StaticQueues } from '../../lib/aws/sqs-queues.ts';
+import { type DeadLetterMessage, decodeBody } from '../../lib/aws/sqs-codec.ts';
 import { SqsTransport } from '../../lib/aws/sqs-transport.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { Rng } from '../../lib/nexmark/random.ts';
 import { compareOutputs } from '../../lib/testing/checker.ts';
-import { type Container, localClients, runUntilDrained, unique } from './helpers.ts';
+import { type Container, drainQueue, localClients, runUntilDrained, unique } from './helpers.ts';
 
 interface Click {
   id: number;
@@ -127,5 +128,29 @@ describe('AWS sinks behind the operator function', () => {
     const committed = (await files.sink.readCommitted()).records;
     const cmp = compareOutputs(reference.windows, committed);
     expect(cmp.ok, cmp.summary()).toBe(true);
+  });
+
+  it('parks a record the sink refuses on the stage DLQ with its error, writes the rest, and does not wedge the partition', async () => {
+    const name = unique('park').replace(/-/g, '_').slice(0, 40);
+    const build = () => {
+      const job = new Job(name, { parallelism: 1 });
+      job.ingest<Click>('clicks').sinkTo(Sinks.dynamodbUpsert<Click>({ table: countsTable, key: (c) => (c.user === 'bad' ? (null as never) : `park-${c.user}`), partitionKey: 'user' }), 'upsert');
+      return job;
+    };
+    const job = build();
+    const queues = await createStageQueues(clients.sqs, compile(job.graph), { visibilityTimeoutSeconds: 300 });
+    const staticQueues = new StaticQueues(queues);
+    const ingest = createIngestHandler({ job, sqs: clients.sqs, queues: staticQueues });
+    const batch = [{ id: 1, user: 'ann', ts: 1 }, { id: 2, user: 'bad', ts: 2 }, { id: 3, user: 'bob', ts: 3 }];
+    expect((await ingest(post(batch))).statusCode).toBe(202);
+    const container = (): Container => ({ invoke: createOperatorHandler({ job: build(), sqs: clients.sqs, dynamodb: clients.dynamodb, tableName: stateTable, queues: staticQueues }) });
+    const stats = await runUntilDrained({ sqs: clients.sqs, queues, container, maxInvocations: 20 });
+    expect(stats.failures).toBe(0);
+    const dead = (await drainQueue(clients.sqs, queues[0].dlqUrl)).map((m) => decodeBody(m.Body!) as unknown as DeadLetterMessage);
+    expect(dead).toHaveLength(1);
+    expect(dead[0]).toMatchObject({ operator: 'upsert', channel: 'sink:0:0', index: 1, record: { value: { id: 2, user: 'bad' } } });
+    expect(dead[0].error).toMatch(/key\(record\): expected a non-empty string or a finite number, received null/);
+    const items = (await DynamoDBDocumentClient.from(clients.dynamodb).send(new ScanCommand({ TableName: countsTable, ConsistentRead: true }))).Items!;
+    expect(items.filter((it) => String(it.user).startsWith('park-')).map((it) => it.user).sort()).toEqual(['park-ann', 'park-bob']);
   });
 });

@@ -11,9 +11,9 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Sinks } from '../../lib/api/sinks.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
-import { DynamoDbUpsertSink, SinkRecordError } from '../../lib/aws/dynamodb-upsert-sink.ts';
+import { DynamoDbUpsertSink } from '../../lib/aws/dynamodb-upsert-sink.ts';
 import { DynamoDbThrottledError } from '../../lib/aws/errors.ts';
-import { type DynamoDbUpsertSinkOptions, parseUpsertOptions } from '../../lib/aws/sink-options.ts';
+import { type DynamoDbUpsertSinkOptions, parseUpsertOptions, SinkRecordsRejectedError } from '../../lib/aws/sink-options.ts';
 import { ConfigError } from '../../lib/errors.ts';
 import { localClients, unique } from './helpers.ts';
 
@@ -83,9 +83,16 @@ describe('DynamoDbUpsertSink', () => {
     expect(() => Sinks.dynamodbUpsert<Count>({ table, key: 'user' as never })).toThrow(/Sinks\.dynamodbUpsert\.key: expected a function, received "user"/);
     expect(() => Sinks.dynamodbUpsert<Count>({ table, key: (c) => c.user, concurrency: 0 })).toThrow(ConfigError);
     expect(() => Sinks.dynamodbUpsert<Count>({ table, key: (c) => c.user, partitionKey: 'sluice_seq' })).toThrow(/the sink's own/);
+    // A bad record is reported with its error; the rest of the delivery is written.
     const s = sink({ key: (c) => (c.user === 'bad' ? (undefined as never) : c.user) });
-    await expect(s.write(delivery('1:0', 1, { user: 'bad', n: 1 }))).rejects.toThrow(SinkRecordError);
-    await expect(s.write(delivery('1:0', 1, { user: 'bad', n: 1 }))).rejects.toThrow(/record 0 of delivery 1:0#1: key\(record\): expected a non-empty string or a finite number, received undefined/);
+    const err = await s.write(delivery('1:0', 1, { user: 'bad', n: 1 }, { user: 'fine', n: 4 }, { user: 'nan', n: Number.NaN })).catch((e) => e);
+    expect(err).toBeInstanceOf(SinkRecordsRejectedError);
+    expect(err.rejected).toEqual([
+      { index: 0, record: { user: 'bad', n: 1 }, error: expect.stringMatching(/record 0 of delivery 1:0#1: key\(record\): expected a non-empty string or a finite number, received undefined/) },
+      { index: 2, record: { user: 'nan', n: Number.NaN }, error: expect.stringMatching(/expected values DynamoDB can store/) },
+    ]);
+    expect(await get('fine')).toMatchObject({ n: 4 });
+    expect(await get('nan')).toBeUndefined();
   });
 });
 

@@ -16,7 +16,7 @@ import { INITIAL_CARRY, type Carry } from '../../lib/aws/checkpoint-task.ts';
 import { createStateTable } from '../../lib/aws/dynamodb-table.ts';
 import { createBucket, S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
 import { S3FileSink } from '../../lib/aws/s3-file-sink.ts';
-import { parseS3FileSinkOptions } from '../../lib/aws/sink-options.ts';
+import { parseS3FileSinkOptions, SinkRecordsRejectedError } from '../../lib/aws/sink-options.ts';
 import { createStageQueues, StaticQueues } from '../../lib/aws/sqs-queues.ts';
 import { ConfigError, SluiceError } from '../../lib/errors.ts';
 import { compile } from '../../lib/graph/compile.ts';
@@ -125,6 +125,15 @@ describe('S3FileSink', () => {
     await s.write(batch('1:0', 2, 1, 'B'));
     await s.commit(2);
     expect(await values(s)).toEqual(['a', 'B']);
+  });
+
+  it('reports records it cannot serialise and writes the rest of the delivery', async () => {
+    const s = container('p5');
+    const err = await s.write({ producer: '1:0', seq: 1, afterBarrier: 0, records: [{ v: 'a' }, { v: 10n as never }, { v: 'c' }] }).catch((e) => e);
+    expect(err).toBeInstanceOf(SinkRecordsRejectedError);
+    expect(err.rejected).toEqual([{ index: 1, record: { v: 10n }, error: expect.stringMatching(/not JSON: .*BigInt/) }]);
+    await s.commit(1);
+    expect(await values(s)).toEqual(['a', 'c']);
   });
 
   it('validates its options and refuses to run unbound', async () => {
