@@ -20,7 +20,7 @@ import { NagSuppressions } from 'cdk-nag';
 import { Construct } from 'constructs';
 import { type AwsSinkResources, isAwsBindable } from '../lib/aws/sink-options.ts';
 import type { PhysicalPlan } from '../lib/graph/compile.ts';
-import { grantObjects, grantTable } from './permissions.ts';
+import { grantKey, grantObjects, grantTable } from './permissions.ts';
 
 export interface AwsSink {
   readonly name: string;
@@ -42,7 +42,16 @@ export class SinkGrants extends Construct {
   constructor(
     scope: Construct,
     id: string,
-    private readonly o: { readonly job: string; readonly sinks: readonly AwsSink[]; readonly bucket: s3.IBucket; readonly table: dynamodb.ITable; readonly encryptionKey?: kms.IKey },
+    private readonly o: {
+      readonly job: string;
+      readonly sinks: readonly AwsSink[];
+      readonly bucket: s3.IBucket;
+      readonly table: dynamodb.ITable;
+      /** The job's key (its bucket and table). */
+      readonly encryptionKey?: kms.IKey;
+      /** The key of the users' sink buckets and tables, when they have one. */
+      readonly sinkEncryptionKey?: kms.IKey;
+    },
   ) {
     super(scope, id);
   }
@@ -64,10 +73,15 @@ export class SinkGrants extends Construct {
   private objects(grantee: iam.IGrantable, sink: AwsSink, access: Access): iam.Grant | undefined {
     if (sink.resources.kind !== 's3-files') return undefined;
     const { bucket, prefix, own } = this.location(sink.resources);
-    // The snapshot bucket's key is the job's; a user bucket's encryption is the user's to grant.
-    const grant = grantObjects(grantee, bucket, [prefix], access, own ? this.o.encryptionKey : undefined);
+    const grant = grantObjects(grantee, bucket, [prefix], access, own ? this.o.encryptionKey : this.o.sinkEncryptionKey);
     suppressPrefixFinding(grantee, own ? undefined : sink.resources.bucket, prefix);
     return grant;
+  }
+
+  private tableGrant(grantee: iam.IGrantable, table: string, actions: string[], keyActions: string[]): iam.Grant[] {
+    const grant = iam.Grant.addToPrincipal({ grantee, actions, resourceArns: [this.tableOf(table).tableArn] });
+    const key = this.o.sinkEncryptionKey;
+    return key ? [grant, grantKey(grantee, key, keyActions)] : [grant];
   }
 
   /** A stage function writes the sinks it runs. */
@@ -75,7 +89,7 @@ export class SinkGrants extends Construct {
     const grants = this.o.sinks
       .filter((s) => s.stage === stage)
       .flatMap((s) => {
-        if (s.resources.kind === 'dynamodb-upsert') return [iam.Grant.addToPrincipal({ grantee, actions: ['dynamodb:PutItem'], resourceArns: [this.tableOf(s.resources.table).tableArn] })];
+        if (s.resources.kind === 'dynamodb-upsert') return this.tableGrant(grantee, s.resources.table, ['dynamodb:PutItem'], ['kms:Encrypt', 'kms:GenerateDataKey', 'kms:Decrypt']);
         return [this.objects(grantee, s, { read: true, write: true })!];
       });
     return combine(grants);
@@ -89,7 +103,7 @@ export class SinkGrants extends Construct {
   /** Read every sink's committed output (S3 files follow their pointer in the state table). */
   grantRead(grantee: iam.IGrantable): iam.Grant | undefined {
     const grants = this.o.sinks.flatMap((s) => {
-      if (s.resources.kind === 'dynamodb-upsert') return [iam.Grant.addToPrincipal({ grantee, actions: ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:Scan'], resourceArns: [this.tableOf(s.resources.table).tableArn] })];
+      if (s.resources.kind === 'dynamodb-upsert') return this.tableGrant(grantee, s.resources.table, ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:Scan'], ['kms:Decrypt']);
       return [this.objects(grantee, s, { read: true })!, grantTable(grantee, this.o.table, ['dynamodb:GetItem'], [`${this.o.job}#c`], this.o.encryptionKey)];
     });
     return combine(grants);

@@ -76,7 +76,7 @@ export class SluiceJob extends Construct {
 
     this.stages = createStages(this, p, { table: this.table, bucket }, environment);
     // AWS sinks (S3 files, DynamoDB upsert): each stage writes the sinks it runs.
-    this.sinkGrants = new SinkGrants(this, 'Sinks', { job: p.job.name, sinks: awsSinksOf(this.plan), bucket, table: this.table, encryptionKey: p.encryptionKey });
+    this.sinkGrants = new SinkGrants(this, 'Sinks', { job: p.job.name, sinks: awsSinksOf(this.plan), bucket, table: this.table, encryptionKey: p.encryptionKey, sinkEncryptionKey: p.sinkEncryptionKey });
     for (const s of this.stages) this.sinkGrants.grantWrite(s.operator.fn, s.stage.id);
     const sourceStages = [...new Set([...ingestStreams(this.plan).values()].map((s) => s.stage))];
     this.ingestion = createIngestion(

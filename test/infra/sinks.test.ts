@@ -5,6 +5,7 @@
  * exactly that prefix).
  */
 import * as iam from 'aws-cdk-lib/aws-iam';
+import * as kms from 'aws-cdk-lib/aws-kms';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { describe, expect, it } from 'vitest';
 import { Job, Sinks } from '../../lib/index.ts';
@@ -68,5 +69,14 @@ describe('AWS sink grants', () => {
 
   it('keeps cdk-nag clean', () => {
     expect(nagFindings(stack).errors).toEqual([]);
+  });
+
+  it('grants the sinks\' own key when their bucket and table have one', () => {
+    const keyed = jobStack((st) => ({ job: sinkJob(), sinkEncryptionKey: new kms.Key(st, 'SinkKey', { enableKeyRotation: true }) }), { nag: true });
+    const keyId = logicalId(keyed.stack, keyed.stack.node.findChild('SinkKey'));
+    const writer = roleStatements(keyed.resources, logicalId(keyed.stack, keyed.job.stages[1].operator.role));
+    const kmsStatement = writer.find((s) => actions(s).includes('kms:GenerateDataKey') && JSON.stringify(s.Resource).includes(keyId))!;
+    expect(actions(kmsStatement).sort()).toEqual(['kms:Decrypt', 'kms:Encrypt', 'kms:GenerateDataKey']);
+    expect(nagFindings(keyed.stack).errors).toEqual([]);
   });
 });
