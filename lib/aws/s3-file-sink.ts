@@ -7,7 +7,8 @@
  *   <base>data/<tag>/<producer>/<seq>-<n>.jsonl   one delivery (n records) of a producer after
  *                                                barrier <tag>; written by the operator function
  *   <base>prepared/<e>-<p>.json                   prepare(e) with epoch p committed: the data
- *                                                objects epoch e commits (tags p .. e-1)
+ *                                                objects epoch e commits (tags p .. e-1);
+ *                                                deleted once the manifest holds them
  *   <base>manifests/<e>.json                      commit(e): {epoch, previous, files, records}
  *   pointer `sink:s3://<bucket>/<base>`           in the job's state table (DynamoDbPointerStore,
  *                                                `${job}#c`): {epoch, manifestKey, records}
@@ -102,6 +103,7 @@ const json = (v: unknown) => utf8.encode(JSON.stringify(v));
 const parseJson = <T>(b: Uint8Array) => JSON.parse(new TextDecoder().decode(b)) as T;
 
 export const manifestKeyOf = (epoch: number) => `manifests/${pad(epoch)}.json`;
+const preparedKeyOf = (epoch: number, previous: number) => `prepared/${pad(epoch)}-${pad(previous)}.json`;
 
 export function pointerNameOf(bucket: string, base: string): string {
   return `sink:s3://${bucket}/${base}`;
@@ -261,7 +263,7 @@ export class S3FileSink<T> implements Sink<T>, TransactionalSink, AwsBindableSin
     const s = this.store();
     const previous = at ?? (await s.pointer()).value.epoch;
     if (previous >= epoch) return undefined;
-    const key = `prepared/${pad(epoch)}-${pad(previous)}.json`;
+    const key = preparedKeyOf(epoch, previous);
     const stored = await s.json<Prepared>(key);
     if (stored) return stored;
     const prepared: Prepared = { epoch, previous, files: await s.data(previous, epoch) };
@@ -285,6 +287,8 @@ export class S3FileSink<T> implements Sink<T>, TransactionalSink, AwsBindableSin
       return;
     }
     this.committedRecords += records;
+    // The manifest now holds the list; a retry or a resume returns at the pointer check above.
+    await s.blobs.delete([preparedKeyOf(epoch, ptr.value.epoch)]);
   }
 
   /**
