@@ -10,6 +10,7 @@
  *                                                objects epoch e commits (tags p .. e-1);
  *                                                deleted once the manifest holds them
  *   <base>manifests/<e>.json                      commit(e): {epoch, previous, files, records}
+ *                                                (none for an epoch without output: the pointer stays)
  *   pointer `sink:s3://<bucket>/<base>`           in the job's state table (DynamoDbPointerStore,
  *                                                `${job}#c`): {epoch, manifestKey, records}
  *
@@ -267,7 +268,8 @@ export class S3FileSink<T> implements Sink<T>, TransactionalSink, AwsBindableSin
     const stored = await s.json<Prepared>(key);
     if (stored) return stored;
     const prepared: Prepared = { epoch, previous, files: await s.data(previous, epoch) };
-    await s.blobs.put(key, json(prepared));
+    // Nothing to publish: no object, and commit() leaves the pointer where it is.
+    if (prepared.files.length) await s.blobs.put(key, json(prepared));
     return prepared;
   }
 
@@ -277,6 +279,7 @@ export class S3FileSink<T> implements Sink<T>, TransactionalSink, AwsBindableSin
     const ptr = await s.pointer();
     if (ptr.value.epoch >= epoch) return;
     const prepared = (await this.prepared(epoch, ptr.value.epoch))!;
+    if (!prepared.files.length) return; // an epoch without output of this sink: no manifest, the pointer stays
     const records = prepared.files.reduce((n, f) => n + f.records, 0);
     const manifest: S3FileManifest = { epoch, previous: ptr.value.epoch, files: prepared.files, records: ptr.value.records + records };
     const manifestKey = manifestKeyOf(epoch);

@@ -65,13 +65,17 @@ describe('S3FileSink', () => {
     expect(await values(a)).toEqual(['a', 'b', 'x']);
     await a.commit(1); // idempotent
     expect((await a.readCommitted()).epoch).toBe(1);
+    await a.prepare(2); // an epoch without output of this sink: nothing written, the pointer stays
+    await a.commit(2);
+    expect((await a.readCommitted()).epoch).toBe(1);
+    expect((await objects('p1')).filter((k) => !k.startsWith('data/'))).toEqual(['manifests/000000000001.json']);
 
     // After barrier 1; then an old batch comes back late from a third container: already committed.
     await a.write(batch('1:1', 2, 1, 'y'));
     await a.write(batch('1:0', 3, 1, 'c'));
     await container('p1').write(batch('1:1', 1, 0, 'x'));
-    await a.prepare(2);
-    await a.commit(2);
+    await a.prepare(3);
+    await a.commit(3);
     expect(await values(a)).toEqual(['a', 'b', 'x', 'c', 'y']);
     expect((await a.readCommitted({ afterEpoch: 1 })).records.map((r) => r.v)).toEqual(['c', 'y']);
     expect(acc.get('s3', 'PutObject').requests).toBeGreaterThan(0);
