@@ -6,6 +6,7 @@
  *   npm run bench -- [--events 1000000] [--query q5 --query q7 | --query q5,q7]
  *                    [--parallelism N] [--seed 42] [--warmup 100000] [--json] [--in-process]
  *                    [--checkpoint-interval MS]   (default: checkpoints off)
+ *                    [--cost-events 20000] [--cost-publish-batch 2000] [--skip-aws-cost]
  *                    [--checkpoints-query q5] [--skip-checkpoints]
  *
  * Then, in the same run, the checkpoint section (bench/checkpoints.ts, in its own child
@@ -19,6 +20,9 @@
  * as Flink's Nexmark runner does; "per core" divides by the process's CPU time
  * (Flink's "throughput/cores"). Both sides must produce the same rows, or the bench
  * fails. Latency is defined in bench/nexmark/measure.ts.
+ *
+ * Then the AWS cost section (bench/aws-cost.ts): the same queries in local-AWS mode,
+ * dollars per million events next to the naive baseline and Managed Flink.
  */
 import { spawn } from 'node:child_process';
 import { cpus } from 'node:os';
@@ -52,6 +56,9 @@ const { values } = parseArgs({
     'skip-checkpoints': { type: 'boolean', default: false },
     json: { type: 'boolean', default: false },
     'in-process': { type: 'boolean', default: false },
+    'cost-events': { type: 'string' },
+    'cost-publish-batch': { type: 'string' },
+    'skip-aws-cost': { type: 'boolean', default: false },
     worker: { type: 'string' },
   },
 });
@@ -161,8 +168,15 @@ async function main(): Promise<void> {
     checkpointBench = await checkpointsInChild(q, count);
     say('\n' + checkpointReport(checkpointBench).join('\n'));
   }
+  let awsCost: unknown;
+  if (!values['skip-aws-cost'] && results.every((r) => r.resultsMatch)) {
+    const { costConfig, measureAwsCost } = await import('./aws-cost.ts');
+    say('');
+    const costCfg = await costConfig({ events: values['cost-events'], 'publish-batch': values['cost-publish-batch'], parallelism: values.parallelism, seed: values.seed });
+    awsCost = await measureAwsCost(selected.map((q) => q.name), costCfg, say);
+  }
   if (values.json) {
-    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: checkpointLabel(cfg), node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, results, checkpointBench }, null, 2));
+    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: checkpointLabel(cfg), node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, results, checkpointBench, awsCost }, null, 2));
   }
   if (results.some((r) => !r.resultsMatch)) {
     console.error('bench: the runtime and the floor disagree on the results');

@@ -4,8 +4,14 @@
  * without a table.
  */
 import { createHash } from 'node:crypto';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import type { PartitionScope, TimerEntry } from '../state/backend.ts';
 import { timerId } from '../state/backend.ts';
+
+/** What an item of a commit holds; the cost breakdown counts write units per kind. */
+export type ItemKind = 'state' | 'timer' | 'outbox' | 'log';
+/** Accounting service of that breakdown: descriptive only, never priced (the requests are, under 'dynamodb'). */
+export const ITEM_KINDS_SERVICE = 'dynamodb-items';
 
 /** DynamoDB's item limit (attribute names plus values). */
 export const MAX_ITEM_BYTES = 400 * 1024;
@@ -41,6 +47,12 @@ export function entityPrefix(entity: string): string {
   return entityKey(entity).key + TERM;
 }
 
+/** The entity part (entityKey().key) of a state item's sort key: everything before the first TERM. */
+export function entityKeyOfSk(sk: string): string {
+  const i = sk.indexOf(TERM);
+  return i < 0 ? sk : sk.slice(0, i);
+}
+
 /** Sort key of one field of an entity; `fieldAttr` is set when the field had to be hashed. */
 export function stateSortKey(entity: string, field: string): { sk: string; entityAttr?: string; fieldAttr?: string } {
   const e = entityKey(entity);
@@ -69,6 +81,16 @@ export const VERSION_SK = '#';
 export const OUTBOX_PREFIX = 'o#';
 export const TIMER_PREFIX = 't#';
 export const LOG_PREFIX = 'x#';
+/** State log entries (dynamodb-state-log.ts): sort before the outbox, so recover() reads them in one range. */
+export const STATE_LOG_PREFIX = 'l#';
+
+export function stateLogSk(version: number, chunk: number): string {
+  return `${STATE_LOG_PREFIX}${pad(version, 16)}#${pad(chunk, 4)}`;
+}
+
+export function versionOfStateLogSk(sk: string): number {
+  return Number(sk.slice(STATE_LOG_PREFIX.length, STATE_LOG_PREFIX.length + 16));
+}
 
 function pad(n: number, width: number): string {
   return String(n).padStart(width, '0');
@@ -86,6 +108,40 @@ export function outboxSkUpTo(version: number): string {
 
 export function versionOfOutboxSk(sk: string): number {
   return Number(sk.slice(OUTBOX_PREFIX.length, OUTBOX_PREFIX.length + 16));
+}
+
+/**
+ * How a commit's outbox is stored. Write units are billed per KB of item (twice in a
+ * transaction), an S3 PUT costs as much as 8 write units whatever its size, so:
+ * - up to `inlineBytes` of JSON: the text itself, in `v` chunks (as it always was);
+ * - larger: gzip; when that fits in `inlineBytes`, base64 in `z` chunks;
+ * - still larger and a blob store is there: one immutable object, content-addressed (a
+ *   stale writer at the same version can never overwrite the owner's), written before
+ *   the transaction, whose item `b` names it. Without a blob store: `z` chunks.
+ */
+export type StoredOutbox =
+  | { readonly kind: 'v' | 'z'; readonly chunks: readonly string[] }
+  | { readonly kind: 'b'; readonly key: string; readonly body: Uint8Array };
+
+/** 4 KB: a transactional write of 4 KB costs 8 write units, the price of one S3 PUT. */
+export const OUTBOX_INLINE_BYTES = 4096;
+
+export function storeOutbox(json: string, scope: PartitionScope, version: number, options: { inlineBytes?: number; blobs: boolean }): StoredOutbox {
+  const inline = options.inlineBytes ?? OUTBOX_INLINE_BYTES;
+  if (Buffer.byteLength(json) <= inline) return { kind: 'v', chunks: splitText(json) };
+  const gz = gzipSync(json, { level: 6 });
+  if (gz.byteLength > inline && options.blobs) {
+    const sha = createHash('sha256').update(gz).digest('hex');
+    return { kind: 'b', key: `spill/${scope.job}/outbox/${scope.stage}/${scope.partition}/${pad(version, 16)}-${sha}.json.gz`, body: gz };
+  }
+  return { kind: 'z', chunks: splitText(gz.toString('base64')) };
+}
+
+/** The outbox JSON of one version from its items in sort-key order; `fetch` reads a named object. */
+export async function loadOutbox(items: readonly { v?: unknown; z?: unknown; b?: unknown }[], fetch: (key: string) => Promise<Uint8Array>): Promise<string> {
+  if (items.length === 1 && typeof items[0].b === 'string') return gunzipSync(await fetch(items[0].b)).toString('utf8');
+  if (items.every((it) => typeof it.z === 'string')) return gunzipSync(Buffer.from(items.map((it) => String(it.z)).join(''), 'base64')).toString('utf8');
+  return items.map((it) => String(it.v)).join('');
 }
 
 export function timerSk(t: TimerEntry): string {

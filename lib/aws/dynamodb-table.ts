@@ -13,7 +13,6 @@ import { DynamoDbThrottledError, mapDynamoDbError } from './errors.ts';
 
 export type Item = Record<string, unknown>;
 const SERVICE = 'dynamodb';
-const NAMES = { '#pk': 'pk', '#sk': 'sk' };
 
 export class DynamoDbTable {
   readonly doc: DynamoDBDocumentClient;
@@ -63,7 +62,8 @@ export class DynamoDbTable {
           new QueryCommand({
             TableName: this.name,
             KeyConditionExpression: condition,
-            ExpressionAttributeNames: projection ? { ...NAMES, '#proj': projection } : NAMES,
+            // DynamoDB refuses names the expressions do not use (a condition on the partition key alone).
+            ExpressionAttributeNames: { '#pk': 'pk', ...(condition.includes('#sk') ? { '#sk': 'sk' } : {}), ...(projection ? { '#proj': projection } : {}) },
             ExpressionAttributeValues: values,
             ProjectionExpression: projection ? '#pk, #proj' : undefined,
             ConsistentRead: true,
@@ -84,6 +84,34 @@ export class DynamoDbTable {
       start = page.LastEvaluatedKey;
     } while (start);
     return out;
+  }
+
+  /** The first page of a strongly consistent Query (up to 1 MB read), and whether it was the last. */
+  async queryFirstPage(condition: string, values: Record<string, string>, projection?: string): Promise<{ items: Item[]; complete: boolean }> {
+    let page: { Items?: Item[]; LastEvaluatedKey?: Item };
+    try {
+      page = await this.send(
+        'Query',
+        'read',
+        new QueryCommand({
+          TableName: this.name,
+          KeyConditionExpression: condition,
+          ExpressionAttributeNames: { '#pk': 'pk', ...(condition.includes('#sk') ? { '#sk': 'sk' } : {}), ...(projection ? { '#proj': projection } : {}) },
+          ExpressionAttributeValues: values,
+          ProjectionExpression: projection ? '#pk, #proj' : undefined,
+          ConsistentRead: true,
+          ReturnConsumedCapacity: 'TOTAL',
+        }),
+        0,
+        0,
+      );
+    } catch (e) {
+      throw mapDynamoDbError(e, { operation: 'Query', table: this.name, write: false });
+    }
+    const items = page.Items ?? [];
+    // Read units follow the whole items' size, projection or not; we see only the projected part, so this undercounts a little.
+    this.accounting.record(SERVICE, 'Query', { items: items.length, estimatedReadUnits: Math.max(1, Math.ceil(items.reduce((n, it) => n + itemBytes(it), 0) / 4096)) });
+    return { items, complete: !page.LastEvaluatedKey };
   }
 
   /** BatchWriteItem in groups of 25, retrying unprocessed items with backoff. Not atomic: only for idempotent writes. */

@@ -65,7 +65,7 @@ export interface OperatorHandlerConfig {
   /** Default: the job's queues by name. */
   readonly queues?: QueueResolver;
   readonly queuePrefix?: string;
-  /** For envelopes too large for one message (claim check). */
+  /** For envelopes too large for one message (claim check), and outboxes too large to keep in the state table. */
   readonly blobs?: BlobStore;
   /** For AWS sinks (S3 files): the client and the job's bucket (SLUICE_BUCKET). @default - a client from the SDK's configuration, no bucket */
   readonly s3?: S3Client;
@@ -103,7 +103,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   const job = plan.job.name;
   const accounting = config.accounting ?? new AwsAccounting();
   const tableName = config.tableName ?? stateTableName(job);
-  const backend = config.backend ?? new DynamoDbStateBackend({ client: config.dynamodb, tableName, accounting });
+  const backend = config.backend ?? new DynamoDbStateBackend({ client: config.dynamodb, tableName, accounting, blobs: config.blobs });
   const queues = config.queues ?? new NamedQueues(config.sqs, job, config.queuePrefix, accounting);
   const transport = new SqsTransport({ sqs: config.sqs, job, queues, accounting, blobs: config.blobs, maxMessageBytes: config.maxMessageBytes, compress: config.compress });
   const attemptsLog = new RecordAttempts(config.dynamodb, tableName, accounting);

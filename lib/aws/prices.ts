@@ -8,9 +8,9 @@ import type { AwsAccounting, OperationRow } from './accounting.ts';
 export const PRICES = {
   asOf: '2025-06',
   region: 'us-east-1',
-  /** Lambda: per request, and per GB-second of duration (x86; arm64 is 20% less). */
+  /** Lambda: per request, and per GB-second of duration on arm64 (what infra/ deploys; x86 is $0.0000166667). */
   lambdaPerRequest: 0.2 / 1e6,
-  lambdaPerGbSecond: 0.0000166667,
+  lambdaPerGbSecond: 0.0000133334,
   /** SQS FIFO: per request, where each started 64 KB of payload is one request. */
   sqsFifoPerRequest: 0.5 / 1e6,
   /** DynamoDB on demand: per write / read request unit (transactional ones count double, already in the units). */
@@ -23,8 +23,19 @@ export const PRICES = {
   s3PerGet: 0.0004 / 1000,
   /** API Gateway HTTP API: per request (first 300 million a month). */
   httpApiPerRequest: 1.0 / 1e6,
-  /** Managed Service for Apache Flink: per KPU-hour (the comparison baseline). */
+  /**
+   * Managed Service for Apache Flink (the comparison baseline), from
+   * aws.amazon.com/managed-service-apache-flink/pricing (us-east-1, 2025-06): $0.11 per
+   * KPU-hour; every application is charged one extra KPU for orchestration; each KPU of
+   * the application comes with 50 GB of running application storage at $0.10 per GB-month.
+   * The smallest application (parallelism 1, one KPU) therefore runs on two billed KPUs.
+   */
   managedFlinkPerKpuHour: 0.11,
+  managedFlinkOrchestrationKpus: 1,
+  managedFlinkStorageGbPerKpu: 50,
+  managedFlinkStoragePerGbMonth: 0.1,
+  /** AWS's pricing pages count a month as 730 hours. */
+  hoursPerMonth: 730,
 } as const;
 
 /** Lambda usage not visible in the SDK accounting: invocations and billed duration. */
@@ -48,6 +59,9 @@ export interface CostEstimate {
   readonly pricesAsOf: string;
 }
 
+/** An HTTP API request is metered per started 512 KB of payload. */
+export const HTTP_API_METERED_BYTES = 512 * 1024;
+
 const S3_PUT_CLASS = new Set(['PutObject', 'CopyObject', 'PostObject', 'ListObjectsV2', 'ListObjects', 'CreateMultipartUpload', 'UploadPart', 'CompleteMultipartUpload']);
 /** Free: deletes, bucket and queue management are not per-event costs anyway. */
 const S3_FREE = new Set(['DeleteObject', 'DeleteObjects', 'CreateBucket', 'PutBucketLifecycleConfiguration']);
@@ -70,7 +84,8 @@ export function estimateCost(accounting: AwsAccounting, lambda: LambdaUsage = { 
   const s3 = of('s3').filter((r) => !S3_FREE.has(r.operation));
   const s3Put = sum(s3.filter((r) => S3_PUT_CLASS.has(r.operation)), (r) => r.requests);
   const s3Get = sum(s3.filter((r) => !S3_PUT_CLASS.has(r.operation)), (r) => r.requests);
-  const http = sum(of('httpapi'), (r) => r.requests);
+  // HTTP APIs meter requests in 512 KB increments (bytes: the request bodies).
+  const http = sum(of('httpapi'), (r) => Math.max(r.requests, Math.ceil(r.bytes / HTTP_API_METERED_BYTES)));
   const transitions = sum(of('stepfunctions'), (r) => r.items || r.requests);
 
   const lines: CostLine[] = [

@@ -44,14 +44,15 @@ function faultyClient() {
     },
     { step: 'initialize', name: 'sluiceFaultInjection' },
   );
-  const backend = () => new DynamoDbStateBackend({ client, tableName: table });
+  // State written directly (no state log): these tests drive the redo log of large direct batches.
+  const backend = () => new DynamoDbStateBackend({ client, tableName: table, stateLog: false });
   return { client, faults, gate, backend };
 }
 
 const plain = () => {
   const client = new DynamoDBClient(config);
   clients.push(client);
-  return new DynamoDbStateBackend({ client, tableName: table });
+  return new DynamoDbStateBackend({ client, tableName: table, stateLog: false });
 };
 
 function canceled(...codes: string[]): () => Error {

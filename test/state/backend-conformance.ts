@@ -13,6 +13,12 @@ export interface BackendStore {
    * instance (what a new process would see); in-memory ones return the same one.
    */
   open(): StateBackend;
+  /**
+   * Make a partition's committed state readable by the other partitions of its stage,
+   * as before moving key groups (rescaling). A backend that keeps recent changes per
+   * partition (the DynamoDB state log) writes them out here; others need nothing.
+   */
+  settle?(backend: StateBackend, scope: PartitionScope): Promise<void>;
 }
 
 let jobs = 0;
@@ -165,6 +171,7 @@ export function backendConformance(name: string, makeStore: () => BackendStore |
       const p0 = freshScope(0);
       await b.recover(p0);
       await b.commit(batch(p0, 0, { writes: [{ kg: 9, entity: 'e', field: 'f', value: 1 }] }));
+      await store.settle?.(b, p0);
       const p1 = { ...p0, partition: 1 };
       const fresh = store.open();
       expect((await fresh.recover(p1)).version).toBe(0);

@@ -77,18 +77,20 @@ async function postChunk(ctx: FeederContext, ingest: IngestHandler, stream: stri
   let key: string | undefined;
   for (let attempt = 0; ; attempt++) {
     const t0 = performance.now();
-    const res = await ingest(apiEvent(stream, JSON.stringify(events), key));
+    const body = JSON.stringify(events);
+    const res = await ingest(apiEvent(stream, body, key));
     ctx.onIngestInvocation(Math.ceil(performance.now() - t0));
-    ctx.accounting.record('httpapi', 'Request', { requests: 1, bytes: Buffer.byteLength(String(res.body ?? '')) });
-    const body = JSON.parse(String(res.body ?? '{}')) as { accepted?: number; rejected?: { index: number; error: string }[]; idempotencyKey?: string; message?: string };
+    // HTTP APIs meter the request payload (per 512 KB).
+    ctx.accounting.record('httpapi', 'Request', { requests: 1, bytes: Buffer.byteLength(body) });
+    const answer = JSON.parse(String(res.body ?? '{}')) as { accepted?: number; rejected?: { index: number; error: string }[]; idempotencyKey?: string; message?: string };
     const status = res.statusCode ?? 500;
-    if (status === 202 || (status === 400 && body.rejected)) {
-      for (const r of body.rejected ?? []) ctx.rejected.push({ source: stream, position: where(r.index), error: r.error });
-      return body.accepted ?? 0;
+    if (status === 202 || (status === 400 && answer.rejected)) {
+      for (const r of answer.rejected ?? []) ctx.rejected.push({ source: stream, position: where(r.index), error: r.error });
+      return answer.accepted ?? 0;
     }
-    if (attempt >= 100) throw new InvariantError(`the ingest handler kept answering ${status}: ${body.message ?? res.body}`);
-    if (status === 503 && body.idempotencyKey) key = body.idempotencyKey;
-    else if (status !== 429 && status !== 503) throw new InvariantError(`the ingest handler answered ${status}: ${body.message ?? res.body}`);
+    if (attempt >= 100) throw new InvariantError(`the ingest handler kept answering ${status}: ${answer.message ?? res.body}`);
+    if (status === 503 && answer.idempotencyKey) key = answer.idempotencyKey;
+    else if (status !== 429 && status !== 503) throw new InvariantError(`the ingest handler answered ${status}: ${answer.message ?? res.body}`);
     await sleep(retryAfterMs(res));
   }
 }

@@ -28,7 +28,7 @@ import { BackPressureError } from '../../errors.ts';
 import { compile, type PhysicalPlan } from '../../graph/compile.ts';
 import { createReader, type RejectedInput } from '../../local/sources.ts';
 import { AwsAccounting } from '../accounting.ts';
-import { createStateTable } from '../dynamodb-state.ts';
+import { createStateTable, DynamoDbStateBackend } from '../dynamodb-state.ts';
 import { createIngestHandler, type IngestHandler } from '../ingest-handler.ts';
 import { stateTableName } from '../naming.ts';
 import { createOperatorHandler } from '../operator-handler.ts';
@@ -64,6 +64,8 @@ export interface LocalAwsOptions {
   readonly maxReceiveCount?: number;
   readonly maxMessageBytes?: number;
   readonly clock?: Clock;
+  /** The state backend's log compaction cadence (DynamoDbStateBackend compactAfterCommits); default the backend's. */
+  readonly compactAfterCommits?: number;
   /** Handler errors (failed groups, thrown batches) as log lines; default ignored. */
   readonly log?: (line: string) => void;
 }
@@ -165,6 +167,7 @@ export class LocalAwsRuntime {
         bucket: this.bucket,
         clock: this.clock,
         accounting: this.accounting,
+        backend: o.compactAfterCommits === undefined ? undefined : new DynamoDbStateBackend({ client: clients.dynamodb, tableName: this.tableName, accounting: this.accounting, blobs, compactAfterCommits: o.compactAfterCommits }),
         maxAttempts: o.maxAttempts,
         maxReceiveCount,
         maxMessageBytes: o.maxMessageBytes,
