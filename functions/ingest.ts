@@ -1,21 +1,48 @@
 /**
  * Lambda entry of the ingestion endpoint (HTTP API v2 or Function URL):
  * POST /streams/<name>/events -> the source stage's SQS FIFO queue.
- * Logic: lib/aws/ingest-handler.ts.
+ * With checkpoints deployed, accepted input wakes the coordinator's state machine.
+ * Logic: lib/aws/ingest-handler.ts, lib/aws/checkpoint-wakeup.ts.
  */
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { SFNClient } from '@aws-sdk/client-sfn';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
+import { AwsAccounting } from '../lib/aws/accounting.ts';
+import { DynamoDbAckStore } from '../lib/aws/checkpoint-acks.ts';
+import { DEFAULT_ACTIVITY_GRAIN_MS } from '../lib/aws/checkpoint-task.ts';
+import { CoordinatorWakeUp } from '../lib/aws/checkpoint-wakeup.ts';
+import { DynamoDbPointerStore } from '../lib/aws/dynamodb-pointers.ts';
 import { createIngestHandler } from '../lib/aws/ingest-handler.ts';
+import { stateTableName } from '../lib/aws/naming.ts';
 import { NamedQueues } from '../lib/aws/sqs-queues.ts';
 import { deployment, job } from './job.ts';
 
 const sqs = new SQSClient({});
+const accounting = new AwsAccounting();
+
+function wakeUp(stateMachineArn: string): CoordinatorWakeUp {
+  const client = new DynamoDBClient({});
+  const tableName = stateTableName(job.name);
+  return new CoordinatorWakeUp({
+    job: job.name,
+    sfn: new SFNClient({}),
+    stateMachineArn,
+    activity: new DynamoDbAckStore({ client, tableName, job: job.name, accounting }),
+    pointers: new DynamoDbPointerStore({ client, tableName, job: job.name, accounting }),
+    // The state machine's default grain (infra/checkpoint-state-machine.ts uses the same constant).
+    grainMs: DEFAULT_ACTIVITY_GRAIN_MS,
+    accounting,
+  });
+}
 
 export const handler = createIngestHandler({
   job,
   sqs,
+  accounting,
   queues: new NamedQueues(sqs, job.name, deployment.queuePrefix),
+  wakeUp: deployment.stateMachineArn ? wakeUp(deployment.stateMachineArn) : undefined,
   logger: new Logger({ serviceName: `sluice-${job.name}-ingest` }),
   metrics: new Metrics({ namespace: 'Sluice', serviceName: job.name }),
 });

@@ -12,7 +12,13 @@ export const deployment: {
   readonly bucket?: string;
   /** Prefix of the stage queue names (naming.ts). */
   readonly queuePrefix?: string;
+  /** The checkpoint state machine is deployed: operators snapshot and acknowledge barriers. */
+  readonly checkpoints: boolean;
+  /** The checkpoint state machine the ingest function wakes up when input arrives. */
+  readonly stateMachineArn?: string;
 } = {
   bucket: process.env.SLUICE_BUCKET || undefined,
   queuePrefix: process.env.SLUICE_QUEUE_PREFIX || undefined,
+  checkpoints: process.env.SLUICE_CHECKPOINTS === '1',
+  stateMachineArn: process.env.SLUICE_STATE_MACHINE_ARN || undefined,
 };

@@ -22,6 +22,8 @@ export const handler = createOperatorHandler({
   dynamodb: new DynamoDBClient({}),
   queuePrefix: deployment.queuePrefix,
   blobs: deployment.bucket ? new S3BlobStore({ s3, bucket: deployment.bucket, prefix: `${job.name}/` }) : undefined,
+  // Snapshot keys start with `${job}/snapshots/`; acks go to the state table (the default).
+  checkpointStore: deployment.checkpoints && deployment.bucket ? new S3BlobStore({ s3, bucket: deployment.bucket }) : undefined,
   logger: new Logger({ serviceName: `sluice-${job.name}` }),
   metrics: new Metrics({ namespace: 'Sluice', serviceName: job.name }),
 });

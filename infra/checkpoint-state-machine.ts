@@ -20,7 +20,7 @@
  * to exhaustion) against half the 25,000-event limit: 84 epochs at the defaults
  * (148 events each at most; a normal one is 28, so 84 epochs are ~2,400 events).
  *
- * Waking up (the ingest side is not wired yet): the ingest function touches the activity
+ * Waking up (lib/aws/checkpoint-wakeup.ts): the ingest function touches the activity
  * item (DynamoDbAckStore.touch, at most once per activityGrain per container) and then,
  * when the lease item (`${job}#c` ptr#execution) has no live owner, calls StartExecution
  * named `<job>-<floor(now / grain)>`: duplicates within a bucket are refused by name, and
@@ -36,7 +36,7 @@ import * as tasks from 'aws-cdk-lib/aws-stepfunctions-tasks';
 import { NagSuppressions } from 'cdk-nag';
 import type { Construct } from 'constructs';
 import { signalsPk } from '../lib/aws/checkpoint-acks.ts';
-import { type Action, type Limits, TASK_ERRORS } from '../lib/aws/checkpoint-task.ts';
+import { type Action, DEFAULT_ACTIVITY_GRAIN_MS, type Limits, TASK_ERRORS } from '../lib/aws/checkpoint-task.ts';
 import type { CheckpointStateMachineFactory } from './checkpoints.ts';
 import { SluiceJobPropsError } from './errors.ts';
 import { REPO_ROOT } from './function.ts';
@@ -90,7 +90,7 @@ export function checkpointPlan(props: CheckpointTimingProps = {}): CheckpointPla
   const intervalSeconds = props.intervalSeconds ?? 60;
   const pollSeconds = props.pollSeconds ?? 5;
   const timeout = props.epochTimeoutSeconds ?? 60;
-  const grain = props.activityGrainSeconds ?? 10;
+  const grain = props.activityGrainSeconds ?? DEFAULT_ACTIVITY_GRAIN_MS / 1000;
   for (const [k, v] of Object.entries({ intervalSeconds, pollSeconds, epochTimeoutSeconds: timeout, activityGrainSeconds: grain })) {
     if (!Number.isInteger(v) || v < (k === 'activityGrainSeconds' ? 0 : 1)) throw new SluiceJobPropsError(`checkpoints.${k}`, 'a whole number of seconds >= 1', String(v));
   }

@@ -5,6 +5,8 @@
  * the function's own partition keys (dynamodb:LeadingKeys), bucket access to a prefix.
  */
 import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
+import { signalsPk } from '../lib/aws/checkpoint-acks.ts';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
@@ -26,6 +28,15 @@ export const STAGE_TABLE_ACTIONS = [
   'dynamodb:ConditionCheckItem',
   'dynamodb:BatchWriteItem',
 ] as const;
+
+/** Checkpoint acks (lib/aws/checkpoint-acks.ts): created once per epoch and partition (conditional PutItem). */
+export const STAGE_ACK_TABLE_ACTIONS = ['dynamodb:PutItem'] as const;
+
+/**
+ * The ingest function waking the coordinator (lib/aws/checkpoint-wakeup.ts): touch the
+ * activity item (UpdateItem on `${job}#a`), read the lease item (GetItem on `${job}#c`).
+ */
+export const WAKE_TABLE_ACTIONS = { activity: ['dynamodb:UpdateItem'], lease: ['dynamodb:GetItem'] } as const;
 
 /** Checkpoint pointers and coordinator records: read, compare-and-set (lib/aws/dynamodb-pointers.ts). */
 export const COORDINATOR_TABLE_ACTIONS = ['dynamodb:GetItem', 'dynamodb:PutItem'] as const;
@@ -92,4 +103,11 @@ export function grantSend(grantee: iam.IGrantable, queues: readonly sqs.IQueue[]
 
 export function grantKey(grantee: iam.IGrantable, key: kms.IKey, actions: readonly string[]): iam.Grant {
   return iam.Grant.addToPrincipal({ grantee, actions: [...actions], resourceArns: [key.keyArn] });
+}
+
+/** The ingest function wakes the checkpoint state machine: activity item, lease item, StartExecution. */
+export function grantWakeUp(grantee: iam.IGrantable, table: dynamodb.ITable, machine: sfn.IStateMachine, job: string, key?: kms.IKey): iam.Grant {
+  return grantTable(grantee, table, WAKE_TABLE_ACTIONS.activity, [signalsPk(job)], key)
+    .combine(grantTable(grantee, table, WAKE_TABLE_ACTIONS.lease, coordinatorLeadingKeys(job), key))
+    .combine(machine.grantStartExecution(grantee));
 }

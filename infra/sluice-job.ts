@@ -24,11 +24,11 @@ import { compile, type PhysicalPlan } from '../lib/graph/compile.ts';
 import { allOf, type CheckpointContext } from './checkpoints.ts';
 import { SluiceJobPropsError } from './errors.ts';
 import { type SluiceFunction, sluiceFunction } from './function.ts';
-import { runtimeEnvironment } from './handler-environment.ts';
+import { HANDLER_ENV, runtimeEnvironment } from './handler-environment.ts';
 import { createIngestion, type Ingestion } from './ingestion.ts';
 import { createMonitoring } from './monitoring.ts';
 import { suppressFunctionFindings, suppressStateMachineFindings } from './nag.ts';
-import { bucketPrefixes, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys, grantObjects, grantSend, grantTable } from './permissions.ts';
+import { bucketPrefixes, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys, grantObjects, grantSend, grantTable, grantWakeUp } from './permissions.ts';
 import { checkSources, type ResolvedProps, resolveProps, type SluiceJobProps } from './props.ts';
 import { awsSinksOf, SinkGrants } from './sinks.ts';
 import { createStages, type StageResources } from './stages.ts';
@@ -72,7 +72,7 @@ export class SluiceJob extends Construct {
     this.bucket = bucket;
     this.accessLogBucket = accessLogs;
     this.table = stateTable(this, p);
-    const environment = runtimeEnvironment({ bucketName: bucket.bucketName, queuePrefix: p.queuePrefix, logLevel: p.logLevel });
+    const environment = runtimeEnvironment({ bucketName: bucket.bucketName, queuePrefix: p.queuePrefix, logLevel: p.logLevel, checkpoints: p.checkpoints !== undefined });
 
     this.stages = createStages(this, p, { table: this.table, bucket }, environment);
     // AWS sinks (S3 files, DynamoDB upsert): each stage writes the sinks it runs.
@@ -121,6 +121,9 @@ export class SluiceJob extends Construct {
       };
       this.stateMachine = p.checkpoints(scope, context);
       suppressStateMachineFindings(this.stateMachine);
+      // Input arriving wakes the coordinator (it ends itself at zero traffic): lib/aws/checkpoint-wakeup.ts.
+      this.ingestion.function.fn.addEnvironment(HANDLER_ENV.stateMachineArn, this.stateMachine.stateMachineArn);
+      grantWakeUp(this.ingestion.function.fn, this.table, this.stateMachine, p.job.name, p.encryptionKey);
     }
     this.functions = functions;
 

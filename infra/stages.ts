@@ -13,7 +13,8 @@ import { deadLetterQueueName, stageQueueName } from '../lib/aws/naming.ts';
 import { DEFAULT_MAX_MESSAGE_BYTES } from '../lib/aws/sqs-codec.ts';
 import type { StagePlan } from '../lib/graph/compile.ts';
 import { ENTRIES, type SluiceFunction, sluiceFunction } from './function.ts';
-import { bucketPrefixes, grantObjects, grantSend, grantTable, STAGE_TABLE_ACTIONS, stageLeadingKeys } from './permissions.ts';
+import { signalsPk } from '../lib/aws/checkpoint-acks.ts';
+import { bucketPrefixes, grantObjects, grantSend, grantTable, STAGE_ACK_TABLE_ACTIONS, STAGE_TABLE_ACTIONS, stageLeadingKeys } from './permissions.ts';
 import { DLQ_RETENTION, QUEUE_RETENTION, type ResolvedProps } from './props.ts';
 
 /**
@@ -93,6 +94,11 @@ export function createStages(scope: Construct, p: ResolvedProps, storage: { tabl
     grantTable(grantee, storage.table, STAGE_TABLE_ACTIONS, stageLeadingKeys(job, stage.id), p.encryptionKey);
     // Spilled envelopes: written for downstream stages, read from upstream ones.
     grantObjects(grantee, storage.bucket, [bucketPrefixes(job).spill], { read: true, write: true }, p.encryptionKey);
+    if (p.checkpoints) {
+      // Checkpoints: snapshot objects (the blob store reads a key before writing it) and ack items.
+      grantObjects(grantee, storage.bucket, [bucketPrefixes(job).snapshots], { read: true, write: true }, p.encryptionKey);
+      grantTable(grantee, storage.table, STAGE_ACK_TABLE_ACTIONS, [signalsPk(job)], p.encryptionKey);
+    }
     return { stage, queue, deadLetterQueue, operator };
   });
 }

@@ -54,6 +54,9 @@ export interface TaskInput {
   readonly limits: Limits;
 }
 
+/** The default activity grain (limits.activityGrainMs): the ingest path's wake-up slot. */
+export const DEFAULT_ACTIVITY_GRAIN_MS = 10_000;
+
 export const INITIAL_CARRY: Carry = { g: 0, n: 0, failures: 0, parent: null, next: 'wait', epoch: 0 };
 
 /** A task input the state machine would never send. */

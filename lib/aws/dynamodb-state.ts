@@ -10,6 +10,7 @@
  *   timer   (same pk)                              sk `t#${timerId}`                         v
  *   outbox  (same pk)                              sk `o#${version:16}#${chunk:4}`           v | z | b (S3 key)
  *   redo    (same pk)                              sk `x#${commitId}#${chunk:4}`             v, expires (TTL)
+ *   tracked (same pk)                              sk `k#${after}#${version}#${chunk}`       v   (changed keys, dynamodb-tracking.ts)
  *
  * State log (default; dynamodb-state-log.ts): a commit writes its state and timer
  * changes as one log item, not as field and timer items, because every item of a
@@ -55,13 +56,15 @@ import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { CommitConflictError, InvariantError, type SluiceError } from '../errors.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
-import type { CommitBatch, PartitionScope, RecoveredPartition, StateBackend, StateWrite, TimerEntry } from '../state/backend.ts';
+import type { CommitBatch, PartitionScope, RecoveredPartition, StateBackend, StateWrite, TimerEntry, TrackedInterval } from '../state/backend.ts';
+import type { InstalledPartition } from '../state/memory.ts';
 import { emptyProgress, scopeId, timerId } from '../state/backend.ts';
 import type { OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
 import * as L from './dynamodb-layout.ts';
 import { deltaOf, type LogDelta, PartitionLog } from './dynamodb-state-log.ts';
 import { DynamoDbTable, kb, pool } from './dynamodb-table.ts';
+import { entityOfStateItem, INTERVALS_ATTR, PartitionTracking, TRACK_PREFIX } from './dynamodb-tracking.ts';
 import { CommitRollForwardError, mapDynamoDbError, StateEncodingError, StateItemTooLargeError, StateNotPrefetchedError } from './errors.ts';
 
 export { createStateTable } from './dynamodb-table.ts';
@@ -110,6 +113,7 @@ export interface DynamoDbStateBackendOptions {
 
 export class DynamoDbStateBackend implements StateBackend {
   readonly needsPrefetch = true;
+  readonly tracksChanges = true;
   readonly accounting: AwsAccounting;
   private readonly db: DynamoDbTable;
   private readonly table: string;
@@ -130,6 +134,8 @@ export class DynamoDbStateBackend implements StateBackend {
    * the rest, and recover() drops what its partition loaded.
    */
   private readonly cache = new Map<string, { partition: number; fields: Map<string, unknown> }>();
+  /** Changed-key tracking per partition (scopeId), loaded by recover(). */
+  private readonly tracking = new Map<string, PartitionTracking>();
   /**
    * Per key group (stage prefix + kg): the entity keys that have field items, read once
    * with one Query of sort keys and kept current by this process's own writes. A key
@@ -163,13 +169,15 @@ export class DynamoDbStateBackend implements StateBackend {
     const ctrl = L.controlPk(scope);
     const head = await this.db.get(ctrl, L.VERSION_SK);
     if (head?.pend !== undefined) await this.finishLogged(scope, String(head.pend), Number(head.pn));
-    // State log (l#), outbox (o#) and timers (t#) in one range.
-    const items = await this.db.query('#pk = :pk AND #sk BETWEEN :a AND :b', { ':pk': ctrl, ':a': L.STATE_LOG_PREFIX, ':b': 't$' });
+    // One range: tracked keys (k#), state log (l#), outbox (o#), timers (t#).
+    const items = await this.db.query('#pk = :pk AND #sk BETWEEN :a AND :b', { ':pk': ctrl, ':a': TRACK_PREFIX, ':b': 't$' });
     const timers: TimerEntry[] = [];
     const outboxItems = new Map<number, typeof items>();
+    const tracked: typeof items = [];
     for (const it of items) {
       const sk = String(it.sk);
       if (sk.startsWith(L.TIMER_PREFIX)) timers.push(L.decodeValue(String(it.v)) as TimerEntry);
+      else if (sk.startsWith(TRACK_PREFIX)) tracked.push(it);
       else if (sk.startsWith(L.OUTBOX_PREFIX)) {
         const v = L.versionOfOutboxSk(sk);
         const list = outboxItems.get(v);
@@ -179,14 +187,66 @@ export class DynamoDbStateBackend implements StateBackend {
     }
     const outbox: OutboxEntry[] = [];
     for (const list of outboxItems.values()) outbox.push(...(L.decodeValue(await L.loadOutbox(list, (key) => this.outboxObject(key))) as OutboxEntry[]));
+    const progress = head ? (L.decodeValue(String(head.prog)) as RecoveredPartition['progress']) : emptyProgress();
+    const { tracking, stale } = PartitionTracking.load(head, progress.lastBarrier ?? 0, tracked);
+    this.tracking.set(scopeId(scope), tracking);
+    if (stale.length) void this.deleteItems(ctrl, stale);
     const log = await this.loadLog(scope, head, items.filter((it) => String(it.sk).startsWith(L.STATE_LOG_PREFIX)), timers);
     log.committedVersion = head ? Number(head.ver) : 0;
     return {
       version: head ? Number(head.ver) : 0,
-      progress: head ? (L.decodeValue(String(head.prog)) as RecoveredPartition['progress']) : emptyProgress(),
+      progress,
       timers: log.timers(timers),
       outbox,
+      // Absent until a checkpointed run tracked something, as in the in-memory backend.
+      ...(tracking.view.length ? { tracking: tracking.view.map((t): TrackedInterval => ({ after: t.after, entities: new Map(t.entities) })) } : {}),
     };
+  }
+
+  tracked(scope: PartitionScope): readonly TrackedInterval[] {
+    const t = this.tracking.get(scopeId(scope));
+    if (!t) throw new InvariantError(`tracked(${scopeId(scope)}): recover() the partition on this backend first`);
+    return t.view;
+  }
+
+  /** Full snapshots: every committed entity of the key groups (one Query each); leaves them in the read cache for peek(). */
+  async *entitiesOf(scope: PartitionScope, keyGroups: readonly number[]): AsyncIterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }> {
+    // Field items hold state up to the last compaction; the partition's log holds the rest.
+    const log = this.logs.get(scopeId(scope)) ?? (await this.loadLog(scope));
+    const logged = new Map<number, string[]>();
+    for (const e of log?.overlay.values() ?? []) {
+      const list = logged.get(e.kg);
+      if (list) list.push(e.entity);
+      else logged.set(e.kg, [e.entity]);
+    }
+    for (const kg of keyGroups) {
+      const byEntity = new Map<string, Map<string, unknown>>();
+      for (const it of await this.db.query('#pk = :pk AND #sk >= :a', { ':pk': L.statePk(scope, kg), ':a': '\u0000' })) {
+        const item = it as { sk: string; e?: string; f?: string; v: string };
+        const entity = entityOfStateItem(item);
+        let fields = byEntity.get(entity);
+        if (!fields) byEntity.set(entity, (fields = new Map()));
+        fields.set(L.fieldOfItem(entity, item), L.decodeValue(String(item.v)));
+      }
+      for (const entity of logged.get(kg) ?? []) if (!byEntity.has(entity)) byEntity.set(entity, new Map());
+      for (const [entity, base] of byEntity) {
+        const fields = log ? log.merge(kg, entity, base) : base;
+        if (fields.size === 0) continue; // deleted since the last compaction
+        this.cache.set(cacheKey(scope, kg, entity), { partition: scope.partition, fields });
+        yield { kg, entity, fields };
+      }
+    }
+  }
+
+  /**
+   * Restore: a partition's state from a checkpoint into a fresh table (version 0 must be
+   * free), its key groups' entities, timers and progress, tracking from `epoch` on.
+   */
+  async install(scope: PartitionScope, part: InstalledPartition, epoch: number): Promise<void> {
+    const writes: StateWrite[] = [];
+    for (const { kg, entity, fields } of part.entities) for (const [field, value] of fields) writes.push({ kg, entity, field, value });
+    this.tracking.set(scopeId(scope), PartitionTracking.installed(epoch));
+    await this.commitWith({ scope, expectedVersion: 0, writes, timerAdds: [...part.timers], timerDeletes: [], progress: part.progress, outbox: [] }, JSON.stringify([epoch]));
   }
 
   /**
@@ -291,6 +351,11 @@ export class DynamoDbStateBackend implements StateBackend {
   // ---- commit ------------------------------------------------------------------------
 
   async commit(batch: CommitBatch): Promise<void> {
+    await this.commitWith(batch);
+  }
+
+  /** `intervals`: the head's tracked intervals when set directly (install). */
+  private async commitWith(batch: CommitBatch, intervals?: string): Promise<void> {
     const { scope } = batch;
     const next = batch.expectedVersion + 1;
     const log = this.stateLog ? this.logs.get(scopeId(scope)) : undefined;
@@ -300,6 +365,15 @@ export class DynamoDbStateBackend implements StateBackend {
     }
     const { ops, blob, delta } = this.plan(batch, next, log !== undefined);
     const head: Attrs = { pk: L.controlPk(scope), sk: L.VERSION_SK, ver: next, prog: L.encodeValue(batch.progress) };
+    let applyTracking: (() => string[]) | undefined;
+    if (batch.tracking) {
+      const t = this.tracking.get(scopeId(scope));
+      if (!t) throw new InvariantError(`commit with tracking on ${scopeId(scope)}: recover() the partition on this backend first`);
+      const planned = t.plan(next, batch.writes, batch.tracking, batch.progress.lastBarrier ?? 0);
+      for (const it of planned.items) ops.push(putOp({ pk: head.pk, ...it }, '(tracked keys)', it.sk));
+      head[INTERVALS_ATTR] = planned.intervals;
+      applyTracking = planned.apply;
+    } else if (intervals !== undefined) head[INTERVALS_ATTR] = intervals;
     // The version item is replaced whole: keep the compaction mark.
     const compactedThrough = this.logs.get(scopeId(scope))?.compactedThrough ?? 0;
     if (compactedThrough) head.cmp = compactedThrough;
@@ -313,12 +387,15 @@ export class DynamoDbStateBackend implements StateBackend {
       if (ops.length + 1 <= L.MAX_TX_ITEMS && total <= L.MAX_TX_BYTES) await this.commitOne(batch, head, ops);
       else await this.commitLogged(batch, head, ops);
     } catch (e) {
-      // Outcome unknown or rejected: drop what the cache may now get wrong.
+      // Outcome unknown or rejected: drop what the cache may now get wrong (and the tracking: recover reloads it).
       for (const w of batch.writes) this.cache.delete(cacheKey(scope, w.kg, w.entity));
       if (!delta) this.listed(scope, batch.writes, false);
+      if (batch.tracking) this.tracking.delete(scopeId(scope));
       throw e;
     }
     if (!delta) this.listed(scope, batch.writes, true);
+    const dropped = applyTracking?.() ?? [];
+    if (dropped.length) void this.deleteItems(String(head.pk), dropped);
     for (const w of batch.writes) {
       const fields = this.cache.get(cacheKey(scope, w.kg, w.entity))?.fields;
       if (!fields) continue; // never read: the next prefetch loads it whole
@@ -518,6 +595,11 @@ export class DynamoDbStateBackend implements StateBackend {
 
   private txOp(o: Op): Record<string, unknown> {
     return o.item ? { Put: { TableName: this.table, Item: o.item } } : { Delete: { TableName: this.table, Key: { pk: o.pk, sk: o.sk } } };
+  }
+
+  /** Best effort (items nothing reads any more). */
+  private async deleteItems(pk: string, sks: readonly string[]): Promise<void> {
+    await this.db.batchWrite(sks.map((sk) => ({ DeleteRequest: { Key: { pk, sk } } }))).catch(() => undefined);
   }
 
   private async deleteLog(ctrl: string, id: string, count: number): Promise<void> {

@@ -16,6 +16,9 @@
  *   from the key, and the partition from its hash; needs queue-scoped deduplication,
  *   the default).
  *
+ * With checkpoints, accepted input wakes the coordinator (checkpoint-wakeup.ts) before the
+ * answer, at most one call per container and time slot.
+ *
  * Events are stamped with their event time here (the source's timestamp extractor, or
  * the arrival time), packed per source partition, in order, into ingest messages.
  * Partition: by `partitionKey` when configured, else by the Idempotency-Key's hash,
@@ -56,6 +59,11 @@ export interface IngestHandlerConfig {
   readonly maxBacklogMessages?: number;
   readonly backlogCacheMs?: number;
   readonly retryAfterMs?: number;
+  /**
+   * Checkpoints: wake the coordinator after events were enqueued (CoordinatorWakeUp,
+   * checkpoint-wakeup.ts); a failure is logged, never answered.
+   */
+  readonly wakeUp?: { onInput(): Promise<unknown> };
   /** A key per event to choose its source partition (same key, same partition); undefined: per request. */
   readonly partitionKey?: (stream: string, event: unknown) => Key | undefined;
   readonly logger?: Logger;
@@ -174,6 +182,14 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
       }
     });
     config.metrics?.addMetric('eventsAccepted', MetricUnit.Count, accepted);
+    if ((accepted > 0 || unsure.length > 0) && config.wakeUp) {
+      try {
+        await config.wakeUp.onInput();
+      } catch (e) {
+        config.logger?.error('cannot wake the checkpoint coordinator; the next request tries again', { error: (e as Error).message });
+        config.metrics?.addMetric('wakeUpFailures', MetricUnit.Count, 1);
+      }
+    }
     config.metrics?.addMetric('eventsRejected', MetricUnit.Count, rejected.length);
     if (unsure.length) {
       return {

@@ -10,6 +10,10 @@
  *      progress, outbox);
  *   4. deliver the outbox: envelopes to the downstream stage queues, sink batches to the
  *      sinks, dead letters to the stage's DLQ; then outboxDelivered (clears it).
+ * Checkpoints (checkpointStore set): a barrier message in a source queue decodes into a
+ * barrier envelope; once aligned, the partition writes its snapshot object to the store
+ * (S3) in the commit, and its `ack` outbox entry is recorded (DynamoDbAckStore, create-only)
+ * after everything before it in the outbox was delivered.
  * The group's messages succeed only after step 4, so a crash anywhere redelivers them;
  * the runtime drops what it already applied (per-channel high-water marks and offsets).
  *
@@ -46,6 +50,7 @@ import { locationId, PartitionRuntime, RecordFailedError } from '../runtime/part
 import type { PartitionScope, StateBackend } from '../state/backend.ts';
 import type { BarrierAck, Envelope, OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
+import { DynamoDbAckStore } from './checkpoint-acks.ts';
 import { bindAwsSinks, SinkRecordsRejectedError } from './sink-options.ts';
 import { DynamoDbStateBackend } from './dynamodb-state.ts';
 import { stageOfQueue, stateTableName } from './naming.ts';
@@ -80,7 +85,15 @@ export interface OperatorHandlerConfig {
   readonly maxReceiveCount?: number;
   readonly maxMessageBytes?: number;
   readonly compress?: boolean;
-  /** Where checkpoint barrier acknowledgements go (the coordinator), after what precedes them; default: dropped with a warning. */
+  /**
+   * Checkpoints: where partitions write snapshot objects (keys `${job}/snapshots/...`, so a
+   * store without prefix on the snapshot bucket). Without it a barrier fails the batch.
+   */
+  readonly checkpointStore?: BlobStore;
+  /**
+   * Where checkpoint barrier acknowledgements go (the coordinator), after what precedes
+   * them; default with checkpointStore: DynamoDbAckStore on the table, else dropped with a warning.
+   */
   readonly onBarrierAcks?: (acks: readonly BarrierAck[]) => Promise<void>;
   /** Default: DynamoDbStateBackend on tableName. */
   readonly backend?: StateBackend;
@@ -115,6 +128,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   }
   const log = config.logger;
   const metrics = config.metrics;
+  const checkpointStore = config.checkpointStore;
+  const recordAcks = config.onBarrierAcks ?? (checkpointStore ? ackRecorder(new DynamoDbAckStore({ client: config.dynamodb, tableName, job, accounting })) : undefined);
 
   const sinks = new Map<string, Sink<any>>();
   const own: Sink<any>[] = [];
@@ -135,7 +150,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     const id = `${stage}/${partition}`;
     const hit = runtimes.get(id);
     if (hit) return { rt: hit, cached: true };
-    const rt = await PartitionRuntime.open({ plan, stage, partition, backend, clock });
+    const rt = await PartitionRuntime.open({ plan, stage, partition, backend, clock, checkpointStore });
     if (rt.recoveredOutbox.length) {
       log?.info('delivering a recovered outbox', { stage, partition, entries: rt.recoveredOutbox.length });
       await deliver(rt.scope, rt.recoveredOutbox, new Map());
@@ -178,11 +193,13 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     const sendAcks = async () => {
       if (!acks.length) return;
       // Without a coordinator the epoch times out and is aborted: nothing waits on a lost ack.
-      if (config.onBarrierAcks) await config.onBarrierAcks(acks);
+      if (recordAcks) await recordAcks(acks);
       else log?.warn('checkpoint acknowledgements without a coordinator were dropped', { epochs: acks.map((a) => a.epoch) });
     };
-    // Acks after the sink writes: a transactional sink's objects for an epoch exist before the coordinator can commit it.
-    await Promise.all([envelopes.length ? transport.sendEnvelopes(plan, envelopes) : undefined, transport.sendDeadLetters(letters), writeSinks().then(sendAcks)]);
+    await Promise.all([envelopes.length ? transport.sendEnvelopes(plan, envelopes) : undefined, transport.sendDeadLetters(letters), writeSinks()]);
+    // Only then the acks: the coordinator may commit (sinks included) once it has them all,
+    // so a transactional sink's objects for an epoch exist before it is committed.
+    await sendAcks();
     if (letters.length) {
       metrics?.addMetric('deadLetters', MetricUnit.Count, letters.length);
       for (const d of letters) log?.warn('record parked as a dead letter', { operator: d.operator, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });
@@ -291,4 +308,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     }
   };
   return Object.assign(handler, { plan, accounting, transport });
+}
+
+function ackRecorder(store: DynamoDbAckStore): (acks: readonly BarrierAck[]) => Promise<void> {
+  return (acks) => store.put(acks);
 }

@@ -86,7 +86,8 @@ export function estimateCost(accounting: AwsAccounting, lambda: LambdaUsage = { 
   const s3Get = sum(s3.filter((r) => !S3_PUT_CLASS.has(r.operation)), (r) => r.requests);
   // HTTP APIs meter requests in 512 KB increments (bytes: the request bodies).
   const http = sum(of('httpapi'), (r) => Math.max(r.requests, Math.ceil(r.bytes / HTTP_API_METERED_BYTES)));
-  const transitions = sum(of('stepfunctions'), (r) => r.items || r.requests);
+  // StartExecution (the ingest path's wake-up) starts `items` executions; a refused duplicate costs nothing.
+  const transitions = sum(of('stepfunctions'), (r) => (r.operation === 'StartExecution' ? r.items : r.items || r.requests));
 
   const lines: CostLine[] = [
     { service: 'lambda', unit: 'requests', quantity: lambda.invocations, dollars: lambda.invocations * PRICES.lambdaPerRequest },

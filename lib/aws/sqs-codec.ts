@@ -13,6 +13,7 @@
  *                                                   stored in the blob store (claim check)
  *   {"v":1,"k":"i","s":source,"r":[[ts, event], ...]}   events from the ingest function
  *   {"v":1,"k":"i","s":source,"r":[],"end":true}   end of a bounded input (watermark +inf)
+ *   {"v":1,"k":"i","s":source,"r":[],"b":{...}}     checkpoint barrier (checkpoint-barriers.ts)
  *   {"v":1,"k":"d", ...DeadLetterMessage}          a parked record, on the stage's DLQ
  */
 import { createHash } from 'node:crypto';
@@ -33,6 +34,23 @@ const GZIP_PREFIX = 'gz1:';
 /** Below this, gzip's header and base64 cannot win. */
 const MIN_COMPRESS_BYTES = 512;
 
+/** A barrier as checkpoint-barriers.ts writes it into a source queue. */
+export interface BarrierBody {
+  readonly epoch: number;
+  readonly baseEpoch: number;
+  readonly full: readonly string[];
+  readonly savepoint: boolean;
+}
+
+function checkBarrierBody(b: unknown, messageId: string): BarrierBody {
+  const x = b as Partial<BarrierBody> | null;
+  const int = (v: unknown, min: number) => typeof v === 'number' && Number.isSafeInteger(v) && v >= min;
+  if (!x || typeof x !== 'object' || !int(x.epoch, 1) || !int(x.baseEpoch, 0) || !Array.isArray(x.full) || !x.full.every((f) => typeof f === 'string') || typeof x.savepoint !== 'boolean') {
+    throw new MessageDecodeError(messageId, `barrier "b": expected {epoch >= 1, baseEpoch >= 0, full: string[], savepoint: boolean}, received ${JSON.stringify(b)?.slice(0, 120)}`);
+  }
+  return { epoch: x.epoch as number, baseEpoch: x.baseEpoch as number, full: x.full, savepoint: x.savepoint };
+}
+
 export interface DeadLetterMessage extends DeadLetter {
   readonly job: string;
   readonly stage: number;
@@ -44,7 +62,7 @@ export interface DeadLetterMessage extends DeadLetter {
 export type MessageBody =
   | { readonly v: 1; readonly k: 'e'; readonly e: Envelope[] }
   | { readonly v: 1; readonly k: 's'; readonly key: string; readonly n: number }
-  | { readonly v: 1; readonly k: 'i'; readonly s: string; readonly r: [number, unknown][]; readonly end?: true }
+  | { readonly v: 1; readonly k: 'i'; readonly s: string; readonly r: [number, unknown][]; readonly end?: true; readonly b?: BarrierBody }
   | ({ readonly v: 1; readonly k: 'd' } & DeadLetterMessage);
 
 // Allowed by SQS: #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF. Astral characters are
@@ -192,6 +210,8 @@ export function sourceEnvelope(plan: PhysicalPlan, stage: number, partition: num
     records: body.r.map(([timestamp, value]) => ({ value, timestamp })),
     // The runtime derives source watermarks from the records; the end marker closes event time.
     watermark: body.end ? MAX_WATERMARK : MIN_WATERMARK,
+    // The partition fills in the barrier's source position (records it consumed on this channel before it).
+    ...(body.b !== undefined ? { barrier: checkBarrierBody(body.b, messageId) } : {}),
   };
 }
 

@@ -17,6 +17,7 @@ import { DirectoryBlobStore, FilePointerStore, writeFileAtomic } from '../checkp
 import type { CommitPointer } from '../checkpoint/protocol.ts';
 import { ConfigError } from '../errors.ts';
 import { type CheckpointingOptions, defaultCheckpointDir, type LocalCheckpointing, openCheckpointedRuntime } from '../local/checkpointing.ts';
+import type { LocalAwsCheckpointing, LocalAwsCheckpointOptions } from '../aws/local/checkpointing.ts';
 import { CommittedFileSink } from '../local/committed-sink.ts';
 import type { EmbeddedOptions } from '../local/embedded-options.ts';
 import type { EmbeddedRuntime } from '../local/embedded.ts';
@@ -69,12 +70,21 @@ export async function prepareRunCheckpoints(
   sinkName: string,
   opts: RunCheckpointFlags & { output: string; target?: string },
   log: Log,
-): Promise<{ sink: CommittedFileSink<unknown>; runtime: (bindings: Omit<EmbeddedOptions, 'checkpoints' | 'restore'>) => Promise<EmbeddedRuntime>; summary: () => void } | undefined> {
+): Promise<
+  | {
+      sink: CommittedFileSink<unknown>;
+      runtime: (bindings: Omit<EmbeddedOptions, 'checkpoints' | 'restore'>) => Promise<EmbeddedRuntime>;
+      /** --target local-aws: what LocalAwsRun passes to the local-AWS runtime. */
+      localAws?: LocalAwsRunCheckpoints;
+      summary: () => void;
+    }
+  | undefined
+> {
   const crashAfter = int('--crash-after', opts.crashAfter, 1);
   const ck = checkpointOptions(job, opts, crashAfter !== undefined ? 0 : undefined);
   if (!ck) return undefined;
-  if (opts.target === 'local-aws') throw new ConfigError('--target', 'embedded with checkpoint flags (checkpoints on local-aws are not built yet)', 'local-aws');
   const sink = new CommittedFileSink<unknown>(opts.output, join(ck.dir, 'sinks', sinkName), ck.durable);
+  if (opts.target === 'local-aws') return localAwsCheckpoints(sink, ck, crashAfter, log);
   let checkpoints: LocalCheckpointing | undefined;
   return {
     sink,
@@ -102,6 +112,34 @@ export async function prepareRunCheckpoints(
           `; ${ck.dir}`,
       );
       checkpoints.close();
+    },
+  };
+}
+
+export interface LocalAwsRunCheckpoints {
+  readonly checkpoints: LocalAwsCheckpointOptions;
+  readonly onSourceRecords?: (n: number) => void;
+  /** Called with the finished run's checkpointing (summary line). */
+  done(c: LocalAwsCheckpointing | undefined): void;
+}
+
+function localAwsCheckpoints(sink: CommittedFileSink<unknown>, ck: CheckpointingOptions, crashAfter: number | undefined, log: Log) {
+  if (typeof ck.start === 'object') throw new ConfigError('--from', '--target embedded (savepoints and --from are built for the embedded runtime only)', `--from ${ck.start.from} with --target local-aws`);
+  let finished: LocalAwsCheckpointing | undefined;
+  const localAws: LocalAwsRunCheckpoints = {
+    checkpoints: { dir: ck.dir, intervalMs: ck.intervalMs, start: ck.start === 'resume' ? 'resume' : 'fresh', sinks: [sink], log },
+    // Abrupt: no cleanup, no flush, as a killed process.
+    onSourceRecords: crashAfter === undefined ? undefined : (n) => n >= crashAfter && process.exit(137),
+    done: (c) => (finished = c),
+  };
+  return {
+    sink,
+    localAws,
+    runtime: () => Promise.reject(new ConfigError('--target', 'embedded for an embedded runtime', 'local-aws')),
+    summary: () => {
+      if (!finished) return;
+      const ids = finished.loop.committed;
+      log(`checkpoints: ${ids.length} completed in this run (last epoch ${ids.at(-1) ?? finished.restoredEpoch}, ${finished.loop.aborted.length} aborted); run ${finished.identity.runId} generation ${finished.identity.generation}; ${ck.dir}`);
     },
   };
 }

@@ -70,7 +70,7 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   const ckpt = await prepareRunCheckpoints(job, sink.name, opts, log);
   const output = ckpt?.sink ?? new CountingFileSink<unknown>(opts.output);
   const bindings = { sources: { [source.name]: { kind: 'file' as const, path: opts.input } }, sinks: { [sink.name]: output } };
-  const localAws = opts.target === 'local-aws' ? new (await import('./target-local-aws.ts')).LocalAwsRun(job, bindings, log) : undefined;
+  const localAws = opts.target === 'local-aws' ? new (await import('./target-local-aws.ts')).LocalAwsRun(job, bindings, log, ckpt?.localAws) : undefined;
   const runtime = localAws ?? (ckpt ? await ckpt.runtime(bindings) : new EmbeddedRuntime(job, bindings));
   const t0 = performance.now();
   const stats = await runtime.run();

@@ -13,6 +13,7 @@ import { type DeadLetterReport, type LocalAwsRunResult, LocalAwsRuntime } from '
 import { type CostEstimate, formatDollars, type LambdaUsage } from '../aws/prices.ts';
 import type { RejectedInput } from '../local/sources.ts';
 import type { DeadLetter } from '../transport/envelope.ts';
+import type { LocalAwsRunCheckpoints } from './checkpoints.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { fmt } from './options.ts';
 
@@ -41,13 +42,22 @@ export class LocalAwsRun {
     private readonly job: Job,
     private readonly bindings: { sources: Record<string, SourceBinding<any>>; sinks: Record<string, Sink<any>> },
     private readonly log: Log,
+    /** `--checkpoint-interval` and friends (lib/cli/checkpoints.ts). */
+    private readonly checkpoints?: LocalAwsRunCheckpoints,
   ) {}
 
   async run(): Promise<{ sourceRecords: number }> {
     const env = await open(this.log);
     try {
-      const runtime = new LocalAwsRuntime(this.job, { env, ...this.bindings, log: debugLog(this.log) });
+      const ck = this.checkpoints;
+      const runtime = new LocalAwsRuntime(this.job, { env, ...this.bindings, log: debugLog(this.log), ...(ck ? { checkpoints: ck.checkpoints, onSourceRecords: ck.onSourceRecords } : {}) });
+      if (ck) {
+        await runtime.start();
+        const c = runtime.checkpointing!;
+        if (c.restoredEpoch) this.log(`restored checkpoint ${c.restoredEpoch} from ${ck.checkpoints.dir} (run ${c.identity.runId}, generation ${c.identity.generation})`);
+      }
       this.result = await runtime.run();
+      ck?.done(runtime.checkpointing);
       this.rejectedInputs = [...this.result.rejectedInputs];
       this.deadLetters = this.result.deadLetters.map(asDeadLetter);
       return { sourceRecords: this.result.sourceRecords };

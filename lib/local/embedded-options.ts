@@ -20,8 +20,17 @@ export interface EmbeddedOptions {
   readonly sources?: Readonly<Record<string, SourceBinding<any>>>;
   /** Records per source envelope. Default 512. */
   readonly sourceBatchSize?: number;
-  /** Envelopes per partition batch (one commit). Default 32. */
+  /**
+   * Most envelopes per partition batch (one commit). Default 256; a batch stops earlier
+   * once it holds batchRecords records.
+   */
   readonly maxEnvelopesPerBatch?: number;
+  /**
+   * Records after which a batch stops taking envelopes. Default 16384 (32 source
+   * envelopes of 512): downstream envelopes are small (one per watermark step), and a
+   * commit per few of them would cost more than their records.
+   */
+  readonly batchRecords?: number;
   /** Records a partition's input queue may hold before upstream waits. Default 65536. */
   readonly queueCapacity?: number;
   /** Attempts of a record whose user code throws before it is dead-lettered. Default 3. */

@@ -48,7 +48,7 @@ export class EmbeddedRuntime implements IngestTarget {
   private readonly sources: SourceFeed[] = [];
   private readonly sinks = new Map<string, Sink<any>>();
   private readonly deadLetterIds = new Set<string>();
-  private readonly opts: Required<Pick<EmbeddedOptions, 'sourceBatchSize' | 'maxEnvelopesPerBatch' | 'queueCapacity' | 'maxAttempts'>>;
+  private readonly opts: Required<Pick<EmbeddedOptions, 'sourceBatchSize' | 'maxEnvelopesPerBatch' | 'batchRecords' | 'queueCapacity' | 'maxAttempts'>>;
   private started = false;
   private stopping = false;
   private wake?: () => void;
@@ -63,7 +63,8 @@ export class EmbeddedRuntime implements IngestTarget {
     this.clock = options.clock ?? systemClock;
     this.opts = {
       sourceBatchSize: options.sourceBatchSize ?? 512,
-      maxEnvelopesPerBatch: options.maxEnvelopesPerBatch ?? 32,
+      maxEnvelopesPerBatch: options.maxEnvelopesPerBatch ?? 256,
+      batchRecords: options.batchRecords ?? 16_384,
       queueCapacity: options.queueCapacity ?? 65536,
       maxAttempts: options.maxAttempts ?? 3,
     };
@@ -198,7 +199,16 @@ export class EmbeddedRuntime implements IngestTarget {
     return this.sources.every((s) => s.done && !s.replaying) && this.idle();
   }
 
+  private readonly feedHosts = new Map<SourceFeed, FeedHost>();
+
+  /** One host per source, built once: the scheduler asks for it at every step. */
   private feedHost(src: SourceFeed): FeedHost {
+    let host = this.feedHosts.get(src);
+    if (!host) this.feedHosts.set(src, (host = this.newFeedHost(src)));
+    return host;
+  }
+
+  private newFeedHost(src: SourceFeed): FeedHost {
     return {
       clock: this.clock,
       batchSize: this.opts.sourceBatchSize,
@@ -271,7 +281,9 @@ export class EmbeddedRuntime implements IngestTarget {
   }
 
   private async processSlot(slot: Slot): Promise<void> {
-    const end = Math.min(slot.queue.length, slot.head + this.opts.maxEnvelopesPerBatch);
+    const last = Math.min(slot.queue.length, slot.head + this.opts.maxEnvelopesPerBatch);
+    let end = slot.head;
+    for (let records = 0; end < last && records < this.opts.batchRecords; end++) records += slot.queue[end].records.length;
     const batch = slot.queue.slice(slot.head, end);
     const skip = slot.skip.size ? slot.skip : undefined;
     await this.runBatch(slot, () => slot.runtime.process(batch, skip), end - slot.head);

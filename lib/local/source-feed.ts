@@ -9,7 +9,7 @@ import type { Clock, StreamRecord } from '../api/types.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import type { Barrier, Envelope } from '../transport/envelope.ts';
 import type { BarrierEntry, SourceLog } from './input-log.ts';
-import { type PartitionCursorState, type RejectedInput, type SourceReader, SourcePartitioner, toRecord } from './sources.ts';
+import { type PartitionCursorState, recordMaker, type RejectedInput, type SourceReader, SourcePartitioner } from './sources.ts';
 
 export interface FeedHost {
   readonly clock: Clock;
@@ -28,6 +28,7 @@ export class SourceFeed {
   read = 0;
   /** Logged records still to replay after a restore, per partition. */
   private replay = new Map<number, { records: StreamRecord[]; i: number }>();
+  private toRecord: ((event: unknown) => StreamRecord | string) | undefined;
 
   constructor(
     readonly def: SourceDef<any>,
@@ -82,13 +83,18 @@ export class SourceFeed {
    */
   accept(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost): void {
     const batch = host.batchSize;
+    const toRecord = (this.toRecord ??= recordMaker(this.def, host.clock));
     for (let i = 0; i < events.length; i += batch) {
-      const records: StreamRecord[] = [];
-      for (let j = i; j < Math.min(i + batch, events.length); j++) {
-        const r = toRecord(this.def, events[j], host.clock);
+      const end = Math.min(i + batch, events.length);
+      // Sized once: growing by push would copy the array several times per chunk.
+      const records: StreamRecord[] = new Array(end - i);
+      let n = 0;
+      for (let j = i; j < end; j++) {
+        const r = toRecord(events[j]);
         if (typeof r === 'string') host.rejected({ source: this.def.name, position: positions?.[j] ?? `event ${this.read + j}`, error: r });
-        else records.push(r);
+        else records[n++] = r;
       }
+      if (n < records.length) records.length = n;
       host.accepted(records.length);
       if (!records.length) continue;
       const p = this.partitioner.nextPartition;

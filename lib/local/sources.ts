@@ -171,6 +171,26 @@ export function toRecord(def: SourceDef<any>, event: unknown, clock: Clock): Str
   return { value: event, timestamp };
 }
 
+/**
+ * toRecord as a function of the event alone, specialised for the common case (no
+ * schema, a timestamp extractor): one call and a type check per event; anything
+ * unusual goes through toRecord for its error message.
+ */
+export function recordMaker(def: SourceDef<any>, clock: Clock): (event: unknown) => StreamRecord | string {
+  const extract = def.timestamp;
+  if (def.schema || !extract) return (event) => toRecord(def, event, clock);
+  return (event) => {
+    let timestamp: unknown;
+    try {
+      timestamp = extract(event);
+    } catch {
+      return toRecord(def, event, clock);
+    }
+    if (typeof timestamp === 'number' && timestamp - timestamp === 0) return { value: event, timestamp };
+    return toRecord(def, event, clock);
+  };
+}
+
 interface PartitionCursor {
   seq: number;
   maxTimestamp: number;

@@ -12,7 +12,7 @@
  * envelopes are applied, and the new barrier starts over. Barriers at or below the last
  * snapshotted epoch are stale and ignored.
  */
-import { participantKey } from '../checkpoint/protocol.ts';
+import { participantKey, sourcePartitionKey } from '../checkpoint/protocol.ts';
 import { encodeSnapshot, snapshotKey } from '../checkpoint/snapshot.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import { channelId, type PhysicalPlan } from '../graph/compile.ts';
@@ -23,7 +23,7 @@ import { buildSnapshot, type DirtyEntity, keyGroupsOf } from './snapshots.ts';
 
 interface Aligning {
   barrier: Barrier;
-  arrived: Record<string, { seq: number; offset?: string }>;
+  arrived: Record<string, { seq: number; offset?: string; records?: number }>;
   startedAt: number;
   positions: Record<string, number>;
 }
@@ -103,7 +103,15 @@ export class BarrierAligner {
       return;
     }
     if (!a) a = p.aligning = { barrier: b, arrived: {}, startedAt: this.host.now(), positions: {} };
-    a.arrived[env.channel] = env.offset !== undefined ? { seq: env.seq, offset: env.offset } : { seq: env.seq };
+    if (env.offset === undefined) a.arrived[env.channel] = { seq: env.seq };
+    else {
+      // A log channel (SQS FIFO): its producers cannot count, so the partition reports the
+      // records it consumed on the channel before the barrier as the source position.
+      const records = p.inputs[env.channel]?.records ?? 0;
+      a.arrived[env.channel] = { seq: env.seq, offset: env.offset, records };
+      const edge = this.plan.edges[env.edge];
+      if (edge.from.kind === 'source') a.positions[sourcePartitionKey(edge.from.source, this.scope.partition)] = records;
+    }
     if (b.positions) Object.assign(a.positions, b.positions);
     if (this.expected.every((c) => a.arrived[c])) await this.complete(a);
   }
@@ -121,8 +129,8 @@ export class BarrierAligner {
       const at = a.arrived[c];
       if (!at) inputs[c] = { ...ch };
       else {
-        const { offset: _drop, ...rest } = ch;
-        inputs[c] = { ...rest, seq: at.seq, ...(at.offset !== undefined ? { offset: at.offset } : {}) };
+        const { offset: _drop, records: _count, ...rest } = ch;
+        inputs[c] = { ...rest, seq: at.seq, ...(at.offset !== undefined ? { offset: at.offset } : {}), ...(at.records !== undefined ? { records: at.records } : {}) };
       }
     }
     const cut: PartitionProgress = { inputs, outputs: { ...p.outputs }, outputWatermark: p.outputWatermark, outputIdle: p.outputIdle, lastBarrier: b.epoch };

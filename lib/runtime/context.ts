@@ -6,6 +6,7 @@ import { keyGroupOfString } from '../graph/keygroups.ts';
 import { type LogicalNode, MAIN_PORT } from '../graph/logical.ts';
 import type { StateTxn } from '../state/txn.ts';
 import type { OperatorContext, StreamOperator, TimeDomain } from './operator.ts';
+import type { Push } from './chain.ts';
 import type { TimerQueue } from './timers.ts';
 
 export interface NodeRuntime {
@@ -15,6 +16,11 @@ export interface NodeRuntime {
   readonly routes: Map<string, Successor[]>;
   readonly timers: { event: TimerQueue; processing: TimerQueue };
   recordsIn: number;
+  /** Where emitted values go, per output port (chain.ts). */
+  readonly emitters: Map<string, Push>;
+  emitMain: Push;
+  /** Stateless nodes: the fused entry that replaces a dispatch (chain.ts). */
+  entry: Push | undefined;
 }
 
 /** What a context needs from its partition runtime. */
@@ -24,7 +30,6 @@ export interface ContextHost {
   readonly clock: Clock;
   readonly watermark: number;
   readonly stateTxn: StateTxn;
-  route(n: NodeRuntime, value: unknown, timestamp: number, port: string): void;
 }
 
 export function entityId(operator: string, keyString: string): string {
@@ -102,6 +107,7 @@ export class NodeContext implements OperatorContext {
   }
 
   emit(value: unknown, timestamp: number, port: string = MAIN_PORT): void {
-    this.rt.route(this.n, value, timestamp, port);
+    if (port === MAIN_PORT) this.n.emitMain(value, timestamp);
+    else this.n.emitters.get(port)?.(value, timestamp);
   }
 }

@@ -1,7 +1,7 @@
 /** What a batch reads: which envelopes are new, and which entities it may touch (for remote state). */
-import { type Key, keyToString } from '../api/types.ts';
+import { type Key, keyToString, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import { InvariantError } from '../errors.ts';
-import type { PhysicalPlan } from '../graph/compile.ts';
+import type { PhysicalPlan, StageEdge } from '../graph/compile.ts';
 import { keyGroupOfString } from '../graph/keygroups.ts';
 import { KEYED_KINDS } from '../graph/logical.ts';
 import type { ChannelProgress } from '../state/backend.ts';
@@ -62,4 +62,33 @@ export function entitiesToPrefetch(plan: PhysicalPlan, envelopes: readonly Envel
     }
   }
   return [...want.values()];
+}
+
+/** Bounded out-of-orderness over the records of a source envelope. */
+export function sourceWatermark(plan: PhysicalPlan, edge: StageEdge, records: readonly StreamRecord[]): number {
+  if (records.length === 0) return MIN_WATERMARK;
+  const spec = plan.job.nodes[edge.toNode].spec;
+  const delay = spec.kind === 'source' ? spec.source.watermark.maxOutOfOrdernessMs : 0;
+  let max = MIN_WATERMARK;
+  for (const r of records) if (r.timestamp > max) max = r.timestamp;
+  return max - delay - 1;
+}
+
+/** The minimum over the expected channels, idle ones excluded (all idle: `current` stays). */
+export function inputWatermark(expected: readonly string[], inputs: Readonly<Record<string, ChannelProgress>>, current: number): number {
+  if (expected.length === 0) return MAX_WATERMARK;
+  let wm = MAX_WATERMARK;
+  let active = 0;
+  for (const c of expected) {
+    const ch = inputs[c];
+    if (ch?.idle) continue;
+    active++;
+    const w = ch ? ch.watermark : MIN_WATERMARK;
+    if (w < wm) wm = w;
+  }
+  return active === 0 ? current : wm;
+}
+
+export function allIdle(expected: readonly string[], inputs: Readonly<Record<string, ChannelProgress>>): boolean {
+  return expected.length > 0 && expected.every((c) => inputs[c]?.idle);
 }

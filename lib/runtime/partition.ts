@@ -15,17 +15,18 @@
 import { type Clock, type Key, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
-import { channelsInto, type PhysicalPlan, type StagePlan, type StageEdge, type Successor } from '../graph/compile.ts';
+import { channelsInto, type PhysicalPlan, type StagePlan, type Successor } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
 import { createOperator } from '../operators/registry.ts';
 import type { ChannelProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import { buildChains } from './chain.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, NodeContext, type NodeRuntime } from './context.ts';
-import { entitiesToPrefetch, freshEnvelopes } from './inputs.ts';
+import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark } from './inputs.ts';
 import { Outputs } from './outputs.ts';
-import { allTimerEntities, changedTimerEntities, timersOfEntity } from './snapshots.ts';
+import { allTimerEntities, changedTimerEntities, timerChanges, timersOfEntity } from './snapshots.ts';
 import { TimerQueue } from './timers.ts';
 
 export { entityId };
@@ -99,7 +100,10 @@ export class PartitionRuntime {
   private pendingOutbox: OutboxEntry[] = [];
   /** Outbox committed before a crash, to deliver again first. */
   recoveredOutbox: OutboxEntry[] = [];
-  private current: RecordLocation | undefined;
+  /** The input record being applied (fields, not an object per record; see location()). */
+  private curChannel: string | undefined;
+  private curSeq = 0;
+  private curIndex = 0;
   private skip: ReadonlyMap<string, { error: string; attempts: number }> | undefined;
   /** What this process() call committed so far (an aligned barrier commits mid-batch). */
   private acc = { outbox: [] as OutboxEntry[], recordsIn: 0, committed: false };
@@ -128,6 +132,11 @@ export class PartitionRuntime {
     this.progress = copyProgress(rec.progress as MutableProgress) as MutableProgress;
     this.recoveredOutbox = [...rec.outbox];
     for (const id of this.stage.nodes) this.createNode(this.deps.plan.job.nodes[id]);
+    buildChains(this.deps.plan, this.order, this.nodes, {
+      outputs: this.outputs,
+      dispatch: (n, rec, input) => this.dispatch(n, rec, input),
+      failure: (n, value, cause) => new RecordFailedError(n.node.name, value, cause, this.location()),
+    });
     for (const t of rec.timers) this.nodes.get(t.node)?.timers[t.domain].load(t);
     this.inputWatermark = this.computeInputWatermark();
     if (this.deps.checkpointStore) {
@@ -167,6 +176,9 @@ export class PartitionRuntime {
       routes,
       timers: { event: new TimerQueue(), processing: new TimerQueue() },
       recordsIn: 0,
+      emitters: new Map(),
+      emitMain: () => {},
+      entry: undefined,
     };
     (rt as { ctx: NodeContext }).ctx = new NodeContext(this, rt, this.deps.plan.job.maxParallelism);
     rt.op = createOperator(rt.ctx);
@@ -226,7 +238,10 @@ export class PartitionRuntime {
     const ch = this.channel(env.channel);
     if (fresh) {
       ch.seq = env.seq;
-      if (env.offset !== undefined) ch.offset = env.offset;
+      if (env.offset !== undefined) {
+        ch.offset = env.offset;
+        ch.records = (ch.records ?? 0) + env.records.length;
+      }
     }
     const a = this.progress.aligning;
     if (a && a.arrived[env.channel]) {
@@ -249,36 +264,34 @@ export class PartitionRuntime {
     const edge = this.deps.plan.edges[env.edge];
     const target = this.nodes.get(edge.toNode)!;
     const keyed = KEYED_KINDS.has(target.node.spec.kind);
+    const entry = target.entry;
     const records = env.records;
+    this.curChannel = env.channel;
+    this.curSeq = env.seq;
     for (let i = 0; i < records.length; i++) {
       const rec = records[i];
-      this.current = { channel: env.channel, seq: env.seq, index: i };
+      this.curIndex = i;
       if (this.skip) {
-        const parked = this.skip.get(locationId(this.current));
+        const here = this.location()!;
+        const parked = this.skip.get(locationId(here));
         if (parked) {
-          this.deadLetters.push({ operator: target.node.name, ...this.current, record: rec, error: parked.error, attempts: parked.attempts });
+          this.deadLetters.push({ operator: target.node.name, ...here, record: rec, error: parked.error, attempts: parked.attempts });
           continue;
         }
+      }
+      if (entry) {
+        entry(rec.value, rec.timestamp);
+        continue;
       }
       if (keyed) target.ctx.setCurrentKey(rec.key as Key);
       this.dispatch(target, rec, edge.toInput);
     }
     this.acc.recordsIn += records.length;
-    this.current = undefined;
-    const wm = edge.partitioning === 'source' ? Math.max(env.watermark, this.sourceWatermark(edge, records)) : env.watermark;
+    this.curChannel = undefined;
+    const wm = edge.partitioning === 'source' ? Math.max(env.watermark, sourceWatermark(this.deps.plan, edge, records)) : env.watermark;
     if (wm > ch.watermark) ch.watermark = wm;
     ch.idle = env.idle === true;
     this.advanceWatermark();
-  }
-
-  /** Bounded out-of-orderness over the records of a source envelope. */
-  private sourceWatermark(edge: StageEdge, records: readonly StreamRecord[]): number {
-    if (records.length === 0) return MIN_WATERMARK;
-    const spec = this.deps.plan.job.nodes[edge.toNode].spec;
-    const delay = spec.kind === 'source' ? spec.source.watermark.maxOutOfOrdernessMs : 0;
-    let max = MIN_WATERMARK;
-    for (const r of records) if (r.timestamp > max) max = r.timestamp;
-    return max - delay - 1;
   }
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */
@@ -302,25 +315,11 @@ export class PartitionRuntime {
   }
 
   private computeInputWatermark(): number {
-    if (this.expectedChannels.length === 0) return MAX_WATERMARK;
-    let wm = MAX_WATERMARK;
-    let active = 0;
-    for (const c of this.expectedChannels) {
-      const ch = this.progress.inputs[c];
-      if (ch?.idle) continue;
-      active++;
-      const w = ch ? ch.watermark : MIN_WATERMARK;
-      if (w < wm) wm = w;
-    }
-    return active === 0 ? this.inputWatermark : wm;
-  }
-
-  private allInputsIdle(): boolean {
-    return this.expectedChannels.length > 0 && this.expectedChannels.every((c) => this.progress.inputs[c]?.idle);
+    return inputWatermark(this.expectedChannels, this.progress.inputs, this.inputWatermark);
   }
 
   private advanceWatermark(): void {
-    const idle = this.allInputsIdle();
+    const idle = allIdle(this.expectedChannels, this.progress.inputs);
     if (idle !== this.progress.outputIdle) {
       this.progress.outputIdle = idle;
       this.outputs.watermarkMoved = true;
@@ -359,8 +358,13 @@ export class PartitionRuntime {
       f();
     } catch (e) {
       if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, rec?.value, e, this.current);
+      throw new RecordFailedError(n.node.name, rec?.value, e, this.location());
     }
+  }
+
+  /** The location of the input record being applied (undefined for timers and watermarks). */
+  private location(): RecordLocation | undefined {
+    return this.curChannel === undefined ? undefined : { channel: this.curChannel, seq: this.curSeq, index: this.curIndex };
   }
 
   /** @internal Deliver a record to a node of this stage. */
@@ -370,24 +374,7 @@ export class PartitionRuntime {
       n.op.processElement(rec, input);
     } catch (e) {
       if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, rec.value, e, this.current);
-    }
-  }
-
-  /** @internal Route an emitted record to the node's successors. */
-  route(n: NodeRuntime, value: unknown, timestamp: number, port: string): void {
-    if (n.node.spec.kind === 'sink') {
-      this.outputs.toSink(n.node.name, value);
-      return;
-    }
-    const succ = n.routes.get(port);
-    if (!succ) return;
-    for (const s of succ) {
-      if (s.kind === 'local') {
-        this.dispatch(this.nodes.get(s.node)!, { value, timestamp }, s.input);
-      } else {
-        this.outputs.send(this.deps.plan.edges[s.edge], value, timestamp);
-      }
+      throw new RecordFailedError(n.node.name, rec.value, e, this.location());
     }
   }
 
@@ -406,18 +393,6 @@ export class PartitionRuntime {
     if (want.length) await this.deps.backend.prefetch(this.scope, want);
   }
 
-  private timerChanges(): { adds: TimerEntry[]; deletes: TimerEntry[] } {
-    const adds: TimerEntry[] = [];
-    const deletes: TimerEntry[] = [];
-    for (const n of this.order) {
-      for (const q of [n.timers.event, n.timers.processing]) {
-        adds.push(...q.added.values());
-        deletes.push(...q.deleted.values());
-      }
-    }
-    return { adds, deletes };
-  }
-
   /**
    * Commit what was processed since the last commit of this call. `progressMoved`: even
    * an envelope without records moves a channel's position, which must be committed;
@@ -431,7 +406,7 @@ export class PartitionRuntime {
     for (const d of this.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
 
     const writes = this.txn.writes();
-    const { adds: timerAdds, deletes: timerDeletes } = this.timerChanges();
+    const { adds: timerAdds, deletes: timerDeletes } = timerChanges(this.order);
     this.deps.beforeCommit?.();
     const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
     if (changed) {

@@ -49,7 +49,7 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
   const entities = new Map<string, number>();
   if (s.full) {
     if (!s.backend.entitiesOf) throw new Error('full snapshot: the state backend cannot list entities (entitiesOf)');
-    for (const e of s.backend.entitiesOf(s.scope, s.keyGroups)) entities.set(e.entity, e.kg);
+    for await (const e of s.backend.entitiesOf(s.scope, s.keyGroups)) entities.set(e.entity, e.kg);
     for (const e of s.allTimerEntities()) entities.set(e.entity, e.kg);
   } else {
     for (const t of s.backend.tracked!(s.scope)) {
@@ -101,4 +101,17 @@ export function timersOfEntity(byName: ReadonlyMap<string, NodeRuntime>, entity:
 /** The entity of every live timer (full snapshots). */
 export function allTimerEntities(order: readonly NodeRuntime[]): DirtyEntity[] {
   return order.flatMap((n) => [...n.timers.event.liveUpTo(Infinity), ...n.timers.processing.liveUpTo(Infinity)].map((t) => ({ entity: entityId(n.node.name, t.key), kg: t.kg })));
+}
+
+/** Timer adds and deletes of all nodes since the last commit. */
+export function timerChanges(order: readonly NodeRuntime[]): { adds: TimerEntry[]; deletes: TimerEntry[] } {
+  const adds: TimerEntry[] = [];
+  const deletes: TimerEntry[] = [];
+  for (const n of order) {
+    for (const q of [n.timers.event, n.timers.processing]) {
+      if (q.added.size) adds.push(...q.added.values());
+      if (q.deleted.size) deletes.push(...q.deleted.values());
+    }
+  }
+  return { adds, deletes };
 }

@@ -47,6 +47,8 @@ export interface ChannelProgress {
   seq: number;
   /** Highest log position applied, for source channels that carry offsets. */
   offset?: string;
+  /** Offset channels: records consumed so far (a barrier's source position: the records before it). */
+  records?: number;
   watermark: number;
   idle: boolean;
 }
@@ -74,7 +76,7 @@ export interface PartitionProgress {
 export interface AlignmentProgress {
   readonly barrier: Barrier;
   /** Channels that delivered the barrier, with the barrier's position on each (the snapshot's cut). */
-  readonly arrived: Readonly<Record<string, { readonly seq: number; readonly offset?: string }>>;
+  readonly arrived: Readonly<Record<string, { readonly seq: number; readonly offset?: string; readonly records?: number }>>;
   /** When the first copy arrived (processing time). */
   readonly startedAt: number;
   /** Source positions carried by the barrier on source channels. */
@@ -152,8 +154,11 @@ export interface StateBackend {
   readonly tracksChanges?: boolean;
   /** With tracksChanges: the committed tracked intervals, oldest first (read only; valid until the next commit). */
   tracked?(scope: PartitionScope): readonly TrackedInterval[];
-  /** Optional, for full snapshots: every committed entity of the given key groups of a stage. */
-  entitiesOf?(scope: PartitionScope, keyGroups: readonly number[]): Iterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }>;
+  /** Optional, for full snapshots: every committed entity of the given key groups of a stage (remote stores answer asynchronously). */
+  entitiesOf?(
+    scope: PartitionScope,
+    keyGroups: readonly number[],
+  ): Iterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }> | AsyncIterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }>;
 }
 
 export function emptyProgress(): PartitionProgress {

@@ -15,7 +15,6 @@ import {
   type StateBackend,
   scopeId,
   type TimerEntry,
-  timerId,
   type TrackedInterval,
   type TrackingUpdate,
 } from './backend.ts';
@@ -28,7 +27,7 @@ interface MutableInterval {
 interface PartitionRecord {
   version: number;
   progress: PartitionProgress;
-  timers: Map<string, TimerEntry>;
+  timers: CommittedTimers;
   outbox: { version: number; entries: readonly OutboxEntry[] }[];
   /** Dirty keys per barrier interval, for incremental snapshots (oldest first). */
   tracking: MutableInterval[];
@@ -47,21 +46,30 @@ export class InMemoryStateBackend implements StateBackend {
   /** key group -> entity -> field -> value. Key groups are shared across stages' scopes by entity prefix. */
   private readonly state = new Map<string, Map<number, Map<string, Map<string, unknown>>>>();
   private readonly partitions = new Map<string, PartitionRecord>();
+  /** Scopes are long-lived objects (one per partition runtime): skip building their ids per call. */
+  private readonly stageOfScope = new WeakMap<PartitionScope, Map<number, Map<string, Map<string, unknown>>>>();
+  private recordOfScope = new WeakMap<PartitionScope, PartitionRecord>();
   /** Commits applied (for tests and metrics). */
   commits = 0;
 
   private stageState(scope: PartitionScope): Map<number, Map<string, Map<string, unknown>>> {
+    let s = this.stageOfScope.get(scope);
+    if (s) return s;
     // State belongs to the stage, not the partition: a rescale reassigns key groups.
     const id = `${scope.job}/${scope.stage}`;
-    let s = this.state.get(id);
+    s = this.state.get(id);
     if (!s) this.state.set(id, (s = new Map()));
+    this.stageOfScope.set(scope, s);
     return s;
   }
 
   private record(scope: PartitionScope): PartitionRecord {
+    const cached = this.recordOfScope.get(scope);
+    if (cached) return cached;
     const id = scopeId(scope);
     let r = this.partitions.get(id);
-    if (!r) this.partitions.set(id, (r = { version: 0, progress: emptyProgress(), timers: new Map(), outbox: [], tracking: [] }));
+    if (!r) this.partitions.set(id, (r = { version: 0, progress: emptyProgress(), timers: new CommittedTimers(), outbox: [], tracking: [] }));
+    this.recordOfScope.set(scope, r);
     return r;
   }
 
@@ -70,7 +78,7 @@ export class InMemoryStateBackend implements StateBackend {
     return {
       version: r.version,
       progress: structuredClone(r.progress),
-      timers: [...r.timers.values()],
+      timers: r.timers.all(),
       outbox: r.outbox.flatMap((o) => o.entries),
       // Absent until a checkpointed run tracked something (keeps the conformance shape of plain runs).
       tracking: r.tracking.length ? r.tracking.map((t): TrackedInterval => ({ after: t.after, entities: new Map(t.entities) })) : undefined,
@@ -115,8 +123,8 @@ export class InMemoryStateBackend implements StateBackend {
         if (fields) fields[STAMP] = cur;
       }
     }
-    for (const t of batch.timerDeletes) r.timers.delete(timerId(t));
-    for (const t of batch.timerAdds) r.timers.set(timerId(t), t);
+    for (const t of batch.timerDeletes) r.timers.delete(t);
+    for (const t of batch.timerAdds) r.timers.set(t);
     r.version++;
     r.progress = batch.progress;
     if (batch.outbox.length > 0) r.outbox.push({ version: r.version, entries: batch.outbox });
@@ -150,10 +158,12 @@ export class InMemoryStateBackend implements StateBackend {
       groups.set(entity, new Map(fields));
     }
     const after = part.progress.lastBarrier ?? 0;
+    // The partition's record is replaced below: forget cached ones.
+    this.recordOfScope = new WeakMap();
     this.partitions.set(scopeId(scope), {
       version: 0,
       progress: structuredClone(part.progress),
-      timers: new Map(part.timers.map((t) => [timerId(t), t])),
+      timers: CommittedTimers.of(part.timers),
       outbox: [],
       tracking: [{ after, entities: new Map() }],
     });
@@ -175,6 +185,54 @@ export class InMemoryStateBackend implements StateBackend {
     for (const groups of this.stageState({ job, stage, partition: 0 }).values()) n += groups.size;
     return n;
   }
+}
+
+/**
+ * A partition's committed timers, by key and then in the key's short list: no string id
+ * per timer (an entry is identified by its domain, node, key, namespace and time).
+ */
+class CommittedTimers {
+  private readonly byKey = new Map<string, TimerEntry[]>();
+
+  static of(timers: readonly TimerEntry[]): CommittedTimers {
+    const out = new CommittedTimers();
+    for (const t of timers) out.set(t);
+    return out;
+  }
+
+  set(t: TimerEntry): void {
+    const list = this.byKey.get(t.key);
+    if (!list) {
+      this.byKey.set(t.key, [t]);
+      return;
+    }
+    const i = indexOf(list, t);
+    if (i >= 0) list[i] = t;
+    else list.push(t);
+  }
+
+  delete(t: TimerEntry): void {
+    const list = this.byKey.get(t.key);
+    if (!list) return;
+    const i = indexOf(list, t);
+    if (i < 0) return;
+    if (list.length === 1) this.byKey.delete(t.key);
+    else list.splice(i, 1);
+  }
+
+  all(): TimerEntry[] {
+    const out: TimerEntry[] = [];
+    for (const list of this.byKey.values()) for (const t of list) out.push(t);
+    return out;
+  }
+}
+
+function indexOf(list: readonly TimerEntry[], t: TimerEntry): number {
+  for (let i = 0; i < list.length; i++) {
+    const x = list[i];
+    if (x === t || (x.time === t.time && x.node === t.node && x.domain === t.domain && x.ns === t.ns)) return i;
+  }
+  return -1;
 }
 
 const STAMP: unique symbol = Symbol('tracked-in');

@@ -45,6 +45,33 @@ describe('SluiceJob with the checkpoint state machine', () => {
     expect(machineStatements.flatMap(actions).every((a) => /^(logs|xray|lambda:InvokeFunction|states:StartExecution)/.test(a))).toBe(true);
   });
 
+  it('lets the stages snapshot and acknowledge barriers, and the ingest function wake the machine', () => {
+    const stage = roleStatements(resources, logicalId(stack, job.stages[0].operator.role));
+    const ack = stage.find((s) => s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys']?.toString() === 'nexmark-q5#a')!;
+    expect(ack.Action).toBe('dynamodb:PutItem');
+    expect(JSON.stringify(stage.filter((s) => actions(s).includes('s3:PutObject')).map((s) => s.Resource))).toContain('nexmark-q5/snapshots/*');
+    const fn = (f: { fn: unknown }) => resources[logicalId(stack, f.fn)];
+    expect(fn(job.stages[0].operator).Properties!.Environment.Variables.SLUICE_CHECKPOINTS).toBe('1');
+    const ingest = job.ingestion.function;
+    expect(fn(ingest).Properties!.Environment.Variables.SLUICE_STATE_MACHINE_ARN).toEqual({ Ref: logicalId(stack, machine) });
+    const wake = roleStatements(resources, logicalId(stack, ingest.role));
+    expect(wake.find((s) => actions(s).includes('states:StartExecution'))!.Resource).toEqual({ Ref: logicalId(stack, machine) });
+    const byKey = (k: string) => wake.find((s) => s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys']?.toString() === k)!.Action;
+    expect(byKey('nexmark-q5#a')).toBe('dynamodb:UpdateItem');
+    expect(byKey('nexmark-q5#c')).toBe('dynamodb:GetItem');
+  });
+
+  it('without the state machine, stages neither snapshot nor ack and the ingest function wakes nothing', () => {
+    const plain = jobStack({});
+    const stage = roleStatements(plain.resources, logicalId(plain.stack, plain.job.stages[0].operator.role));
+    expect(stage.flatMap((s) => (s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys'] as string[] | undefined) ?? [])).not.toContain('nexmark-q5#a');
+    expect(JSON.stringify(stage)).not.toContain('snapshots');
+    const vars = (f: { fn: unknown }) => plain.resources[logicalId(plain.stack, f.fn)].Properties!.Environment.Variables;
+    expect(vars(plain.job.stages[0].operator).SLUICE_CHECKPOINTS).toBeUndefined();
+    expect(vars(plain.job.ingestion.function).SLUICE_STATE_MACHINE_ARN).toBeUndefined();
+    expect(roleStatements(plain.resources, logicalId(plain.stack, plain.job.ingestion.function.role)).flatMap(actions)).not.toContain('states:StartExecution');
+  });
+
   it('passes cdk-nag with reasoned suppressions only', () => {
     expect(nagFindings(stack).errors).toEqual([]);
   });

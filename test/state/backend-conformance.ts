@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { CommitConflictError } from '../../lib/errors.ts';
-import { type CommitBatch, emptyProgress, type PartitionProgress, type PartitionScope, type StateBackend, type StateWrite, type TimerEntry } from '../../lib/state/backend.ts';
+import { type CommitBatch, emptyProgress, type PartitionProgress, type PartitionScope, type StateBackend, type StateWrite, type TimerEntry, type TrackedInterval } from '../../lib/state/backend.ts';
 import type { OutboxEntry } from '../../lib/transport/envelope.ts';
 
 export interface BackendStore {
@@ -56,6 +56,11 @@ const progress: PartitionProgress = {
   outputWatermark: Number.NEGATIVE_INFINITY,
   outputIdle: false,
 };
+
+/** Tracked intervals as plain data (entities sorted). */
+function intervals(ts: readonly TrackedInterval[] | undefined): { after: number; entities: Record<string, number> }[] {
+  return (ts ?? []).map((t) => ({ after: t.after, entities: Object.fromEntries([...t.entities].sort(([a], [b]) => (a < b ? -1 : 1))) }));
+}
 
 export function backendConformance(name: string, makeStore: () => BackendStore | Promise<BackendStore>): void {
   describe(`StateBackend conformance: ${name}`, () => {
@@ -238,6 +243,60 @@ export function backendConformance(name: string, makeStore: () => BackendStore |
       for (let e = 0; e < 50; e++) expect(await read(after, scope, e % 7, entity(e))).toBeUndefined();
       expect((await after.recover(scope)).version).toBe(2);
     });
+    it('tracks changed entities per barrier interval, durably and atomically with the commit', async () => {
+      const store = await makeStore();
+      const b = store.open();
+      if (!b.tracksChanges) return;
+      const scope = freshScope();
+      await b.recover(scope);
+      const w = (entity: string, value: unknown, kg = 4): StateWrite => ({ kg, entity, field: 'f', value });
+      // Interval after 0: written entities (deletes too) and entities whose timers changed.
+      await b.commit(batch(scope, 0, { writes: [w('op\u0001a', 1), w('op\u0001b', 2)], tracking: { entities: [{ entity: 'op\u0001t', kg: 9 }] } }));
+      await b.commit(batch(scope, 1, { writes: [w('op\u0001a', 3), w('op\u0001gone', undefined)], tracking: { entities: [] } }));
+      expect(intervals(b.tracked!(scope))).toEqual([{ after: 0, entities: { 'op\u0001a': 4, 'op\u0001b': 4, 'op\u0001gone': 4, 'op\u0001t': 9 } }]);
+      // The barrier's commit: its writes precede the barrier, then a new interval starts.
+      await b.commit(batch(scope, 2, { writes: [w('op\u0001c', 1)], progress: { ...progress, lastBarrier: 1 }, tracking: { entities: [], next: { after: 1, dropBefore: 0 } } }));
+      await b.commit(batch(scope, 3, { writes: [w('op\u0001a', 5)], progress: { ...progress, lastBarrier: 1 }, tracking: { entities: [] } }));
+      const two = [
+        { after: 0, entities: { 'op\u0001a': 4, 'op\u0001b': 4, 'op\u0001c': 4, 'op\u0001gone': 4, 'op\u0001t': 9 } },
+        { after: 1, entities: { 'op\u0001a': 4 } },
+      ];
+      expect(intervals(b.tracked!(scope))).toEqual(two);
+      const fresh = store.open();
+      expect(intervals((await fresh.recover(scope)).tracking)).toEqual(two);
+      expect(intervals(fresh.tracked!(scope))).toEqual(two);
+
+      // A stale commit changes nothing, tracking included.
+      await expect(fresh.commit(batch(scope, 1, { writes: [w('op\u0001stale', 1)], tracking: { entities: [] } }))).rejects.toBeInstanceOf(CommitConflictError);
+      expect(intervals((await store.open().recover(scope)).tracking)).toEqual(two);
+
+      // Barrier 2 with base 1 (checkpoint 1 completed): intervals before 1 are forgotten.
+      await b.recover(scope);
+      await b.commit(batch(scope, 4, { progress: { ...progress, lastBarrier: 2 }, tracking: { entities: [{ entity: 'op\u0001t', kg: 9 }], next: { after: 2, dropBefore: 1 } } }));
+      const after2 = [
+        { after: 1, entities: { 'op\u0001a': 4, 'op\u0001t': 9 } },
+        { after: 2, entities: {} },
+      ];
+      expect(intervals(b.tracked!(scope))).toEqual(after2);
+      expect(intervals((await store.open().recover(scope)).tracking)).toEqual(after2);
+    });
+
+    it('lists every committed entity of some key groups with its fields (full snapshots)', async () => {
+      const store = await makeStore();
+      const b = store.open();
+      if (!b.entitiesOf) return;
+      const scope = freshScope();
+      await b.recover(scope);
+      const names = ['op\u0001a', 'op\u0001a\u0001b', 'op\u0001\u0002x', 'op\u0001' + 'L'.repeat(2000)];
+      await b.commit(batch(scope, 0, { writes: [...names.map((entity, i) => ({ kg: 1 + (i % 2), entity, field: `f${i}`, value: i })), { kg: 3, entity: 'op\u0001other', field: 'f', value: 0 }, { kg: 1, entity: 'op\u0001a', field: 'm\u0002"k"', value: { x: 1 } }] }));
+      await b.commit(batch(scope, 1, { writes: [{ kg: 2, entity: names[1], field: 'f1', value: undefined }] }));
+      const seen: Record<string, unknown> = {};
+      for await (const e of store.open().entitiesOf!(scope, [1, 2])) seen[`${e.kg}/${e.entity}`] = Object.fromEntries(e.fields);
+      expect(seen).toEqual({
+        [`1/${names[0]}`]: { f0: 0, 'm\u0002"k"': { x: 1 } },
+        [`1/${names[2]}`]: { f2: 2 },
+        [`2/${names[3]}`]: { f3: 3 },
+      });
+    });
   });
 }
-

@@ -30,6 +30,12 @@ export interface FeedTarget {
   readonly partitions: number;
   /** Through the ingest handler (an ingestion source) or straight to the queue. */
   readonly ingest?: IngestHandler;
+  /**
+   * Straight feeding only: per partition, the first records to leave out (a restore: the
+   * checkpoint holds them). Chunks still take their turns, so every record goes to the
+   * partition it went to before.
+   */
+  readonly skip?: readonly number[];
 }
 
 export interface FeederContext {
@@ -41,10 +47,14 @@ export interface FeederContext {
   readonly chunkSize: number;
   /** Direct feeding waits while the queue holds more messages than this (as the ingest handler answers 429). */
   readonly maxBacklogMessages: number;
+  /** Queues whose backlog counts (default: the source's own); all stage queues keep the feeder close behind every stage. */
+  readonly backlogQueues?: readonly string[];
   /** Lambda usage of the ingest function (invocations, billed ms). */
   readonly onIngestInvocation: (billedMs: number) => void;
   readonly rejected: RejectedInput[];
   readonly shouldStop: () => boolean;
+  /** After each chunk went out (checkpoints: touch the activity item; --crash-after). */
+  readonly afterChunk?: (records: number) => Promise<void>;
 }
 
 /** Feed a reader to the end (bounded) or until shouldStop(); returns the events accepted. */
@@ -54,6 +64,8 @@ export async function feedSource(ctx: FeederContext, target: FeedTarget, reader:
   const turn = { n: 0 };
   let accepted = 0;
   const name = target.def.name;
+  const skip = [...(target.skip ?? [])];
+  if (target.ingest && skip.some((n) => n > 0)) throw new InvariantError(`source "${name}": skipping restored records needs straight feeding, not the ingest handler`);
   while (!ctx.shouldStop()) {
     const { events, done, rejected, positions } = await reader.pull(ctx.chunkSize * target.partitions);
     if (rejected?.length) ctx.rejected.push(...rejected);
@@ -61,7 +73,9 @@ export async function feedSource(ctx: FeederContext, target: FeedTarget, reader:
       const slice = events.slice(i, i + ctx.chunkSize);
       const first = chunk++ * ctx.chunkSize;
       const where = (j: number) => positions?.[i + j] ?? `event ${first + j}`;
-      accepted += target.ingest ? await postChunk(ctx, target.ingest, name, slice, where) : await sendChunk(ctx, target, slice, where, turn);
+      const n = target.ingest ? await postChunk(ctx, target.ingest, name, slice, where) : await sendChunk(ctx, target, slice, where, turn, skip);
+      accepted += n;
+      await ctx.afterChunk?.(n);
     }
     if (done) {
       await ctx.transport.sendEndOfInput(target.stage, name, target.partitions);
@@ -95,7 +109,7 @@ async function postChunk(ctx: FeederContext, ingest: IngestHandler, stream: stri
   }
 }
 
-async function sendChunk(ctx: FeederContext, target: FeedTarget, events: unknown[], where: (j: number) => string, turn: { n: number }): Promise<number> {
+async function sendChunk(ctx: FeederContext, target: FeedTarget, events: unknown[], where: (j: number) => string, turn: { n: number }, skip: number[]): Promise<number> {
   const parts: string[] = [];
   for (let j = 0; j < events.length; j++) {
     const rec = toRecord(target.def, events[j], ctx.clock);
@@ -105,8 +119,19 @@ async function sendChunk(ctx: FeederContext, target: FeedTarget, events: unknown
   if (!parts.length) return 0;
   const chunkNo = turn.n++;
   const partition = chunkNo % target.partitions;
+  const drop = Math.min(skip[partition] ?? 0, parts.length);
+  if (drop > 0) {
+    skip[partition] -= drop;
+    parts.splice(0, drop);
+    if (!parts.length) return 0;
+  }
   const url = await ctx.transport.queues.queueUrl(target.stage);
-  while ((await queueBacklog(ctx.sqs, url)) > ctx.maxBacklogMessages) await sleep(200);
+  const backlog = async () => {
+    let n = 0;
+    for (const u of ctx.backlogQueues ?? [url]) n += await queueBacklog(ctx.sqs, u);
+    return n;
+  };
+  while ((await backlog()) > ctx.maxBacklogMessages) await sleep(ctx.backlogQueues ? 50 : 200);
   const messages: OutgoingMessage[] = C.pack(parts, C.FRAMES.ingest(target.def.name), ctx.transport.maxMessageBytes, true).map((m, k) => ({
     groupId: String(partition),
     body: m.body!,

@@ -1,0 +1,176 @@
+/**
+ * The checkpoint state machine's loop in process, for local-AWS mode: the same task code
+ * (CheckpointSteps, what functions/checkpoint.ts runs for each Task of
+ * infra/checkpoint-state-machine.ts) called in the order the state machine's Choice
+ * states route it, with its Wait states as timers:
+ *
+ *   resume -> wait interval -> open -> inject -> wait poll -> decide -> commit | abort | (pending: poll again)
+ *   a failing step -> wait poll -> resume (the Catch -> Backoff -> Resume path)
+ *
+ * Where the state machine ends at zero traffic ('end'), this loop sleeps an interval and
+ * opens again: in one process nothing has to be woken up. It keeps one execution name,
+ * so a process restarted after a crash takes its own lease back at once.
+ */
+import { POINTER_NAME } from '../../checkpoint/driver.ts';
+import type { CommitPointer } from '../../checkpoint/protocol.ts';
+import type { PointerStore } from '../../checkpoint/storage.ts';
+import { InvariantError } from '../../errors.ts';
+import type { AwsAccounting } from '../accounting.ts';
+import type { CheckpointHandler } from '../checkpoint-handler.ts';
+import { type Action, type Carry, INITIAL_CARRY, type Limits } from '../checkpoint-task.ts';
+
+export interface CheckpointLoopOptions {
+  readonly handler: CheckpointHandler;
+  readonly pointers: Pick<PointerStore, 'read'>;
+  /** Between the end of one epoch and the next opening (the WaitInterval state). */
+  readonly intervalMs: number;
+  /** Between two looks for acks (WaitForAcks, Backoff). */
+  readonly pollMs: number;
+  /** An epoch not fully acknowledged by then is aborted. */
+  readonly epochTimeoutMs: number;
+  /** The execution name (lease owner). */
+  readonly execution: string;
+  readonly now?: () => number;
+  /** Step Functions transitions the deployed state machine would make for these steps. */
+  readonly accounting?: AwsAccounting;
+  readonly log?: (line: string) => void;
+}
+
+/**
+ * Transitions of each task as the state machine runs it (with the Wait and Choice states
+ * around it): a normal epoch is open 3 + inject 1 + decide 3 + commit 1 = 8.
+ */
+const TRANSITIONS: Record<Action, number> = { resume: 2, open: 3, inject: 1, decide: 3, commit: 1, abort: 1 };
+
+export class LocalCheckpointLoop {
+  private readonly limits: Limits;
+  private running = false;
+  private loop?: Promise<void>;
+  private wake?: () => void;
+  private finalAt: number | undefined;
+  private finalEpoch = 0;
+  private finalDone?: () => void;
+  private failure: unknown;
+  /** Epochs committed by this loop (tests, summaries). */
+  readonly committed: number[] = [];
+  readonly aborted: number[] = [];
+
+  constructor(private readonly o: CheckpointLoopOptions) {
+    // Continue-as-new is for Step Functions' history limit; in process one execution can go on.
+    this.limits = { maxEpochs: Number.MAX_SAFE_INTEGER, maxFailures: 10, leaseMs: 10 * 60_000, activityGrainMs: 0, epochTimeoutMs: o.epochTimeoutMs };
+  }
+
+  private now(): number {
+    return (this.o.now ?? Date.now)();
+  }
+
+  /** One task, as the state machine's Task state sends it. */
+  step(action: Action, carry: Partial<Carry>): Promise<Carry> {
+    this.o.accounting?.record('stepfunctions', 'StateTransition', { requests: TRANSITIONS[action], items: TRANSITIONS[action] });
+    return this.o.handler({ action, execution: this.o.execution, carry, limits: this.limits });
+  }
+
+  /** The resume step alone (before the runtime restores what the pointer names). */
+  async resume(): Promise<Carry> {
+    return this.step('resume', INITIAL_CARRY);
+  }
+
+  /** Run the loop from `carry` (the result of resume()). */
+  start(carry: Carry): void {
+    this.running = true;
+    this.loop = this.run(carry).catch((e) => {
+      this.failure = e;
+      this.finalDone?.();
+    });
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const t = setTimeout(resolve, ms);
+      this.wake = () => {
+        clearTimeout(t);
+        resolve();
+      };
+    });
+  }
+
+  private async run(first: Carry): Promise<void> {
+    let c = first;
+    while (this.running) {
+      let action: Action;
+      switch (c.next) {
+        case 'fail':
+          throw new InvariantError(`the checkpoint coordinator failed ${c.failures} times in a row: ${c.error?.Cause ?? c.error?.Error ?? 'see the log'}`);
+        case 'inject':
+          action = 'inject';
+          break;
+        case 'decide':
+        case 'pending':
+          await this.sleep(this.o.pollMs);
+          action = 'decide';
+          break;
+        case 'commit':
+          action = 'commit';
+          break;
+        case 'abort':
+          action = 'abort';
+          break;
+        case 'continue':
+          c = { ...c.child!.input };
+          action = 'resume';
+          break;
+        default:
+          // wait, end: the next epoch after an interval (sooner when the final one is asked for).
+          // Interval 0: no periodic epochs, only the final one.
+          if (this.finalAt === undefined && this.o.intervalMs <= 0) await new Promise<void>((resolve) => (this.wake = resolve));
+          else await this.sleep(this.finalAt === undefined ? this.o.intervalMs : Math.min(this.o.pollMs, Math.max(1, this.o.intervalMs)));
+          action = 'open';
+      }
+      if (!this.running) return;
+      const openedAt = this.now();
+      try {
+        const before = c;
+        c = await this.step(action, c);
+        if (action === 'open' && c.next === 'inject' && this.finalAt !== undefined && openedAt >= this.finalAt) this.finalEpoch = c.epoch;
+        if (action === 'abort' && c.next === 'wait') this.aborted.push(before.epoch);
+        if (action === 'commit' && c.next === 'wait') await this.afterCommit();
+      } catch (e) {
+        this.o.log?.(`checkpoint ${action} failed: ${(e as Error).message}`);
+        await this.sleep(this.o.pollMs);
+        // A failing resume fails the loop, as the state machine's Resume Catch goes to Failed.
+        c = await this.step('resume', { ...c, error: { Error: (e as Error).name, Cause: (e as Error).message } });
+      }
+    }
+  }
+
+  private async afterCommit(): Promise<void> {
+    const ptr = (await this.o.pointers.read<CommitPointer>(POINTER_NAME))?.value;
+    if (!ptr) return;
+    if (!this.committed.includes(ptr.epoch)) this.committed.push(ptr.epoch);
+    if (this.finalEpoch > 0 && ptr.epoch >= this.finalEpoch) {
+      this.running = false;
+      this.finalDone?.();
+    }
+  }
+
+  /**
+   * A bounded run drained: one more epoch, opened after now, so every output committed
+   * (the activity item must be touched after the last input, which the caller does).
+   * Resolves once it is committed; the loop then ends.
+   */
+  async finish(): Promise<void> {
+    const done = new Promise<void>((resolve) => (this.finalDone = resolve));
+    this.finalAt = this.now();
+    this.wake?.();
+    await done;
+    await this.loop;
+    if (this.failure) throw this.failure;
+  }
+
+  /** Stop without a final epoch (idempotent). */
+  async stop(): Promise<void> {
+    this.running = false;
+    this.wake?.();
+    await this.loop;
+  }
+}
