@@ -30,6 +30,7 @@ import { createMonitoring } from './monitoring.ts';
 import { suppressFunctionFindings, suppressStateMachineFindings } from './nag.ts';
 import { bucketPrefixes, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys, grantObjects, grantSend, grantTable, grantWakeUp } from './permissions.ts';
 import { checkSources, type ResolvedProps, resolveProps, type SluiceJobProps } from './props.ts';
+import { awsSinksOf, SinkGrants } from './sinks.ts';
 import { createStages, type StageResources } from './stages.ts';
 import { snapshotBucket, stateTable } from './storage.ts';
 
@@ -54,6 +55,7 @@ export class SluiceJob extends Construct {
   /** Every function the construct created (stages, ingest, authorizer, checkpoint tasks). */
   readonly functions: readonly SluiceFunction[];
   private readonly resolved: ResolvedProps;
+  private readonly sinkGrants: SinkGrants;
 
   constructor(scope: Construct, id: string, props: SluiceJobProps) {
     super(scope, id);
@@ -73,6 +75,9 @@ export class SluiceJob extends Construct {
     const environment = runtimeEnvironment({ bucketName: bucket.bucketName, queuePrefix: p.queuePrefix, logLevel: p.logLevel, checkpoints: p.checkpoints !== undefined });
 
     this.stages = createStages(this, p, { table: this.table, bucket }, environment);
+    // AWS sinks (S3 files, DynamoDB upsert): each stage writes the sinks it runs.
+    this.sinkGrants = new SinkGrants(this, 'Sinks', { job: p.job.name, sinks: awsSinksOf(this.plan), bucket, table: this.table, encryptionKey: p.encryptionKey, sinkEncryptionKey: p.sinkEncryptionKey });
+    for (const s of this.stages) this.sinkGrants.grantWrite(s.operator.fn, s.stage.id);
     const sourceStages = [...new Set([...ingestStreams(this.plan).values()].map((s) => s.stage))];
     this.ingestion = createIngestion(
       this,
@@ -138,19 +143,26 @@ export class SluiceJob extends Construct {
   }
 
   /**
-   * Read the job's results: the sink stages' log groups, where stdout sinks write (the
-   * only sink lib/api has on AWS today; table and file sinks would add their grants here).
+   * Read the job's results: the sink stages' log groups (stdout sinks), S3 file sinks'
+   * objects and commit pointers, DynamoDB upsert sinks' tables.
    */
   grantReadResults(grantee: iam.IGrantable): iam.Grant {
-    return allOf(this.resultLogGroups.map((g) => g.grantRead(grantee)));
+    const logs = allOf(this.resultLogGroups.map((g) => g.grantRead(grantee)));
+    const sinks = this.sinkGrants.grantRead(grantee);
+    return sinks ? logs.combine(sinks) : logs;
   }
 
-  /** Checkpoint storage: pointer items, snapshots, manifests and stats (read, write, delete). */
+  /**
+   * Checkpoint storage: pointer items, snapshots, manifests and stats (read, write,
+   * delete), and the S3 file sinks the commit step prepares and commits.
+   */
   grantCoordinator(grantee: iam.IGrantable): iam.Grant {
     const p = this.resolved;
     const prefixes = bucketPrefixes(p.job.name);
-    return grantTable(grantee, this.table, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys(p.job.name), p.encryptionKey).combine(
+    const storage = grantTable(grantee, this.table, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys(p.job.name), p.encryptionKey).combine(
       grantObjects(grantee, this.bucket, [prefixes.snapshots, prefixes.manifests, prefixes.checkpoints], { read: true, write: true, delete: true }, p.encryptionKey),
     );
+    const sinks = this.sinkGrants.grantCommit(grantee);
+    return sinks ? storage.combine(sinks) : storage;
   }
 }

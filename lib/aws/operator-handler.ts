@@ -39,6 +39,7 @@
  * a group with a record skipped. Logger and metrics are Powertools'.
  */
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { S3Client } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Logger } from '@aws-lambda-powertools/logger';
 import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
@@ -54,6 +55,7 @@ import type { PartitionScope, StateBackend } from '../state/backend.ts';
 import type { BarrierAck, Envelope, OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
 import { DynamoDbAckStore } from './checkpoint-acks.ts';
+import { bindAwsSinks, SinkRecordsRejectedError } from './sink-options.ts';
 import { DynamoDbStateBackend } from './dynamodb-state.ts';
 import { stageOfQueue, stateTableName } from './naming.ts';
 import { RecordAttempts } from './record-attempts.ts';
@@ -74,6 +76,9 @@ export interface OperatorHandlerConfig {
   readonly queuePrefix?: string;
   /** For envelopes too large for one message (claim check), and outboxes too large to keep in the state table. */
   readonly blobs?: BlobStore;
+  /** For AWS sinks (S3 files): the client and the job's bucket (SLUICE_BUCKET). @default - a client from the SDK's configuration, no bucket */
+  readonly s3?: S3Client;
+  readonly bucket?: string;
   /** Sinks by name; default the job's own. Injected sinks are opened and closed by the caller. */
   readonly sinks?: Readonly<Record<string, Sink<any>>>;
   readonly clock?: Clock;
@@ -138,6 +143,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     sinks.set(node.name, injected ?? node.spec.sink);
     if (!injected) own.push(node.spec.sink);
   }
+  // AWS sinks (S3 files, DynamoDB upsert) write with this function's clients and accounting.
+  bindAwsSinks(sinks, { job, s3: config.s3, dynamodb: config.dynamodb, bucket: config.bucket, tableName, accounting });
   let opened: Promise<void> | undefined;
 
   /** Warm partitions: reused while no other container commits to them (the version fence checks). */
@@ -175,7 +182,16 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       for (const b of batches) {
         const sink = sinks.get(b.sink);
         if (!sink) throw new InvariantError(`outbox names sink "${b.sink}", which job ${job} does not have`);
-        await sink.write(b);
+        try {
+          await sink.write(b);
+        } catch (e) {
+          if (!(e instanceof SinkRecordsRejectedError)) throw e;
+          // The rest of the delivery was written; the records the sink refused are parked, not retried forever.
+          const parked = e.rejected.map((r) => ({ operator: b.sink, channel: `sink:${b.producer}`, seq: b.seq, index: r.index, record: { value: r.record, timestamp: Number.NaN }, error: r.error, attempts: 1, job, stage: scope.stage, partition: scope.partition }));
+          await transport.sendDeadLetters(parked);
+          log?.warn('sink refused records; parked as dead letters', { sink: b.sink, producer: b.producer, seq: b.seq, records: parked.length, error: e.message });
+          metrics?.addMetric('deadLetters', MetricUnit.Count, parked.length);
+        }
       }
     };
     const sendAcks = async () => {
@@ -185,7 +201,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       else log?.warn('checkpoint acknowledgements without a coordinator were dropped', { epochs: acks.map((a) => a.epoch) });
     };
     await Promise.all([envelopes.length ? transport.sendEnvelopes(plan, envelopes) : undefined, transport.sendDeadLetters(letters), writeSinks()]);
-    // Only then the acks: the coordinator may commit (sinks included) once it has them all.
+    // Only then the acks: the coordinator may commit (sinks included) once it has them all,
+    // so a transactional sink's objects for an epoch exist before it is committed.
     await sendAcks();
     if (letters.length) {
       metrics?.addMetric('deadLetters', MetricUnit.Count, letters.length);
