@@ -11,10 +11,7 @@ import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { S3FilesSink } from '../../lib/api/aws-sinks.ts';
 import { CollectSink, Sinks } from '../../lib/api/sinks.ts';
-import { valueState } from '../../lib/api/state.ts';
 import { Job } from '../../lib/api/stream.ts';
-import { WatermarkStrategies } from '../../lib/api/types.ts';
-import { Windows } from '../../lib/api/windows.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { createStateTable } from '../../lib/aws/dynamodb-state.ts';
 import { createIngestHandler } from '../../lib/aws/ingest-handler.ts';
@@ -27,43 +24,19 @@ import { compile } from '../../lib/graph/compile.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { Rng } from '../../lib/nexmark/random.ts';
 import { compareOutputs } from '../../lib/testing/checker.ts';
+import { CLICKS, type Click, clickJob as sharedClickJob, type Count, type Running, USERS } from './click-job.ts';
 import { type Container, drainQueue, localClients, runUntilDrained, unique } from './helpers.ts';
-
-interface Click {
-  id: number;
-  user: string;
-  ts: number;
-}
-type Running = { user: string; n: number };
-type Count = { user: string; start: number; n: number };
 
 const clients = localClients();
 const stateTable = unique('sluice-sinks');
 const countsTable = unique('counts');
 const bucket = unique('sinks-e2e').toLowerCase();
-const USERS = ['ann', 'bob', 'cy', 'dee', 'eve'];
-const clicks: Click[] = Array.from({ length: 60 }, (_, i) => ({ id: i, user: USERS[(i * 7) % 5], ts: 1000 + i * 13 }));
+const clicks = CLICKS;
 
 function clickJob(name: string, sinks: 'aws' | { running: CollectSink<Running>; windows: CollectSink<Count> }): Job {
-  const job = new Job(name, { parallelism: 2, maxParallelism: 16 });
-  const users = job.ingest<Click>('clicks', { timestamp: (c) => c.ts, watermark: WatermarkStrategies.boundedOutOfOrderness(0) }).keyBy((c) => c.user);
-  users
-    .process<Running, { n: ReturnType<typeof valueState<number>> }>({
-      state: { n: valueState<number>() },
-      processElement(c, ctx) {
-        const n = (ctx.state.n.get() ?? 0) + 1;
-        ctx.state.n.set(n);
-        ctx.emit({ user: c.user, n });
-      },
-    })
-    .name('running')
-    .sinkTo(sinks === 'aws' ? Sinks.dynamodbUpsert<Running>({ table: countsTable, key: (r) => r.user, partitionKey: 'user' }) : sinks.running, 'running-out');
-  users
-    .window(Windows.tumbling(100))
-    .aggregate({ createAccumulator: () => 0, add: (_c: Click, n: number) => n + 1, getResult: (n: number) => n }, (n, { key, window }): Count => ({ user: key, start: window.start, n }))
-    .name('windows')
-    .sinkTo(sinks === 'aws' ? Sinks.s3Files<Count>({ prefix: 'windows' }) : sinks.windows, 'window-out');
-  return job;
+  return sinks === 'aws'
+    ? sharedClickJob(name, { running: Sinks.dynamodbUpsert<Running>({ table: countsTable, key: (r) => r.user, partitionKey: 'user' }), windows: Sinks.s3Files<Count>({ prefix: 'windows' }) })
+    : sharedClickJob(name, sinks);
 }
 
 let reference: { running: Running[]; windows: Count[] };
