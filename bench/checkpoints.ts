@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/checkpoints.ts`: what checkpoints cost on the embedded runtime. The same
+ * `npx tsx bench/checkpoints.ts` (and a section of `npm run bench`): what checkpoints cost on the embedded runtime. The same
  * Nexmark query over the same events in memory, in the same process, alternately with
  * checkpoints off and every `--interval` ms (default 1000, the local driver, files in a
  * temporary directory, fsynced unless --no-fsync), `--rounds` times each; then:
@@ -10,7 +10,8 @@
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import * as hdr from 'hdr-histogram-js';
 import { IdempotentSink } from '../lib/api/sinks.ts';
@@ -21,27 +22,6 @@ import { EmbeddedRuntime } from '../lib/local/embedded.ts';
 import { generateEvent, type NexmarkEvent } from '../lib/nexmark/index.ts';
 import { QUERIES } from './nexmark/queries.ts';
 
-const { values } = parseArgs({
-  options: {
-    query: { type: 'string', default: 'q5' },
-    events: { type: 'string', default: '600000' },
-    interval: { type: 'string', default: '1000' },
-    rounds: { type: 'string', default: '3' },
-    'no-fsync': { type: 'boolean', default: false },
-    json: { type: 'boolean', default: false },
-  },
-});
-
-const count = Number(values.events);
-const intervalMs = Number(values.interval);
-const rounds = Number(values.rounds);
-const durable = !values['no-fsync'];
-const query = QUERIES.find((q) => q.name === values.query);
-if (!query || !(count > 0) || !(intervalMs > 0) || !(rounds > 0)) {
-  console.error(`bench/checkpoints: expected --query one of ${QUERIES.map((q) => q.name).join(', ')}, positive --events, --interval and --rounds`);
-  process.exit(2);
-}
-
 /** Counts rows (checkpoints off); the checkpointed run writes a committed file instead. */
 class CountSink extends IdempotentSink<unknown> {
   readonly kind = 'count';
@@ -51,8 +31,32 @@ class CountSink extends IdempotentSink<unknown> {
   }
 }
 
-const events: NexmarkEvent[] = Array.from({ length: count }, (_, n) => generateEvent(n, { seed: 42 }));
-const source = (n: number) => ({ events: { kind: 'generator' as const, count: n, generate: (i: number) => events[i] } });
+export interface CheckpointBenchOptions {
+  readonly query: string;
+  readonly events: number;
+  readonly intervalMs: number;
+  readonly rounds: number;
+  /** fsync snapshots, pointers and the committed output. */
+  readonly durable: boolean;
+}
+
+export interface CheckpointBenchResult {
+  readonly query: string;
+  readonly events: number;
+  readonly intervalMs: number;
+  readonly fsync: boolean;
+  readonly rounds: number;
+  readonly offEventsPerSec: number;
+  readonly onEventsPerSec: number;
+  readonly ratio: number;
+  readonly perCoreRatio: number;
+  readonly checkpointsPerRun: number;
+  readonly durationP50Ms: number;
+  readonly durationP99Ms: number;
+  readonly snapshotBytesPerEpochMedian: number;
+  readonly snapshotBytesPerEpochMax: number;
+  readonly restoreBytesLast: number;
+}
 
 interface Run {
   readonly ms: number;
@@ -61,22 +65,25 @@ interface Run {
   readonly checkpoints: CheckpointStats[];
 }
 
-async function runOnce(n: number, checkpoints: boolean): Promise<Run> {
+async function runOnce(o: CheckpointBenchOptions, events: readonly NexmarkEvent[], n: number, checkpoints: boolean): Promise<Run> {
+  const { intervalMs, durable } = o;
+  const query = QUERIES.find((q) => q.name === o.query)!;
+  const source = { events: { kind: 'generator' as const, count: n, generate: (i: number) => events[i] } };
   const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-ck-'));
   try {
-    const job = query!.job(undefined);
+    const job = query.job(undefined);
     let runtime: EmbeddedRuntime;
     let stats: () => CheckpointStats[] = () => [];
     let rows: () => number;
     if (checkpoints) {
       const sink = new CommittedFileSink<unknown>(join(dir, 'out.jsonl'), join(dir, 'ck', 'sinks', 'results'), durable);
-      const opened = await openCheckpointedRuntime(job, { sources: source(n), sinks: { results: sink } }, { dir: join(dir, 'ck'), intervalMs, durable, sinks: [sink] });
+      const opened = await openCheckpointedRuntime(job, { sources: source, sinks: { results: sink } }, { dir: join(dir, 'ck'), intervalMs, durable, sinks: [sink] });
       runtime = opened.runtime;
       stats = () => opened.checkpoints.driver.completed;
       rows = () => sink.committed().records;
     } else {
       const sink = new CountSink();
-      runtime = new EmbeddedRuntime(job, { sources: source(n), sinks: { results: sink } });
+      runtime = new EmbeddedRuntime(job, { sources: source, sinks: { results: sink } });
       rows = () => sink.n;
     }
     const cpu0 = process.cpuUsage();
@@ -93,52 +100,86 @@ async function runOnce(n: number, checkpoints: boolean): Promise<Run> {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
 
-// Warm-up of both paths, so neither pays for the JIT alone.
-await runOnce(Math.min(50_000, count), false);
-await runOnce(Math.min(50_000, count), true);
-
-const off: Run[] = [];
-const on: Run[] = [];
-for (let r = 0; r < rounds; r++) {
-  gc();
-  off.push(await runOnce(count, false));
-  gc();
-  on.push(await runOnce(count, true));
+/** Throughput with checkpoints off and on (alternating rounds, same events), checkpoint durations and snapshot sizes. */
+export async function benchCheckpoints(o: CheckpointBenchOptions): Promise<CheckpointBenchResult> {
+  const query = QUERIES.find((q) => q.name === o.query);
+  if (!query || !(o.events > 0) || !(o.intervalMs > 0) || !(o.rounds > 0)) {
+    throw new Error(`bench/checkpoints: expected a query of ${QUERIES.map((q) => q.name).join(', ')}, positive events, interval and rounds; received ${JSON.stringify(o)}`);
+  }
+  const count = o.events;
+  const events: NexmarkEvent[] = Array.from({ length: count }, (_, n) => generateEvent(n, { seed: 42 }));
+  // Warm-up of both paths, so neither pays for the JIT alone.
+  await runOnce(o, events, Math.min(50_000, count), false);
+  await runOnce(o, events, Math.min(50_000, count), true);
+  const off: Run[] = [];
+  const on: Run[] = [];
+  for (let r = 0; r < o.rounds; r++) {
+    gc();
+    off.push(await runOnce(o, events, count, false));
+    gc();
+    on.push(await runOnce(o, events, count, true));
+  }
+  if (new Set([...off, ...on].map((r) => r.rows)).size !== 1) {
+    throw new Error(`bench/checkpoints: runs disagree on the rows: ${[...off, ...on].map((r) => r.rows).join(', ')}`);
+  }
+  const durations = hdr.build({ lowestDiscernibleValue: 1, highestTrackableValue: 3_600_000, numberOfSignificantValueDigits: 3 });
+  const all = on.flatMap((r) => r.checkpoints);
+  for (const c of all) durations.recordValue(Math.max(1, c.durationMs));
+  const bytes = all.map((c) => c.bytes);
+  const rate = (rs: Run[]) => median(rs.map((r) => count / (r.ms / 1000)));
+  const perCore = (rs: Run[]) => median(rs.map((r) => count / (r.cpuMs / 1000)));
+  return {
+    query: query.name,
+    events: count,
+    intervalMs: o.intervalMs,
+    fsync: o.durable,
+    rounds: o.rounds,
+    offEventsPerSec: Math.round(rate(off)),
+    onEventsPerSec: Math.round(rate(on)),
+    ratio: Number((rate(on) / rate(off)).toFixed(3)),
+    perCoreRatio: Number((perCore(on) / perCore(off)).toFixed(3)),
+    checkpointsPerRun: median(on.map((r) => r.checkpoints.length)),
+    durationP50Ms: all.length ? durations.getValueAtPercentile(50) : 0,
+    durationP99Ms: all.length ? durations.getValueAtPercentile(99) : 0,
+    snapshotBytesPerEpochMedian: bytes.length ? median(bytes) : 0,
+    snapshotBytesPerEpochMax: bytes.length ? Math.max(...bytes) : 0,
+    restoreBytesLast: all.at(-1)?.restoreBytes ?? 0,
+  };
 }
-if (new Set([...off, ...on].map((r) => r.rows)).size !== 1) {
-  console.error(`bench/checkpoints: runs disagree on the rows: ${[...off, ...on].map((r) => r.rows).join(', ')}`);
-  process.exit(1);
-}
 
-const durations = hdr.build({ lowestDiscernibleValue: 1, highestTrackableValue: 3_600_000, numberOfSignificantValueDigits: 3 });
-const all = on.flatMap((r) => r.checkpoints);
-for (const c of all) durations.recordValue(Math.max(1, c.durationMs));
-const bytes = all.map((c) => c.bytes);
-const rate = (rs: Run[]) => median(rs.map((r) => count / (r.ms / 1000)));
-const perCore = (rs: Run[]) => median(rs.map((r) => count / (r.cpuMs / 1000)));
-const result = {
-  query: query.name,
-  events: count,
-  intervalMs,
-  fsync: durable,
-  rounds,
-  offEventsPerSec: Math.round(rate(off)),
-  onEventsPerSec: Math.round(rate(on)),
-  ratio: Number((rate(on) / rate(off)).toFixed(3)),
-  perCoreRatio: Number((perCore(on) / perCore(off)).toFixed(3)),
-  checkpointsPerRun: median(on.map((r) => r.checkpoints.length)),
-  durationP50Ms: durations.getValueAtPercentile(50),
-  durationP99Ms: durations.getValueAtPercentile(99),
-  snapshotBytesPerEpochMedian: median(bytes),
-  snapshotBytesPerEpochMax: Math.max(...bytes),
-  restoreBytesLast: all.at(-1)?.restoreBytes ?? 0,
-};
-if (values.json) console.log(JSON.stringify(result, null, 2));
-else {
+/** The human-readable report (also printed by `npm run bench`). */
+export function checkpointReport(result: CheckpointBenchResult): string[] {
   const f = (n: number) => Math.round(n).toLocaleString('en-US');
-  console.log(`checkpoints bench: ${query.name} (${query.title}), ${f(count)} events, ${rounds} rounds each, checkpoints every ${intervalMs} ms${durable ? '' : ' (no fsync)'}`);
-  console.log(`  throughput off  ${f(result.offEventsPerSec).padStart(10)} events/s`);
-  console.log(`  throughput on   ${f(result.onEventsPerSec).padStart(10)} events/s   ratio on/off ${result.ratio} (per core ${result.perCoreRatio})`);
-  console.log(`  checkpoints     ${result.checkpointsPerRun} per run; duration p50 ${result.durationP50Ms} ms, p99 ${result.durationP99Ms} ms`);
-  console.log(`  snapshot bytes  per epoch median ${f(result.snapshotBytesPerEpochMedian)}, max ${f(result.snapshotBytesPerEpochMax)}; a restore reads ${f(result.restoreBytesLast)}`);
+  const title = QUERIES.find((q) => q.name === result.query)?.title ?? '';
+  return [
+    `checkpoints bench: ${result.query} (${title}), ${f(result.events)} events, ${result.rounds} rounds each, checkpoints every ${result.intervalMs} ms${result.fsync ? '' : ' (no fsync)'}`,
+    `  throughput off  ${f(result.offEventsPerSec).padStart(10)} events/s`,
+    `  throughput on   ${f(result.onEventsPerSec).padStart(10)} events/s   ratio on/off ${result.ratio} (per core ${result.perCoreRatio})`,
+    `  checkpoints     ${result.checkpointsPerRun} per run; duration p50 ${result.durationP50Ms} ms, p99 ${result.durationP99Ms} ms`,
+    `  snapshot bytes  per epoch median ${f(result.snapshotBytesPerEpochMedian)}, max ${f(result.snapshotBytesPerEpochMax)}; a restore reads ${f(result.restoreBytesLast)}`,
+  ];
 }
+
+async function cli(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      query: { type: 'string', default: 'q5' },
+      events: { type: 'string', default: '600000' },
+      interval: { type: 'string', default: '1000' },
+      rounds: { type: 'string', default: '3' },
+      'no-fsync': { type: 'boolean', default: false },
+      json: { type: 'boolean', default: false },
+    },
+  });
+  let result: CheckpointBenchResult;
+  try {
+    result = await benchCheckpoints({ query: values.query!, events: Number(values.events), intervalMs: Number(values.interval), rounds: Number(values.rounds), durable: !values['no-fsync'] });
+  } catch (e) {
+    console.error((e as Error).message);
+    process.exit(2);
+  }
+  if (values.json) console.log(JSON.stringify(result, null, 2));
+  else for (const line of checkpointReport(result)) console.log(line);
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) await cli();

@@ -7,6 +7,12 @@
  *                    [--parallelism N] [--seed 42] [--warmup 100000] [--json] [--in-process]
  *                    [--checkpoint-interval MS]   (default: checkpoints off)
  *                    [--cost-events 20000] [--cost-publish-batch 2000] [--skip-aws-cost]
+ *                    [--checkpoints-query q5] [--skip-checkpoints]
+ *
+ * Then, in the same run, the checkpoint section (bench/checkpoints.ts, in its own child
+ * process): one query (Q5 by default) over the same number of events with checkpoints
+ * every second versus off (the throughput ratio is the figure), checkpoint duration
+ * p50/p99 and snapshot bytes per epoch. `--skip-checkpoints` leaves it out.
  *
  * Each query runs in a fresh child process (`--expose-gc`), so its JIT state and peak
  * memory are its own. Events are generated into memory first, so neither side pays
@@ -22,6 +28,7 @@ import { spawn } from 'node:child_process';
 import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { type CheckpointBenchResult, checkpointReport } from './checkpoints.ts';
 import { checkpointLabel, generate, measure, type MeasureConfig, type QueryResult } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
 
@@ -45,6 +52,8 @@ const { values } = parseArgs({
     seed: { type: 'string' },
     warmup: { type: 'string' },
     'checkpoint-interval': { type: 'string' },
+    'checkpoints-query': { type: 'string', default: 'q5' },
+    'skip-checkpoints': { type: 'boolean', default: false },
     json: { type: 'boolean', default: false },
     'in-process': { type: 'boolean', default: false },
     'cost-events': { type: 'string' },
@@ -84,6 +93,19 @@ function inChild(name: string): Promise<QueryResult> {
       if (code !== 0) return reject(new Error(`bench worker for ${name} exited with ${code}`));
       resolve(JSON.parse(out.trim().split('\n').at(-1)!) as QueryResult);
     });
+  });
+}
+
+/** The checkpoint section: bench/checkpoints.ts in a child process (its JIT state and memory its own), as JSON. */
+function checkpointsInChild(query: string, events: number): Promise<CheckpointBenchResult> {
+  const script = fileURLToPath(new URL('./checkpoints.ts', import.meta.url));
+  const args = ['--json', '--query', query, '--events', String(events)];
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...process.execArgv, '--expose-gc', script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+    child.on('error', reject);
+    child.on('close', (code) => (code === 0 ? resolve(JSON.parse(out) as CheckpointBenchResult) : reject(new Error(`bench/checkpoints.ts exited with ${code}`))));
   });
 }
 
@@ -139,6 +161,13 @@ async function main(): Promise<void> {
   say('\n' + table(results.map(row)));
   say('\nper core = events / CPU seconds of the process (ratio = runtime / floor, both per core); Flink/core = NEXMARK.md 7.1 (runner V1);');
   say('latency: the row\'s trigger event read by the source -> the row at the sink (bench/nexmark/measure.ts).');
+  let checkpointBench: CheckpointBenchResult | undefined;
+  if (!values['skip-checkpoints']) {
+    const q = values['checkpoints-query']!.toLowerCase();
+    if (!QUERIES.some((x) => x.name === q)) fail(`--checkpoints-query: expected one of ${QUERIES.map((x) => x.name).join(', ')}, received "${q}"`);
+    checkpointBench = await checkpointsInChild(q, count);
+    say('\n' + checkpointReport(checkpointBench).join('\n'));
+  }
   let awsCost: unknown;
   if (!values['skip-aws-cost'] && results.every((r) => r.resultsMatch)) {
     const { costConfig, measureAwsCost } = await import('./aws-cost.ts');
@@ -147,7 +176,7 @@ async function main(): Promise<void> {
     awsCost = await measureAwsCost(selected.map((q) => q.name), costCfg, say);
   }
   if (values.json) {
-    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: checkpointLabel(cfg), node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, results, awsCost }, null, 2));
+    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: checkpointLabel(cfg), node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, results, checkpointBench, awsCost }, null, 2));
   }
   if (results.some((r) => !r.resultsMatch)) {
     console.error('bench: the runtime and the floor disagree on the results');

@@ -16,6 +16,8 @@ const s3 = new S3Client({});
 
 export const handler = createOperatorHandler({
   job,
+  s3,
+  bucket: deployment.bucket,
   sqs: new SQSClient({}),
   dynamodb: new DynamoDBClient({}),
   queuePrefix: deployment.queuePrefix,

@@ -108,6 +108,13 @@ export interface SluiceJobProps {
    */
   readonly encryptionKey?: kms.IKey;
   /**
+   * The customer managed key of the buckets and tables the AWS sinks write to that are
+   * not the job's own (`Sinks.s3Files({ bucket })`, `Sinks.dynamodbUpsert({ table })`):
+   * writers get Encrypt/GenerateDataKey/Decrypt on it, readers Decrypt.
+   * @default - none: those buckets and tables use AWS managed keys
+   */
+  readonly sinkEncryptionKey?: kms.IKey;
+  /**
    * FIFO high throughput (deduplication and throughput per message group). The ingest
    * function's Idempotency-Key relies on queue-wide deduplication, so it is off by default.
    * @default false
@@ -140,6 +147,7 @@ export interface ResolvedProps {
   readonly operatorMemorySize: number;
   readonly ingestion: { readonly kind: 'httpApi' | 'functionUrl'; readonly auth: EndpointAuth; readonly throttle?: { readonly rateLimit: number; readonly burstLimit: number }; readonly timeout: Duration; readonly memorySize: number };
   readonly encryptionKey?: kms.IKey;
+  readonly sinkEncryptionKey?: kms.IKey;
   readonly highThroughputFifo: boolean;
   readonly removalPolicy: RemovalPolicy;
   readonly logLevel: LogLevel;
@@ -236,6 +244,7 @@ export function resolveProps(props: SluiceJobProps, plan: PhysicalPlan): Resolve
       memorySize: integer('ingestion.memorySize', props.ingestion?.memorySize, 128, 10240, 512),
     },
     encryptionKey: props.encryptionKey,
+    sinkEncryptionKey: props.sinkEncryptionKey,
     highThroughputFifo: props.highThroughputFifo ?? false,
     removalPolicy: props.removalPolicy ?? RemovalPolicy.RETAIN,
     logLevel,

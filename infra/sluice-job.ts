@@ -31,6 +31,7 @@ import { suppressFunctionFindings, suppressStateMachineFindings } from './nag.ts
 import { bucketPrefixes, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys, grantObjects, grantSend, grantTable, grantWakeUp, INPUT_LOG_TRUNCATE_ACTIONS, partitionControlKeys } from './permissions.ts';
 import { loggingPartitions } from '../lib/aws/input-log.ts';
 import { checkSources, type ResolvedProps, resolveProps, type SluiceJobProps } from './props.ts';
+import { awsSinksOf, SinkGrants } from './sinks.ts';
 import { createStages, type StageResources } from './stages.ts';
 import { snapshotBucket, stateTable } from './storage.ts';
 
@@ -55,6 +56,7 @@ export class SluiceJob extends Construct {
   /** Every function the construct created (stages, ingest, authorizer, checkpoint tasks). */
   readonly functions: readonly SluiceFunction[];
   private readonly resolved: ResolvedProps;
+  private readonly sinkGrants: SinkGrants;
 
   constructor(scope: Construct, id: string, props: SluiceJobProps) {
     super(scope, id);
@@ -74,6 +76,9 @@ export class SluiceJob extends Construct {
     const environment = runtimeEnvironment({ bucketName: bucket.bucketName, queuePrefix: p.queuePrefix, logLevel: p.logLevel, checkpoints: p.checkpoints !== undefined });
 
     this.stages = createStages(this, p, { table: this.table, bucket }, environment);
+    // AWS sinks (S3 files, DynamoDB upsert): each stage writes the sinks it runs.
+    this.sinkGrants = new SinkGrants(this, 'Sinks', { job: p.job.name, sinks: awsSinksOf(this.plan), bucket, table: this.table, encryptionKey: p.encryptionKey, sinkEncryptionKey: p.sinkEncryptionKey });
+    for (const s of this.stages) this.sinkGrants.grantWrite(s.operator.fn, s.stage.id);
     const sourceStages = [...new Set([...ingestStreams(this.plan).values()].map((s) => s.stage))];
     this.ingestion = createIngestion(
       this,
@@ -139,21 +144,29 @@ export class SluiceJob extends Construct {
   }
 
   /**
-   * Read the job's results: the sink stages' log groups, where stdout sinks write (the
-   * only sink lib/api has on AWS today; table and file sinks would add their grants here).
+   * Read the job's results: the sink stages' log groups (stdout sinks), S3 file sinks'
+   * objects and commit pointers, DynamoDB upsert sinks' tables.
    */
   grantReadResults(grantee: iam.IGrantable): iam.Grant {
-    return allOf(this.resultLogGroups.map((g) => g.grantRead(grantee)));
+    const logs = allOf(this.resultLogGroups.map((g) => g.grantRead(grantee)));
+    const sinks = this.sinkGrants.grantRead(grantee);
+    return sinks ? logs.combine(sinks) : logs;
   }
 
-  /** Checkpoint storage: pointer items, snapshots, manifests and stats (read, write, delete); input log truncation. */
+  /**
+   * Checkpoint storage: pointer items, snapshots, manifests and stats (read, write,
+   * delete), the S3 file sinks the commit step prepares and commits, and input log
+   * truncation (the source partitions' segment items and objects).
+   */
   grantCoordinator(grantee: iam.IGrantable): iam.Grant {
     const p = this.resolved;
     const prefixes = bucketPrefixes(p.job.name);
     const sourceStages = loggingPartitions(this.plan).filter((s) => s.partition === 0).map((s) => s.stage);
-    return grantTable(grantee, this.table, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys(p.job.name), p.encryptionKey)
+    const storage = grantTable(grantee, this.table, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys(p.job.name), p.encryptionKey)
       .combine(grantObjects(grantee, this.bucket, [prefixes.snapshots, prefixes.manifests, prefixes.checkpoints], { read: true, write: true, delete: true }, p.encryptionKey))
       .combine(grantObjects(grantee, this.bucket, [prefixes.inputLog], { delete: true }, p.encryptionKey))
       .combine(grantTable(grantee, this.table, INPUT_LOG_TRUNCATE_ACTIONS, sourceStages.flatMap((s) => partitionControlKeys(p.job.name, s)), p.encryptionKey));
+    const sinks = this.sinkGrants.grantCommit(grantee);
+    return sinks ? storage.combine(sinks) : storage;
   }
 }

@@ -5,6 +5,8 @@
  */
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
 import { dirname } from 'node:path';
+import type { DynamoDbUpsertSinkOptions, S3FileSinkOptions } from '../aws/sink-options.ts';
+import { DynamoDbUpsert, S3FilesSink } from './aws-sinks.ts';
 
 export interface SinkBatch<T> {
   /** The partition that produced the batch (stable across retries). */
@@ -93,4 +95,12 @@ export const Sinks = {
   collect: <T>() => new CollectSink<T>(),
   stdout: <T>(format?: (record: T) => string) => new StdoutSink<T>(format),
   jsonLinesFile: <T>(path: string) => new JsonLinesFileSink<T>(path),
+  /**
+   * AWS: JSON-lines objects in S3, visible only once the checkpoint of their epoch
+   * commits (a committed manifest chain; read it with `readCommitted()`). Needs the
+   * checkpoint state machine; bucket defaults to the job's snapshot bucket.
+   */
+  s3Files: <T>(options: S3FileSinkOptions) => new S3FilesSink<T>(options),
+  /** AWS: one DynamoDB item per record key, last write per key wins, idempotent under redelivery. */
+  dynamodbUpsert: <T>(options: DynamoDbUpsertSinkOptions<T>) => new DynamoDbUpsert<T>(options),
 };

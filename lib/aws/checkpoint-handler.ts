@@ -11,6 +11,7 @@ import type { Job } from '../api/stream.ts';
 import { participantsOf, planFingerprint } from '../checkpoint/fingerprint.ts';
 import type { CoordinatorSetup } from '../checkpoint/protocol.ts';
 import { ConfigError } from '../errors.ts';
+import { isTransactional, type TransactionalSink } from '../local/committed-sink.ts';
 import { compile } from '../graph/compile.ts';
 import { AwsAccounting } from './accounting.ts';
 import { DynamoDbAckStore } from './checkpoint-acks.ts';
@@ -22,6 +23,7 @@ import { DynamoDbTable } from './dynamodb-table.ts';
 import { AwsInputLog, inputLogTruncation } from './input-log.ts';
 import { stateTableName } from './naming.ts';
 import { S3BlobStore } from './s3-blob-store.ts';
+import { bindAwsSinks } from './sink-options.ts';
 import { NamedQueues, type QueueResolver } from './sqs-queues.ts';
 import { SqsTransport } from './sqs-transport.ts';
 
@@ -63,12 +65,27 @@ export function createCheckpointHandler(config: CheckpointHandlerConfig): Checkp
   const transport = new SqsTransport({ sqs: config.sqs, job, queues, accounting });
   const acks = new DynamoDbAckStore({ client: config.dynamodb, tableName, job, accounting });
   const blobs = new S3BlobStore({ s3: config.s3, bucket: config.bucket, accounting });
+  // The job's transactional sinks (S3 files): prepared before the pointer write, committed after.
+  const sinkNodes = plan.job.sinks().flatMap((n) => (n.spec.kind === 'sink' ? [[n.name, n.spec.sink] as const] : []));
+  bindAwsSinks(sinkNodes, { job, s3: config.s3, dynamodb: config.dynamodb, bucket: config.bucket, tableName, accounting });
+  const transactional: TransactionalSink[] = sinkNodes.flatMap(([, s]) => (isTransactional(s) ? [s] : []));
+  const sinks: CheckpointStepsOptions['sinks'] = transactional.length
+    ? {
+        prepare: async (e) => {
+          for (const s of transactional) await s.prepare(e);
+        },
+        commit: async (e) => {
+          for (const s of transactional) await s.commit(e);
+        },
+      }
+    : undefined;
   const steps = new CheckpointSteps({
     setup,
     pointers: new DynamoDbPointerStore({ client: config.dynamodb, tableName, job, accounting }),
     // Coordinator keys already start with `${job}/` (manifests, checkpoints, snapshots).
     blobs,
     acks,
+    sinks,
     injectBarriers: (d) => injectBarriers(transport, queues, job, d.sources, { epoch: d.epoch, baseEpoch: d.baseEpoch, full: d.fullSnapshot, savepoint: d.savepoint !== null }),
     // The operator functions log source input to the same bucket (input-log.ts).
     truncateLogs: inputLogTruncation(plan, new AwsInputLog(new DynamoDbTable(config.dynamodb, config.inputLogTableName ?? tableName, accounting), blobs)),

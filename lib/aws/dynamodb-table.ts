@@ -54,40 +54,20 @@ export class DynamoDbTable {
     const out: Item[] = [];
     let start: Item | undefined;
     do {
-      let page: { Items?: Item[]; LastEvaluatedKey?: Item };
-      try {
-        page = await this.send(
-          'Query',
-          'read',
-          new QueryCommand({
-            TableName: this.name,
-            KeyConditionExpression: condition,
-            // DynamoDB refuses names the expressions do not use (a condition on the partition key alone).
-            ExpressionAttributeNames: { '#pk': 'pk', ...(condition.includes('#sk') ? { '#sk': 'sk' } : {}), ...(projection ? { '#proj': projection } : {}) },
-            ExpressionAttributeValues: values,
-            ProjectionExpression: projection ? '#pk, #proj' : undefined,
-            ConsistentRead: true,
-            ExclusiveStartKey: start,
-            ReturnConsumedCapacity: 'TOTAL',
-          }),
-          0,
-          0,
-        );
-      } catch (e) {
-        throw mapDynamoDbError(e, { operation: 'Query', table: this.name, write: false });
-      }
-      const items = page.Items ?? [];
-      const bytes = items.reduce((n, it) => n + itemBytes(it), 0);
-      // A Query reads the sum of its items' sizes, rounded up to 4 KB once (strongly consistent).
-      this.accounting.record(SERVICE, 'Query', { items: items.length, estimatedReadUnits: Math.max(1, Math.ceil(bytes / 4096)) });
-      out.push(...items);
-      start = page.LastEvaluatedKey;
+      const page = await this.queryPage(condition, values, projection, start);
+      out.push(...page.items);
+      start = page.next;
     } while (start);
     return out;
   }
 
   /** The first page of a strongly consistent Query (up to 1 MB read), and whether it was the last. */
   async queryFirstPage(condition: string, values: Record<string, string>, projection?: string): Promise<{ items: Item[]; complete: boolean }> {
+    const page = await this.queryPage(condition, values, projection, undefined);
+    return { items: page.items, complete: !page.next };
+  }
+
+  private async queryPage(condition: string, values: Record<string, string>, projection: string | undefined, start: Item | undefined): Promise<{ items: Item[]; next?: Item }> {
     let page: { Items?: Item[]; LastEvaluatedKey?: Item };
     try {
       page = await this.send(
@@ -96,10 +76,12 @@ export class DynamoDbTable {
         new QueryCommand({
           TableName: this.name,
           KeyConditionExpression: condition,
+          // DynamoDB refuses names the expressions do not use (a condition on the partition key alone).
           ExpressionAttributeNames: { '#pk': 'pk', ...(condition.includes('#sk') ? { '#sk': 'sk' } : {}), ...(projection ? { '#proj': projection } : {}) },
           ExpressionAttributeValues: values,
           ProjectionExpression: projection ? '#pk, #proj' : undefined,
           ConsistentRead: true,
+          ExclusiveStartKey: start,
           ReturnConsumedCapacity: 'TOTAL',
         }),
         0,
@@ -109,9 +91,10 @@ export class DynamoDbTable {
       throw mapDynamoDbError(e, { operation: 'Query', table: this.name, write: false });
     }
     const items = page.Items ?? [];
-    // Read units follow the whole items' size, projection or not; we see only the projected part, so this undercounts a little.
+    // A Query reads the sum of its items' sizes, rounded up to 4 KB once (strongly consistent).
+    // With a projection we see only the projected part, so this undercounts a little.
     this.accounting.record(SERVICE, 'Query', { items: items.length, estimatedReadUnits: Math.max(1, Math.ceil(items.reduce((n, it) => n + itemBytes(it), 0) / 4096)) });
-    return { items, complete: !page.LastEvaluatedKey };
+    return { items, next: page.LastEvaluatedKey };
   }
 
   /** BatchWriteItem in groups of 25, retrying unprocessed items with backoff. Not atomic: only for idempotent writes. */

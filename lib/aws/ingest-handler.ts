@@ -22,7 +22,10 @@
  * Events are stamped with their event time here (the source's timestamp extractor, or
  * the arrival time), packed per source partition, in order, into ingest messages.
  * Partition: by `partitionKey` when configured, else by the Idempotency-Key's hash,
- * else round-robin per request.
+ * else round-robin per request. Messages carry the arrival time; partitions this
+ * container has sent nothing for the source's idle timeout get an idle probe (idleProbes):
+ * the request's stream in the same send, the job's other ingestion streams in their own,
+ * so a silent partition can be marked idle.
  */
 import { randomUUID } from 'node:crypto';
 import type { SQSClient } from '@aws-sdk/client-sqs';
@@ -91,6 +94,54 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
   const retryAfterMs = config.retryAfterMs ?? 1000;
   const compress = config.compress ?? true;
   const backlog = new Map<number, { at: number; messages: number }>();
+  /** Per stream and partition: when this container last sent it data or a probe. */
+  const lastSent = new Map<string, number[]>();
+
+  function lastSentTo(name: string, stream: Stream): number[] {
+    let last = lastSent.get(name);
+    if (!last) lastSent.set(name, (last = new Array<number>(stream.partitions).fill(Number.NEGATIVE_INFINITY)));
+    return last;
+  }
+
+  /**
+   * Probes for the partitions of a stream this container has sent nothing for the source's
+   * idle timeout (runtime/idleness.ts): a silent message group is never invoked otherwise,
+   * and would hold event time back downstream forever. At most one per partition per
+   * timeout per container, and only while requests arrive: nothing at zero traffic.
+   */
+  /**
+   * A silent stream holds back the stages it feeds with other streams (a join, a union):
+   * its partitions are probed too, on their own queue, at most once per timeout. Never
+   * fails the request: a probe that is not sent is tried again by a later request.
+   */
+  async function probeOtherStreams(current: string, now: number, requestKey: string): Promise<void> {
+    for (const [name, other] of streams) {
+      if (name === current) continue;
+      const probes = idleProbes(name, other, [], now, requestKey);
+      if (!probes.length) continue;
+      try {
+        const sent = await transport.send(await queues.queueUrl(other.stage), probes.map((p) => p.message), false);
+        sent.forEach((o, i) => o.ok && probes[i].sent());
+      } catch (e) {
+        config.logger?.warn('idle probes not sent; a later request tries again', { stream: name, error: (e as Error).message });
+      }
+    }
+  }
+
+  function idleProbes(name: string, stream: Stream, sentTo: Iterable<number>, now: number, requestKey: string): { message: OutgoingMessage; sent: () => void }[] {
+    const timeout = stream.def.watermark.idleTimeoutMs;
+    if (timeout === undefined) return [];
+    const last = lastSentTo(name, stream);
+    const skip = new Set(sentTo);
+    const out: { message: OutgoingMessage; sent: () => void }[] = [];
+    for (let p = 0; p < stream.partitions; p++) {
+      if (skip.has(p) || now - last[p] < timeout) continue;
+      const body = C.probeBody(stream.def.name, now);
+      const dedupId = C.dedupId(`${plan.job.name}/probe/${name}/${requestKey}`, [`partition ${p}`, `at ${now}`]);
+      out.push({ message: { groupId: String(p), body, bytes: Buffer.byteLength(body), dedupId }, sent: () => (last[p] = now) });
+    }
+    return out;
+  }
   const roundRobin = new Map<string, number>();
 
   async function backlogged(stage: number, url: string): Promise<number | undefined> {
@@ -133,7 +184,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
       if (unsafe) return unsafe;
       // Events without an extractor get the arrival time, fixed here so redeliveries agree.
       const part = C.encodePart([stream.def.timestamp ? rec.timestamp : arrival, ev]);
-      const bytes = C.finishBody(C.FRAMES.ingest(stream.def.name)(part), compress).bytes;
+      const bytes = C.finishBody(C.FRAMES.ingest(stream.def.name, arrival)(part), compress).bytes;
       if (bytes > transport.maxMessageBytes) return `(event): encodes to ${bytes} bytes, above the SQS message limit of ${transport.maxMessageBytes} bytes`;
       parts[index] = part;
       return undefined;
@@ -160,14 +211,23 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     const messages: OutgoingMessage[] = [];
     const eventsOf: number[][] = [];
     for (const [p, indices] of byPartition) {
-      C.pack(indices.map((i) => parts[i]), C.FRAMES.ingest(stream.def.name), transport.maxMessageBytes, compress).forEach((m) => {
+      C.pack(indices.map((i) => parts[i]), C.FRAMES.ingest(stream.def.name, arrival), transport.maxMessageBytes, compress).forEach((m) => {
         // Named by the request and its first event, not the partition: a retry that lands on another group still deduplicates.
         const dedupId = C.dedupId(`${plan.job.name}/ingest/${route.stream}/${requestKey}`, [`event ${indices[m.start]}`]);
         messages.push({ groupId: String(p), body: m.body!, bytes: m.bytes, dedupId });
         eventsOf.push(indices.slice(m.start, m.end));
       });
     }
-    const outcomes = await transport.send(url, messages, true);
+    // Idle probes ride in the same SendMessageBatch calls (other groups): no request of their own.
+    const probes = idleProbes(route.stream, stream, byPartition.keys(), arrival, requestKey);
+    const sent = await transport.send(url, [...messages, ...probes.map((p) => p.message)], true);
+    const outcomes = sent.slice(0, messages.length);
+    probes.forEach((p, i) => {
+      if (sent[messages.length + i].ok) p.sent();
+      else config.logger?.warn('idle probe not sent; the next request tries again', { stream: route.stream, partition: p.message.groupId });
+    });
+    for (const p of byPartition.keys()) lastSentTo(route.stream, stream)[p] = arrival;
+    await probeOtherStreams(route.stream, arrival, requestKey);
 
     let accepted = 0;
     const rejected: V.RejectedEvent[] = [...checked.rejected];

@@ -26,6 +26,10 @@
  *   (SQS would move the whole message to the DLQ next), the record is passed as `skip`:
  *   it is committed as a dead letter with its error and the rest of the group proceeds,
  *   in order.
+ * - A timer or watermark callback throws (its location names the operator, the timer or
+ *   watermark, and the envelope whose watermark fired it): the same, counted per callback,
+ *   from that envelope's message; a processing-time timer (no envelope) fails the whole
+ *   group until it is parked. A parked timer counts as consumed.
  * - A stale cached runtime (another container moved the partition on) fails with
  *   CommitConflictError or a sequence InvariantError: reopen and retry once.
  * - Anything else fails the whole group; SQS redelivers it.
@@ -35,6 +39,7 @@
  * a group with a record skipped. Logger and metrics are Powertools'.
  */
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { S3Client } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Logger } from '@aws-lambda-powertools/logger';
 import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
@@ -45,11 +50,12 @@ import { type Clock, systemClock } from '../api/types.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import { CommitConflictError, ConfigError, InvariantError } from '../errors.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
-import { locationId, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
+import { failedEnvelope, locationId, type ParkedFailure, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
 import type { PartitionScope, StateBackend } from '../state/backend.ts';
 import type { BarrierAck, Envelope, OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
 import { DynamoDbAckStore } from './checkpoint-acks.ts';
+import { bindAwsSinks, SinkRecordsRejectedError } from './sink-options.ts';
 import { DynamoDbStateBackend } from './dynamodb-state.ts';
 import { stageOfQueue, stateTableName } from './naming.ts';
 import { RecordAttempts } from './record-attempts.ts';
@@ -70,6 +76,9 @@ export interface OperatorHandlerConfig {
   readonly queuePrefix?: string;
   /** For envelopes too large for one message (claim check), and outboxes too large to keep in the state table. */
   readonly blobs?: BlobStore;
+  /** For AWS sinks (S3 files): the client and the job's bucket (SLUICE_BUCKET). @default - a client from the SDK's configuration, no bucket */
+  readonly s3?: S3Client;
+  readonly bucket?: string;
   /** Sinks by name; default the job's own. Injected sinks are opened and closed by the caller. */
   readonly sinks?: Readonly<Record<string, Sink<any>>>;
   readonly clock?: Clock;
@@ -143,6 +152,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     sinks.set(node.name, injected ?? node.spec.sink);
     if (!injected) own.push(node.spec.sink);
   }
+  // AWS sinks (S3 files, DynamoDB upsert) write with this function's clients and accounting.
+  bindAwsSinks(sinks, { job, s3: config.s3, dynamodb: config.dynamodb, bucket: config.bucket, tableName, accounting });
   let opened: Promise<void> | undefined;
 
   /** Warm partitions: reused while no other container commits to them (the version fence checks). */
@@ -155,14 +166,14 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     const rt = await PartitionRuntime.open({ plan, stage, partition, backend, clock, checkpointStore, logInput: logInput && plan.stages[stage].inputs.some((e) => plan.edges[e].from.kind === 'source') });
     if (rt.recoveredOutbox.length) {
       log?.info('delivering a recovered outbox', { stage, partition, entries: rt.recoveredOutbox.length });
-      await deliver(rt.scope, rt.recoveredOutbox, new Map());
+      await deliver(rt.scope, rt.recoveredOutbox);
       await rt.outboxDelivered(rt.currentVersion);
     }
     runtimes.set(id, rt);
     return { rt, cached: false };
   }
 
-  async function deliver(scope: PartitionScope, outbox: readonly OutboxEntry[], offsets: ReadonlyMap<string, string>): Promise<void> {
+  async function deliver(scope: PartitionScope, outbox: readonly OutboxEntry[]): Promise<void> {
     const envelopes: Envelope[] = [];
     const letters: DeadLetterMessage[] = [];
     const batches: Extract<OutboxEntry, { kind: 'sink' }>['delivery'][] = [];
@@ -170,7 +181,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     for (const e of outbox) {
       if (e.kind === 'channel') envelopes.push(e.envelope);
       else if (e.kind === 'sink') batches.push(e.delivery);
-      else if (e.kind === 'deadLetter') letters.push({ ...e.deadLetter, job, stage: scope.stage, partition: scope.partition, offset: offsets.get(`${e.deadLetter.channel}#${e.deadLetter.seq}`) });
+      else if (e.kind === 'deadLetter') letters.push({ ...e.deadLetter, job, stage: scope.stage, partition: scope.partition });
       else acks.push(e.ack);
     }
     const writeSinks = async () => {
@@ -180,7 +191,16 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       for (const b of batches) {
         const sink = sinks.get(b.sink);
         if (!sink) throw new InvariantError(`outbox names sink "${b.sink}", which job ${job} does not have`);
-        await sink.write(b);
+        try {
+          await sink.write(b);
+        } catch (e) {
+          if (!(e instanceof SinkRecordsRejectedError)) throw e;
+          // The rest of the delivery was written; the records the sink refused are parked, not retried forever.
+          const parked = e.rejected.map((r) => ({ operator: b.sink, channel: `sink:${b.producer}`, seq: b.seq, index: r.index, record: { value: r.record, timestamp: Number.NaN }, error: r.error, attempts: 1, job, stage: scope.stage, partition: scope.partition }));
+          await transport.sendDeadLetters(parked);
+          log?.warn('sink refused records; parked as dead letters', { sink: b.sink, producer: b.producer, seq: b.seq, records: parked.length, error: e.message });
+          metrics?.addMetric('deadLetters', MetricUnit.Count, parked.length);
+        }
       }
     };
     const sendAcks = async () => {
@@ -190,11 +210,15 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       else log?.warn('checkpoint acknowledgements without a coordinator were dropped', { epochs: acks.map((a) => a.epoch) });
     };
     await Promise.all([envelopes.length ? transport.sendEnvelopes(plan, envelopes) : undefined, transport.sendDeadLetters(letters), writeSinks()]);
-    // Only then the acks: the coordinator may commit (sinks included) once it has them all.
+    // Only then the acks: the coordinator may commit (sinks included) once it has them all,
+    // so a transactional sink's objects for an epoch exist before it is committed.
     await sendAcks();
     if (letters.length) {
       metrics?.addMetric('deadLetters', MetricUnit.Count, letters.length);
-      for (const d of letters) log?.warn('record parked as a dead letter', { operator: d.operator, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });
+      for (const d of letters) {
+        if (d.record) log?.warn('record parked as a dead letter', { operator: d.operator, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });
+        else log?.warn('callback parked as a dead letter (a timer counts as consumed)', { operator: d.operator, timer: d.timer, watermark: d.watermark, attempts: d.attempts, error: d.error });
+      }
     }
   }
 
@@ -218,14 +242,10 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       }
     }
     const messageOf = new Map<string, number>();
-    const offsets = new Map<string, string>();
     decoded.forEach((envs, i) => {
-      for (const e of envs) {
-        messageOf.set(`${e.channel}#${e.seq}`, i);
-        if (e.offset !== undefined) offsets.set(`${e.channel}#${e.seq}`, e.offset);
-      }
+      for (const e of envs) messageOf.set(`${e.channel}#${e.seq}`, i);
     });
-    const skip = new Map<string, { error: string; attempts: number }>();
+    const skip = new Map<string, ParkedFailure>();
     let end = decoded.length;
     let staleRetry = true;
     for (let pass = 0; end > 0 && pass < MAX_PASSES; pass++) {
@@ -234,7 +254,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         const got = await runtimeFor(stage, partition);
         cached = got.cached;
         const result = await got.rt.process(decoded.slice(0, end).flat(), skip.size ? skip : undefined);
-        await deliver(scope, result.outbox, offsets);
+        await deliver(scope, result.outbox);
         if (result.outbox.length) await got.rt.outboxDelivered(result.version);
         metrics?.addMetric('recordsIn', MetricUnit.Count, result.recordsIn);
         metrics?.addMetric('duplicatesDropped', MetricUnit.Count, result.duplicatesDropped);
@@ -244,7 +264,10 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         // Whatever failed, this runtime may hold uncommitted changes or an undelivered outbox.
         runtimes.delete(`${stage}/${partition}`);
         if (e instanceof RecordFailedError && e.location) {
-          const idx = messageOf.get(`${e.location.channel}#${e.location.seq}`);
+          // A record, or a callback fired by an envelope's watermark: its message. A
+          // processing-time timer fires at the end of any batch: the group as a whole.
+          const at = failedEnvelope(e.location);
+          const idx = at ? messageOf.get(`${at.channel}#${at.seq}`) : 0;
           if (idx !== undefined && idx < end) {
             const id = locationId(e.location);
             let attempts: number;
@@ -255,8 +278,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
               return all();
             }
             const receives = Number(records[idx].attributes.ApproximateReceiveCount ?? '1');
-            log?.warn('user code failed on a record', { stage, partition, location: id, attempts, receives, error: e.message });
-            if (attempts >= maxAttempts || receives >= maxReceiveCount) skip.set(id, { error: e.message, attempts });
+            log?.warn('user code failed', { stage, partition, location: id, attempts, receives, error: e.message });
+            if (attempts >= maxAttempts || receives >= maxReceiveCount) skip.set(id, { error: e.message, attempts, operator: e.operator });
             else end = idx; // commit what precedes it; it and the rest come back
             continue;
           }

@@ -11,7 +11,9 @@
  *   {"v":1,"k":"e","e":[envelope, ...]}           envelopes for one partition, in order
  *   {"v":1,"k":"s","key":"spill/...","n":1}        one envelope too large for a message,
  *                                                   stored in the blob store (claim check)
- *   {"v":1,"k":"i","s":source,"r":[[ts, event], ...]}   events from the ingest function
+ *   {"v":1,"k":"i","s":source,"at":ms,"r":[[ts, event], ...]}   events from the ingest function,
+ *                                                   received at `at` (its clock)
+ *   {"v":1,"k":"i","s":source,"at":ms,"r":[],"probe":true}   an idle probe (runtime/idleness.ts)
  *   {"v":1,"k":"i","s":source,"r":[],"end":true}   end of a bounded input (watermark +inf)
  *   {"v":1,"k":"i","s":source,"r":[],"b":{...}}     checkpoint barrier (checkpoint-barriers.ts)
  *   {"v":1,"k":"d", ...DeadLetterMessage}          a parked record, on the stage's DLQ
@@ -55,14 +57,12 @@ export interface DeadLetterMessage extends DeadLetter {
   readonly job: string;
   readonly stage: number;
   readonly partition: number;
-  /** The SQS sequence number of the record's message, for source channels. */
-  readonly offset?: string;
 }
 
 export type MessageBody =
   | { readonly v: 1; readonly k: 'e'; readonly e: Envelope[] }
   | { readonly v: 1; readonly k: 's'; readonly key: string; readonly n: number }
-  | { readonly v: 1; readonly k: 'i'; readonly s: string; readonly r: [number, unknown][]; readonly end?: true; readonly b?: BarrierBody }
+  | { readonly v: 1; readonly k: 'i'; readonly s: string; readonly r: [number, unknown][]; readonly at?: number; readonly probe?: true; readonly end?: true; readonly b?: BarrierBody }
   | ({ readonly v: 1; readonly k: 'd' } & DeadLetterMessage);
 
 // Allowed by SQS: #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF. Astral characters are
@@ -110,13 +110,21 @@ export function decodeBody(body: string, messageId = '?'): MessageBody {
   }
   if (b.k === 'e' && !Array.isArray((b as { e?: unknown }).e)) throw new MessageDecodeError(messageId, 'envelope message without envelopes');
   if (b.k === 'i' && (!Array.isArray((b as { r?: unknown }).r) || typeof (b as { s?: unknown }).s !== 'string')) throw new MessageDecodeError(messageId, 'ingest message without source or records');
+  if (b.k === 'i' && 'at' in b && !Number.isFinite((b as { at?: unknown }).at)) throw new MessageDecodeError(messageId, `ingest message: "at" must be epoch milliseconds, received ${JSON.stringify((b as { at?: unknown }).at)}`);
+  if (b.k === 'i' && 'probe' in b && ((b as { probe?: unknown }).probe !== true || (b as unknown as { r: unknown[] }).r.length > 0 || !('at' in b))) throw new MessageDecodeError(messageId, 'idle probe: expected "probe": true with "at" and no records');
   return value as MessageBody;
 }
 
 export const FRAMES = {
   envelopes: (parts: string) => `{"v":1,"k":"e","e":[${parts}]}`,
-  ingest: (source: string) => (parts: string) => `{"v":1,"k":"i","s":${sqsSafeJson(JSON.stringify(source))},"r":[${parts}]}`,
+  /** `at`: when the ingest function received the events (its clock), for idle probes. */
+  ingest: (source: string, at?: number) => (parts: string) => `{"v":1,"k":"i","s":${sqsSafeJson(JSON.stringify(source))}${at === undefined ? '' : `,"at":${at}`},"r":[${parts}]}`,
 };
+
+/** An idle probe for one source partition, sent at `at` (runtime/idleness.ts). */
+export function probeBody(source: string, at: number): string {
+  return sqsSafeJson(JSON.stringify({ v: 1, k: 'i', s: source, at, r: [], probe: true }));
+}
 
 export function spillBody(key: string): string {
   return JSON.stringify({ v: 1, k: 's', key, n: 1 });
@@ -210,6 +218,8 @@ export function sourceEnvelope(plan: PhysicalPlan, stage: number, partition: num
     records: body.r.map(([timestamp, value]) => ({ value, timestamp })),
     // The runtime derives source watermarks from the records; the end marker closes event time.
     watermark: body.end ? MAX_WATERMARK : MIN_WATERMARK,
+    ...(body.at !== undefined ? { arrivedAt: body.at } : {}),
+    ...(body.probe ? { probe: true as const } : {}),
     // The partition fills in the barrier's source position (records it consumed on this channel before it).
     ...(body.b !== undefined ? { barrier: checkBarrierBody(body.b, messageId) } : {}),
   };

@@ -23,7 +23,7 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import { SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { PhysicalPlan } from '../graph/compile.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
-import type { Envelope } from '../transport/envelope.ts';
+import { deadLetterId, type Envelope } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
 import { decodeValue } from './dynamodb-layout.ts';
 import type { QueueResolver } from './sqs-queues.ts';
@@ -157,7 +157,7 @@ export class SqsTransport {
 
   // ---- dead letters and end of input ----------------------------------------------------
 
-  /** Park records on the stage's dead-letter queue, with their error. */
+  /** Park records and timer callbacks on the stage's dead-letter queue, with their error. */
   async sendDeadLetters(letters: readonly C.DeadLetterMessage[]): Promise<void> {
     if (!letters.length) return;
     const byStage = new Map<number, OutgoingMessage[]>();
@@ -168,7 +168,8 @@ export class SqsTransport {
         const record = { $omitted: `record of ${fin.bytes} bytes encoded, over the message limit` };
         fin = C.finishBody(C.encodePart({ v: 1, k: 'd', ...d, record }), this.compress);
       }
-      const dedupId = C.dedupId(`${d.job}/${d.stage}/dead-letter`, [d.operator, d.channel, String(d.offset ?? d.seq), String(d.index)]);
+      // Per partition: a channel id and its sequence numbers repeat across the consumers of a hash edge.
+      const dedupId = C.dedupId(`${d.job}/${d.stage}/${d.partition}/dead-letter`, [deadLetterId(d)]);
       let list = byStage.get(d.stage);
       if (!list) byStage.set(d.stage, (list = []));
       list.push({ groupId: String(d.partition), body: fin.body, bytes: fin.bytes, dedupId });

@@ -83,11 +83,16 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
     for (const r of rejected.slice(0, SHOWN)) log(`  ${r.position}: ${r.error}`);
   }
   if (dead.length) {
-    log(`${fmt.int(dead.length)} dead letter(s): records whose user code kept throwing${dead.length > SHOWN ? ` (first ${SHOWN})` : ''}:`);
+    log(`${fmt.int(dead.length)} dead letter(s): records and timers whose user code kept throwing${dead.length > SHOWN ? ` (first ${SHOWN})` : ''}:`);
     for (const d of dead.slice(0, SHOWN)) {
       // The runtime keeps the whole stream record; the user knows their value.
       const r = d.record as { value?: unknown } | undefined;
-      log(`  after ${d.attempts} attempts, ${d.error}; record ${truncate(JSON.stringify(r && typeof r === 'object' && 'value' in r ? r.value : r))}`);
+      const what = d.timer
+        ? `${d.timer.domain}-time timer of "${d.timer.operator}" at ${d.timer.time}, key ${truncate(JSON.stringify(d.timer.key))}, namespace ${JSON.stringify(d.timer.namespace)} (consumed)`
+        : d.watermark !== undefined
+          ? `onWatermark(${d.watermark})`
+          : `record ${truncate(JSON.stringify(r && typeof r === 'object' && 'value' in r ? r.value : r))}${d.offset !== undefined ? ` at offset ${d.offset}` : ''}`;
+      log(`  after ${d.attempts} attempts, ${d.error}; ${what}`);
     }
   }
   if (opts.deadLetters !== undefined) {

@@ -15,11 +15,11 @@ import type { Job } from '../api/stream.ts';
 import { BackPressureError, InjectedCrash, SluiceError } from '../errors.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import { channelId, compile, type PhysicalPlan } from '../graph/compile.ts';
-import { locationId, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
+import { locationId, type ParkedFailure, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
 import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
 import type { StateBackend } from '../state/backend.ts';
-import type { Barrier, DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import { type Barrier, type DeadLetter, deadLetterId, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 import type { IngestTarget, OfferResult } from './ingest-target.ts';
 import { type FeedHost, SourceFeed } from './source-feed.ts';
@@ -34,8 +34,8 @@ interface Slot {
   queue: Envelope[];
   head: number;
   queuedRecords: number;
-  readonly failures: Map<string, { error: string; attempts: number }>;
-  readonly skip: Map<string, { error: string; attempts: number }>;
+  readonly failures: Map<string, ParkedFailure>;
+  readonly skip: Map<string, ParkedFailure>;
 }
 
 export class EmbeddedRuntime implements IngestTarget {
@@ -267,7 +267,7 @@ export class EmbeddedRuntime implements IngestTarget {
     for (const row of this.slots) {
       for (const slot of row) {
         if (slot.runtime.nextProcessingTime() > now) continue;
-        await this.runBatch(slot, () => slot.runtime.tick(), 0);
+        await this.runBatch(slot, () => slot.runtime.tick(slot.skip.size ? slot.skip : undefined), 0);
         progressed = true;
       }
     }
@@ -302,11 +302,15 @@ export class EmbeddedRuntime implements IngestTarget {
       if (result.outbox.length) await slot.runtime.outboxDelivered(result.version);
       faults?.maybeCrash('before-ack');
       this.ack(slot, envelopes);
+      // Parked for good; a timer registered again later must fire.
+      for (const id of result.parked) {
+        slot.skip.delete(id);
+        slot.failures.delete(id);
+      }
     } catch (e) {
       if (e instanceof RecordFailedError && e.location) {
         const id = locationId(e.location);
-        const f = slot.failures.get(id) ?? { error: e.message, attempts: 0 };
-        f.attempts++;
+        const f = { error: e.message, operator: e.operator, attempts: (slot.failures.get(id)?.attempts ?? 0) + 1 };
         slot.failures.set(id, f);
         if (f.attempts >= this.opts.maxAttempts) slot.skip.set(id, f);
       } else if (!(e instanceof InjectedCrash) && !(e instanceof SluiceError && e.retryable)) {
@@ -362,7 +366,7 @@ export class EmbeddedRuntime implements IngestTarget {
             break;
           case 'deadLetter': {
             const d = entry.deadLetter;
-            const id = `${d.operator}/${d.channel}#${d.seq}#${d.index}`;
+            const id = deadLetterId(d);
             if (!this.deadLetterIds.has(id)) {
               this.deadLetterIds.add(id);
               this.deadLetters.push(d);

@@ -12,7 +12,7 @@
  * commits on its own (snapshot handle, forwarded barriers and the ack with the state
  * they describe), then the batch goes on with the envelopes that waited behind it.
  */
-import { type Clock, type Key, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
+import { type Clock, type Key, keyFromString, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import { sourcePartitionKey } from '../checkpoint/protocol.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
@@ -25,12 +25,15 @@ import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts
 import { buildChains } from './chain.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, NodeContext, type NodeRuntime } from './context.ts';
+import { type CallbackLocation, type FailureLocation, locationId, type ParkedFailure, RecordFailedError, type RecordLocation } from './failures.ts';
+import { sourceIdlenessAfter } from './idleness.ts';
 import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark } from './inputs.ts';
 import { Outputs } from './outputs.ts';
 import { allTimerEntities, changedTimerEntities, timerChanges, timersOfEntity } from './snapshots.ts';
 import { TimerQueue } from './timers.ts';
 
 export { entityId };
+export { type CallbackLocation, failedEnvelope, type FailureLocation, isRecordLocation, locationId, type ParkedFailure, RecordFailedError, type RecordLocation } from './failures.ts';
 
 export interface PartitionDeps {
   readonly plan: PhysicalPlan;
@@ -53,29 +56,6 @@ export interface PartitionDeps {
   readonly logInput?: boolean;
 }
 
-/** Where a record sits in the input, so that a failing one can be parked alone. */
-export interface RecordLocation {
-  readonly channel: string;
-  readonly seq: number;
-  readonly index: number;
-}
-
-export function locationId(l: RecordLocation): string {
-  return `${l.channel}#${l.seq}#${l.index}`;
-}
-
-/** User code threw on a record; carries where, so a retry can skip it into the dead-letter queue. */
-export class RecordFailedError extends UserCodeError {
-  constructor(
-    operator: string,
-    record: unknown,
-    cause: unknown,
-    readonly location: RecordLocation | undefined,
-  ) {
-    super(operator, record, cause);
-  }
-}
-
 export interface BatchResult {
   /** Outputs committed with this batch; deliver them, then call outboxDelivered(version). */
   readonly outbox: OutboxEntry[];
@@ -83,6 +63,8 @@ export interface BatchResult {
   readonly recordsIn: number;
   readonly duplicatesDropped: number;
   readonly committed: boolean;
+  /** Location ids of the records and callbacks parked as dead letters in this commit. */
+  readonly parked: readonly string[];
 }
 
 export interface OperatorStats {
@@ -112,13 +94,21 @@ export class PartitionRuntime {
   private curChannel: string | undefined;
   private curSeq = 0;
   private curIndex = 0;
-  private skip: ReadonlyMap<string, { error: string; attempts: number }> | undefined;
+  private curOffset: string | undefined;
+  /** The envelope being applied, whose watermark may fire timers. */
+  private applying: Envelope | undefined;
+  /** The callback running (timer, or watermark), for attributing a throw; built into a location only when needed. */
+  private firing: { node: NodeRuntime | undefined; timer: TimerEntry | undefined; watermark: number } = { node: undefined, timer: undefined, watermark: 0 };
+  private skip: ReadonlyMap<string, ParkedFailure> | undefined;
+  private parked: string[] = [];
   /** What this process() call committed so far (an aligned barrier commits mid-batch). */
   private acc = { outbox: [] as OutboxEntry[], recordsIn: 0, committed: false };
   /** Checkpointed runs: commits mark the entities they changed (incremental snapshots). */
   private tracking = false;
   private aligner: BarrierAligner | undefined;
   private readonly byName = new Map<string, NodeRuntime>();
+  /** Idle probes in this batch that changed nothing (they need no commit of their own). */
+  private readonly unchangedProbes = new Set<Envelope>();
 
   private constructor(private readonly deps: PartitionDeps) {
     this.stage = deps.plan.stages[deps.stage];
@@ -223,19 +213,21 @@ export class PartitionRuntime {
   }
 
   /** Process envelopes and commit. `skip`: records (by locationId) to park in the dead-letter queue instead. */
-  async process(envelopes: readonly Envelope[], skip?: ReadonlyMap<string, { error: string; attempts: number }>): Promise<BatchResult> {
+  async process(envelopes: readonly Envelope[], skip?: ReadonlyMap<string, ParkedFailure>): Promise<BatchResult> {
     const { fresh, dups } = freshEnvelopes(envelopes, this.progress.inputs, `${this.scope.job}/${this.stage.name}#${this.scope.partition}`);
     if (fresh.length === 0 && dups > 0) {
-      return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false };
+      return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false, parked: [] };
     }
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.skip = skip;
+    this.parked = [];
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
+    this.unchangedProbes.clear();
     for (const env of fresh) await this.take(env, true);
     this.fireProcessingTimers();
-    await this.commitPart(fresh.length > 0);
+    await this.commitPart(fresh.some((e) => !this.unchangedProbes.has(e)));
     this.skip = undefined;
-    return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups };
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups, parked: this.parked };
   }
 
   /**
@@ -289,14 +281,17 @@ export class PartitionRuntime {
     const records = env.records;
     this.curChannel = env.channel;
     this.curSeq = env.seq;
+    this.curOffset = env.offset;
     for (let i = 0; i < records.length; i++) {
       const rec = records[i];
       this.curIndex = i;
       if (this.skip) {
-        const here = this.location()!;
-        const parked = this.skip.get(locationId(here));
+        const here = this.recordLocation();
+        const id = locationId(here);
+        const parked = this.skip.get(id);
         if (parked) {
-          this.deadLetters.push({ operator: target.node.name, ...here, record: rec, error: parked.error, attempts: parked.attempts });
+          this.deadLetters.push({ operator: parked.operator ?? target.node.name, ...here, record: rec, error: parked.error, attempts: parked.attempts });
+          this.parked.push(id);
           continue;
         }
       }
@@ -309,19 +304,32 @@ export class PartitionRuntime {
     }
     this.acc.recordsIn += records.length;
     this.curChannel = undefined;
-    const wm = edge.partitioning === 'source' ? Math.max(env.watermark, sourceWatermark(this.deps.plan, edge, records)) : env.watermark;
+    const source = edge.partitioning === 'source';
+    const wm = source ? Math.max(env.watermark, sourceWatermark(this.deps.plan, edge, records)) : env.watermark;
     if (wm > ch.watermark) ch.watermark = wm;
-    ch.idle = env.idle === true;
+    if (source) {
+      const spec = target.node.spec;
+      const next = sourceIdlenessAfter(ch, env, spec.kind === 'source' ? spec.source.watermark.idleTimeoutMs : undefined);
+      // A probe that changes nothing need not be committed: applied again, it still changes nothing.
+      if (env.probe && next.idle === ch.idle && next.lastDataAt === ch.lastDataAt) this.unchangedProbes.add(env);
+      ch.idle = next.idle;
+      if (next.lastDataAt !== undefined) ch.lastDataAt = next.lastDataAt;
+    } else ch.idle = env.idle === true;
+    this.applying = env;
     this.advanceWatermark();
+    this.applying = undefined;
   }
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */
-  async tick(): Promise<BatchResult> {
+  async tick(skip?: ReadonlyMap<string, ParkedFailure>): Promise<BatchResult> {
     this.acc = { outbox: [], recordsIn: 0, committed: false };
+    this.skip = skip;
+    this.parked = [];
     if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
     this.fireProcessingTimers();
     await this.commitPart(false);
-    return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0 };
+    this.skip = undefined;
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0, parked: this.parked };
   }
 
   /** The earliest pending processing-time timer (for scheduling ticks). */
@@ -354,7 +362,7 @@ export class PartitionRuntime {
     this.inputWatermark = wm;
     for (const n of this.order) {
       for (let t = n.timers.event.pollUpTo(wm); t; t = n.timers.event.pollUpTo(wm)) this.fireTimer(n, t);
-      if (n.op.onWatermark) this.guard(n, undefined, () => n.op.onWatermark!(wm));
+      if (n.op.onWatermark) this.callback(n, undefined, wm, () => n.op.onWatermark!(wm));
     }
     this.progress.outputWatermark = wm;
     this.outputs.watermarkMoved = true;
@@ -369,23 +377,59 @@ export class PartitionRuntime {
   }
 
   private fireTimer(n: NodeRuntime, t: TimerEntry): void {
+    if (!n.op.onTimer) return;
     n.ctx.setCurrentKeyString(t.key, t.kg);
-    this.guard(n, undefined, () => n.op.onTimer?.(t.domain, t.time, t.ns));
+    this.callback(n, t, 0, () => n.op.onTimer!(t.domain, t.time, t.ns));
   }
 
-  /** Run operator code; attribute a throw to the operator and the input record. */
-  private guard(n: NodeRuntime, rec: StreamRecord | undefined, f: () => void): void {
+  /**
+   * Run a timer or watermark callback. A throw (there or in an operator fed what it
+   * emitted) names the callback, so a retry can park it; a parked one is not run: the
+   * timer counts as consumed, as its dead letter says.
+   */
+  private callback(n: NodeRuntime, t: TimerEntry | undefined, watermark: number, f: () => void): void {
+    if (this.skip) {
+      const id = locationId(this.callbackLocation(n, t, watermark));
+      const parked = this.skip.get(id);
+      if (parked) {
+        const what = t ? { timer: { operator: n.node.name, domain: t.domain, time: t.time, key: keyFromString(t.key), namespace: t.ns, consumed: true as const } } : { watermark };
+        this.deadLetters.push({ operator: parked.operator ?? n.node.name, ...what, error: parked.error, attempts: parked.attempts });
+        this.parked.push(id);
+        return;
+      }
+    }
+    const firing = this.firing;
+    firing.node = n;
+    firing.timer = t;
+    firing.watermark = watermark;
     try {
       f();
     } catch (e) {
       if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, rec?.value, e, this.location());
+      throw new RecordFailedError(n.node.name, undefined, e, this.location());
+    } finally {
+      firing.node = undefined;
+      firing.timer = undefined;
     }
   }
 
-  /** The location of the input record being applied (undefined for timers and watermarks). */
-  private location(): RecordLocation | undefined {
-    return this.curChannel === undefined ? undefined : { channel: this.curChannel, seq: this.curSeq, index: this.curIndex };
+  /** Where a callback is (timers fire in bulk: built only for a skip check or a throw). */
+  private callbackLocation(n: NodeRuntime, timer: TimerEntry | undefined, watermark: number): CallbackLocation {
+    const env = timer?.domain === 'processing' ? undefined : this.applying;
+    const at = env ? { at: { channel: env.channel, seq: env.seq } } : {};
+    return timer ? { operator: n.node.name, timer, ...at } : { operator: n.node.name, watermark, ...at };
+  }
+
+  /** The input record being applied, or the timer or watermark callback running (built only when needed). */
+  private location(): FailureLocation | undefined {
+    if (this.curChannel !== undefined) return this.recordLocation();
+    const f = this.firing;
+    return f.node ? this.callbackLocation(f.node, f.timer, f.watermark) : undefined;
+  }
+
+  private recordLocation(): RecordLocation {
+    const l = { channel: this.curChannel!, seq: this.curSeq, index: this.curIndex };
+    return this.curOffset === undefined ? l : { ...l, offset: this.curOffset };
   }
 
   /** @internal Deliver a record to a node of this stage. */

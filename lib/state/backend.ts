@@ -52,6 +52,8 @@ export interface ChannelProgress {
   records?: number;
   watermark: number;
   idle: boolean;
+  /** Source channels on AWS: arrival time of the last data, for idle probes (runtime/idleness.ts). */
+  lastDataAt?: number;
 }
 
 /** The partition's position, committed atomically with its state and outputs. */

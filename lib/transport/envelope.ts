@@ -4,7 +4,7 @@
  * producer's sequence number and watermark. Consumers drop any envelope at or below
  * the channel's high-water mark, so redeliveries never count twice.
  */
-import type { StreamRecord } from '../api/types.ts';
+import { type Key, keyToString, type StreamRecord } from '../api/types.ts';
 
 export interface Envelope {
   /** `${edge}:${fromPartition}`: unique per (edge, producer partition); the consumer's dedup scope. */
@@ -28,6 +28,13 @@ export interface Envelope {
   readonly watermark: number;
   /** The producer has no data and does not hold event time back. */
   readonly idle?: boolean;
+  /**
+   * Source channels on AWS: when the ingest function received these records (its clock),
+   * or sent this probe. Decides idleness by probe (runtime/idleness.ts).
+   */
+  readonly arrivedAt?: number;
+  /** Source channels on AWS: no records; asks whether the partition has been idle for its source's timeout. */
+  readonly probe?: true;
   /** A checkpoint barrier (no records): everything before it on this channel belongs to checkpoint `barrier.epoch`. */
   readonly barrier?: Barrier;
 }
@@ -72,15 +79,45 @@ export interface SinkDelivery {
   readonly afterBarrier?: number;
 }
 
-/** A record that made user code throw past its retries, parked with its error. */
+/**
+ * User code that threw past its retries, parked with its error: a record (channel, seq,
+ * index, offset, record), or a timer or watermark callback (timer / watermark).
+ */
 export interface DeadLetter {
+  /** The operator whose code threw (a chained one may throw on what another emitted). */
   readonly operator: string;
-  readonly channel: string;
-  readonly seq: number;
-  readonly index: number;
-  readonly record: StreamRecord;
+  /** Records: the input channel, envelope and position of the record in it. */
+  readonly channel?: string;
+  readonly seq?: number;
+  readonly index?: number;
+  /** Records from a log-fed source channel (on AWS the SQS SequenceNumber of the record's message): where to find it in the input. */
+  readonly offset?: string;
+  /** Records: the record as it entered the stage. */
+  readonly record?: StreamRecord;
+  /** A timer whose callback (or what it emitted) threw: it counts as consumed and will not fire again. */
+  readonly timer?: DeadTimer;
+  /** An onWatermark callback that threw at this watermark. */
+  readonly watermark?: number;
   readonly error: string;
   readonly attempts: number;
+}
+
+export interface DeadTimer {
+  /** The operator that owns the timer. */
+  readonly operator: string;
+  readonly domain: 'event' | 'processing';
+  readonly time: number;
+  readonly key: Key;
+  /** The timer's namespace: for window operators, the window. */
+  readonly namespace: string;
+  readonly consumed: true;
+}
+
+/** Identity of a dead letter (a redelivered outbox may carry it twice). */
+export function deadLetterId(d: DeadLetter): string {
+  if (d.timer) return `${d.operator}/timer/${d.timer.operator}/${d.timer.domain}/${d.timer.time}/${keyToString(d.timer.key)}/${d.timer.namespace}`;
+  if (d.watermark !== undefined) return `${d.operator}/watermark/${d.watermark}`;
+  return `${d.operator}/${d.channel}#${d.offset ?? d.seq}#${d.index}`;
 }
 
 export type OutboxEntry =

@@ -13,7 +13,7 @@ import { Job } from '../../lib/api/stream.ts';
 import { ManualClock } from '../../lib/api/types.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { createIngestHandler, type IngestHandlerConfig, ingestStreams } from '../../lib/aws/ingest-handler.ts';
-import { decodeBody } from '../../lib/aws/sqs-codec.ts';
+import { decodeBody, probeBody, sourceEnvelope } from '../../lib/aws/sqs-codec.ts';
 import { createStageQueues, StaticQueues, type StageQueues } from '../../lib/aws/sqs-queues.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { type IngestServer, startIngestServer } from '../../lib/local/ingest-server.ts';
@@ -85,13 +85,14 @@ async function viaServer(method: string, path: string, headers: Record<string, s
 const json = { 'content-type': 'application/json' };
 const order = (id: number, extra: object = {}) => ({ id, ts: 1000 + id, ...extra });
 
-/** Events in a stage queue, decoded, with their partition. */
-async function enqueued(stage: number) {
+/** Events in a stage queue, decoded, with their partition (idle probes apart: `probes`). */
+async function enqueued(stage: number, probes: { partition: number; at?: number }[] = []) {
   const out: { partition: number; records: [number, unknown][] }[] = [];
   for (const m of await drainQueue(clients.sqs, queues[stage].url)) {
     const body = decodeBody(m.Body!);
     if (body.k !== 'i') throw new Error(`unexpected message kind ${body.k}`);
-    out.push({ partition: Number(m.Attributes!.MessageGroupId), records: body.r });
+    if (body.probe) probes.push({ partition: Number(m.Attributes!.MessageGroupId), at: body.at });
+    else out.push({ partition: Number(m.Attributes!.MessageGroupId), records: body.r });
   }
   return out;
 }
@@ -153,6 +154,47 @@ describe('ingest handler: SQS', () => {
     expect(await enqueued(streams.get('clicks')!.stage)).toEqual([{ partition: 0, records: [[clock.now(), { user: 'u' }]] }]);
   });
 
+  it('probes the partitions it sent nothing for the idle timeout, at most once per timeout, in the same send', async () => {
+    const h = handler({ partitionKey: () => 0 });
+    const acc = new AwsAccounting();
+    const counted = handler({ partitionKey: () => 0, accounting: acc });
+    const probes: { partition: number; at?: number }[] = [];
+    const t0 = clock.now();
+    expect((await viaLambda(counted, 'POST', '/streams/orders/events', json, JSON.stringify([order(1)]))).status).toBe(202);
+    // Data and the probe of the other orders partition went in one SendMessageBatch; the
+    // silent clicks stream (its own stage queue) got probes on both partitions in another.
+    expect(acc.get('sqs', 'SendMessageBatch').requests).toBe(2);
+    const [got, ...more] = await enqueued(streams.get('orders')!.stage, probes);
+    expect(more).toEqual([]);
+    expect(got.records).toEqual([[1001, order(1)]]);
+    const silent = 1 - got.partition; // every event goes to the partition of key 0
+    expect(probes).toEqual([{ partition: silent, at: t0 }]);
+    const clickProbes: { partition: number; at?: number }[] = [];
+    expect(await enqueued(streams.get('clicks')!.stage, clickProbes)).toEqual([]);
+    expect(clickProbes.sort((a, b) => a.partition - b.partition)).toEqual([{ partition: 0, at: t0 }, { partition: 1, at: t0 }]);
+    // Data messages carry their arrival time too.
+    expect((await viaLambda(h, 'POST', '/streams/orders/events', json, JSON.stringify([order(2)]))).status).toBe(202);
+    const bodies = (await drainQueue(clients.sqs, queues[streams.get('orders')!.stage].url)).map((m) => decodeBody(m.Body!));
+    expect(bodies.filter((b) => b.k === 'i' && !b.probe)).toEqual([{ v: 1, k: 'i', s: 'orders', at: t0, r: [[1002, order(2)]] }]);
+    probes.length = 0;
+    // No second probe within the timeout (5 s by default); one once it has passed.
+    clock.advance(4999);
+    await viaLambda(h, 'POST', '/streams/orders/events', json, JSON.stringify([order(3)]));
+    await enqueued(streams.get('orders')!.stage, probes);
+    expect(probes).toEqual([]);
+    clock.advance(1);
+    await viaLambda(h, 'POST', '/streams/orders/events', json, JSON.stringify([order(4)]));
+    await enqueued(streams.get('orders')!.stage, probes);
+    expect(probes).toEqual([{ partition: silent, at: t0 + 5000 }]);
+
+    // The operator handler's view of a probe, and what it refuses.
+    const body = decodeBody(probeBody('orders', 7));
+    if (body.k !== 'i') throw new Error('expected an ingest message');
+    expect(sourceEnvelope(plan, streams.get('orders')!.stage, 1, body, '0000012')).toMatchObject({ probe: true, arrivedAt: 7, records: [], offset: '12' });
+    expect(() => decodeBody('{"v":1,"k":"i","s":"orders","at":5,"r":[[1,{}]],"probe":true}')).toThrow(/idle probe: expected "probe": true with "at" and no records/);
+    expect(() => decodeBody('{"v":1,"k":"i","s":"orders","at":"soon","r":[]}')).toThrow(/"at" must be epoch milliseconds, received "soon"/);
+  });
+
   it('routes by a partition key when configured', async () => {
     const h = handler({ partitionKey: (_s, e) => (e as { id: number }).id % 3 });
     const res = await viaLambda(h, 'POST', '/streams/orders/events', json, JSON.stringify([0, 1, 2, 3, 4, 5, 6].map((i) => order(i))));
@@ -184,7 +226,8 @@ describe('ingest handler: SQS', () => {
   });
 
   it('429 with Retry-After while the first stage is backlogged; nothing is enqueued', async () => {
-    const h = handler({ maxBacklogMessages: 1, backlogCacheMs: 0, retryAfterMs: 2500 });
+    // The first request also probes partition 1 (idle probes count in the backlog): 2 messages, then 3.
+    const h = handler({ maxBacklogMessages: 2, backlogCacheMs: 0, retryAfterMs: 2500 });
     for (const i of [1, 2]) expect((await viaLambda(h, 'POST', '/streams/orders/events', json, JSON.stringify([order(i)]))).status).toBe(202);
     const res = await viaLambda(h, 'POST', '/streams/orders/events', json, JSON.stringify([order(3)]));
     expect(res.status).toBe(429);

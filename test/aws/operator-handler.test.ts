@@ -13,11 +13,7 @@ import { SQSClient } from '@aws-sdk/client-sqs';
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { CollectSink, Sinks } from '../../lib/api/sinks.ts';
-import { valueState } from '../../lib/api/state.ts';
-import { Job } from '../../lib/api/stream.ts';
-import { WatermarkStrategies } from '../../lib/api/types.ts';
-import { Windows } from '../../lib/api/windows.ts';
+import { CollectSink } from '../../lib/api/sinks.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { createStateTable } from '../../lib/aws/dynamodb-state.ts';
 import { createIngestHandler } from '../../lib/aws/ingest-handler.ts';
@@ -29,41 +25,10 @@ import { compile } from '../../lib/graph/compile.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { Rng } from '../../lib/nexmark/random.ts';
 import { compareOutputs } from '../../lib/testing/checker.ts';
+import { CLICKS, clickJob, type Count, type Running, USERS } from './click-job.ts';
 import { type Container, localClients, runUntilDrained, unique } from './helpers.ts';
 
-interface Click {
-  id: number;
-  user: string;
-  ts: number;
-}
-type Running = { user: string; n: number };
-type Count = { user: string; start: number; n: number };
-
-/** Source -> (keyBy user) running count per user, and tumbling 100 ms window counts: three stages. */
-function clickJob(name: string): Job {
-  const job = new Job(name, { parallelism: 2, maxParallelism: 16 });
-  const users = job.ingest<Click>('clicks', { timestamp: (c) => c.ts, watermark: WatermarkStrategies.boundedOutOfOrderness(0) }).keyBy((c) => c.user);
-  users
-    .process<Running, { n: ReturnType<typeof valueState<number>> }>({
-      state: { n: valueState<number>() },
-      processElement(c, ctx) {
-        const n = (ctx.state.n.get() ?? 0) + 1;
-        ctx.state.n.set(n);
-        ctx.emit({ user: c.user, n });
-      },
-    })
-    .name('running')
-    .sinkTo(Sinks.collect<Running>(), 'running-out');
-  users
-    .window(Windows.tumbling(100))
-    .aggregate({ createAccumulator: () => 0, add: (_c: Click, n: number) => n + 1, getResult: (n: number) => n }, (n, { key, window }): Count => ({ user: key, start: window.start, n }))
-    .name('windows')
-    .sinkTo(Sinks.collect<Count>(), 'window-out');
-  return job;
-}
-
-const USERS = ['ann', 'bob', 'cy', 'dee', 'eve'];
-const clicks: Click[] = Array.from({ length: 60 }, (_, i) => ({ id: i, user: USERS[(i * 7) % 5], ts: 1000 + i * 13 }));
+const clicks = CLICKS;
 const clients = localClients();
 const table = unique('sluice-ops');
 let reference: { running: unknown[]; windows: unknown[] };

@@ -162,5 +162,5 @@ describe('sluice savepoint / restore', () => {
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/does not fit this job's state/);
     expect(bad.stderr).toMatch(/operator "per-user": state "total" was value state, is now map state/);
-  });
+  }, 90_000); // eight CLI processes in a row: about 25 s alone, more on a loaded 2-core machine
 });

@@ -181,6 +181,8 @@ export class LocalAwsRuntime {
         queues,
         blobs,
         sinks,
+        s3: clients.s3,
+        bucket: this.bucket,
         clock: this.clock,
         accounting: this.accounting,
         backend: o.compactAfterCommits === undefined ? undefined : new DynamoDbStateBackend({ client: clients.dynamodb, tableName: this.tableName, accounting: this.accounting, blobs, compactAfterCommits: o.compactAfterCommits, inputLogStore: cp?.store }),
