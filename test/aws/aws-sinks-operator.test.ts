@@ -7,7 +7,6 @@
  */
 import { CreateTableCommand } from '@aws-sdk/client-dynamodb';
 import { DynamoDBDocumentClient, ScanCommand } from '@aws-sdk/lib-dynamodb';
-import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { S3FilesSink } from '../../lib/api/aws-sinks.ts';
 import { CollectSink, Sinks } from '../../lib/api/sinks.ts';
@@ -15,6 +14,7 @@ import { Job } from '../../lib/api/stream.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { createStateTable } from '../../lib/aws/dynamodb-state.ts';
 import { createIngestHandler } from '../../lib/aws/ingest-handler.ts';
+import { apiEvent } from '../../lib/aws/local/feeder.ts';
 import { createOperatorHandler } from '../../lib/aws/operator-handler.ts';
 import { createBucket } from '../../lib/aws/s3-blob-store.ts';
 import { createStageQueues, StaticQueues } from '../../lib/aws/sqs-queues.ts';
@@ -53,18 +53,8 @@ beforeAll(async () => {
 });
 afterAll(() => Object.values(clients).forEach((c) => c.destroy()));
 
-function post(body: unknown): APIGatewayProxyEventV2 {
-  return {
-    version: '2.0',
-    routeKey: '$default',
-    rawPath: '/streams/clicks/events',
-    rawQueryString: '',
-    headers: { 'content-type': 'application/json' },
-    requestContext: { http: { method: 'POST', path: '/streams/clicks/events' }, requestId: unique('r'), stage: '$default' } as never,
-    body: JSON.stringify(body),
-    isBase64Encoded: false,
-  };
-}
+/** An HTTP API request carrying these clicks. */
+const post = (body: unknown) => apiEvent('clicks', JSON.stringify(body));
 
 describe('AWS sinks behind the operator function', () => {
   it('upserts the final count per key and commits every window once, under lost answers and stale containers', async () => {

@@ -11,10 +11,8 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { CollectSink, Sinks } from '../../lib/api/sinks.ts';
-import { valueState } from '../../lib/api/state.ts';
+import { CollectSink } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
-import { WatermarkStrategies } from '../../lib/api/types.ts';
 import { createCheckpointHandler } from '../../lib/aws/checkpoint-handler.ts';
 import { type Carry, INITIAL_CARRY, type Limits } from '../../lib/aws/checkpoint-task.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
@@ -37,31 +35,11 @@ import { compile } from '../../lib/graph/compile.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { Rng } from '../../lib/nexmark/random.ts';
 import { compareOutputs } from '../../lib/testing/checker.ts';
+import { type Click, clickJob as sharedClickJob, type Running } from './click-job.ts';
 import { type Container, localClients, runUntilDrained, unique } from './helpers.ts';
 
-interface Click {
-  user: string;
-  ts: number;
-}
-type Running = { user: string; n: number };
-
-function clickJob(name: string): Job {
-  const job = new Job(name, { parallelism: 2, maxParallelism: 8 });
-  job
-    .ingest<Click>('clicks', { timestamp: (c) => c.ts, watermark: WatermarkStrategies.boundedOutOfOrderness(0) })
-    .keyBy((c) => c.user)
-    .process<Running, { n: ReturnType<typeof valueState<number>> }>({
-      state: { n: valueState<number>() },
-      processElement(c, ctx) {
-        const n = (ctx.state.n.get() ?? 0) + 1;
-        ctx.state.n.set(n);
-        ctx.emit({ user: c.user, n });
-      },
-    })
-    .name('running')
-    .sinkTo(Sinks.collect<Running>(), 'out');
-  return job;
-}
+/** Running counts per user only (no window), sink 'out'. */
+const clickJob = (name: string): Job => sharedClickJob(name, { maxParallelism: 8, runningSinkName: 'out', windows: null });
 
 const USERS = ['ann', 'bob', 'cy', 'dee', 'eve', 'fay', 'gus'];
 const clicks: Click[] = Array.from({ length: 80 }, (_, i) => ({ user: USERS[(i * 5) % 7], ts: 1000 + i * 10 }));

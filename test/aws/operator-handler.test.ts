@@ -11,12 +11,12 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import type { Logger } from '@aws-lambda-powertools/logger';
-import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { CollectSink } from '../../lib/api/sinks.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { createStateTable } from '../../lib/aws/dynamodb-state.ts';
 import { createIngestHandler } from '../../lib/aws/ingest-handler.ts';
+import { apiEvent } from '../../lib/aws/local/feeder.ts';
 import { createOperatorHandler } from '../../lib/aws/operator-handler.ts';
 import { createStageQueues, StaticQueues, type StageQueues } from '../../lib/aws/sqs-queues.ts';
 import { SqsTransport } from '../../lib/aws/sqs-transport.ts';
@@ -44,18 +44,8 @@ beforeAll(async () => {
 });
 afterAll(() => Object.values(clients).forEach((c) => c.destroy()));
 
-function post(body: unknown): APIGatewayProxyEventV2 {
-  return {
-    version: '2.0',
-    routeKey: '$default',
-    rawPath: '/streams/clicks/events',
-    rawQueryString: '',
-    headers: { 'content-type': 'application/json' },
-    requestContext: { http: { method: 'POST', path: '/streams/clicks/events' }, requestId: unique('r'), stage: '$default' } as never,
-    body: JSON.stringify(body),
-    isBase64Encoded: false,
-  };
-}
+/** An HTTP API request carrying these clicks. */
+const post = (body: unknown) => apiEvent('clicks', JSON.stringify(body));
 
 interface Crash {
   readonly command: string;
