@@ -17,13 +17,8 @@
  * transaction is billed 2 write units per started KB and a keyed window touches hundreds
  * of small ones per commit. recover() reads the log entries above the version item's
  * `cmp` and keeps their net change; prefetch() applies it to the field items it reads,
- * and recover()'s timers include it. After `compactAfterCommits` commits or
- * `compactAfterBytes` of log, compact() writes the net change into the field and timer
- * items (transactions that check the version item still holds this process's version,
- * so a stale process never overwrites a newer owner), sets `cmp`, deletes the log.
- * Until then the changes are visible to readers of the same partition (recover, or a
- * first prefetch loads the log); other partitions of the stage see them after
- * compact(), which moving key groups (rescaling) must call first.
+ * and recover()'s timers include it. compact() writes the net change into the field and
+ * timer items (dynamodb-state-log-store.ts); moving key groups (rescaling) must call it first.
  * Outbox: inline up to 4 KB, else gzip, else one immutable S3 object (storeOutbox).
  *
  * State lives per (stage, key group), so one Query reads a key group and rescaling only
@@ -39,47 +34,29 @@
  * the conflict names the stored version), the state Puts/Deletes, timer Puts/Deletes
  * and the outbox chunks, with a ClientRequestToken so the SDK's own retries are idempotent.
  *
- * Batches over 100 items or ~3.5 MB use a redo log, so they stay atomic for every
- * reader that goes through recover() (the partition runtime always does):
- *   1. write the batch's operations as log chunks `x#${uuid}#n` (invisible to readers);
- *   2. flip the version item with the same fence, recording `pend = uuid`: the commit
- *      point; a stale writer fails here and leaves only TTL-collected log items;
- *   3. apply the logged operations in transactions of <= 99 items, each with a
- *      ConditionCheck that `pend` is still this uuid (a zombie cannot re-apply old
- *      writes after the new owner finished), then remove `pend` and the log.
- * A crash after step 2 is finished by the next recover(); normal commits require
- * `pend` absent, so nothing commits on top of a half-applied batch.
+ * Batches over 100 items or ~3.5 MB go through a redo log (dynamodb-redo-log.ts), so
+ * they stay atomic for every reader that goes through recover().
  * A single value over 400 KB is rejected (StateItemTooLargeError) before anything is written.
  */
-import { randomUUID } from 'node:crypto';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { CommitConflictError, InvariantError, type SluiceError } from '../errors.ts';
+import { CommitConflictError, InvariantError } from '../errors.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import type { CommitBatch, PartitionScope, RecoveredPartition, StateBackend, StateWrite, TimerEntry, TrackedInterval } from '../state/backend.ts';
 import type { InstalledPartition } from '../state/memory.ts';
-import { emptyProgress, scopeId, timerId } from '../state/backend.ts';
+import { emptyProgress, scopeId } from '../state/backend.ts';
 import type { OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
 import * as L from './dynamodb-layout.ts';
-import { deltaOf, type LogDelta, PartitionLog } from './dynamodb-state-log.ts';
+import { type Attrs, commitError, fence, type Op, planCommit, putOp, txOp } from './dynamodb-commit-ops.ts';
+import { commitLogged, finishLogged } from './dynamodb-redo-log.ts';
+import type { PartitionLog } from './dynamodb-state-log.ts';
+import { compactPartitionLog, loadPartitionLog } from './dynamodb-state-log-store.ts';
 import { DynamoDbTable, kb, pool } from './dynamodb-table.ts';
 import { INPUT_LOG_SERVICE, type InputLogSegment, inputLogSegment } from './input-log.ts';
 import { entityOfStateItem, INTERVALS_ATTR, PartitionTracking, TRACK_PREFIX } from './dynamodb-tracking.ts';
-import { CommitRollForwardError, mapDynamoDbError, StateEncodingError, StateItemTooLargeError, StateNotPrefetchedError } from './errors.ts';
+import { StateItemTooLargeError, StateNotPrefetchedError } from './errors.ts';
 
 export { createStateTable } from './dynamodb-table.ts';
-
-type Attrs = Record<string, string | number>;
-/** One item operation of a commit: a Put (item) or a Delete. */
-interface Op {
-  readonly pk: string;
-  readonly sk: string;
-  readonly item?: Attrs;
-  readonly bytes: number;
-  /** What the item holds, for the cost breakdown (accounting service 'dynamodb-items'). */
-  readonly kind?: L.ItemKind;
-}
 
 export interface DynamoDbStateBackendOptions {
   readonly client: DynamoDBClient;
@@ -181,7 +158,7 @@ export class DynamoDbStateBackend implements StateBackend {
     this.forgetPartition(scope);
     const ctrl = L.controlPk(scope);
     const head = await this.db.get(ctrl, L.VERSION_SK);
-    if (head?.pend !== undefined) await this.finishLogged(scope, String(head.pend), Number(head.pn));
+    if (head?.pend !== undefined) await finishLogged(this.db, this.writeConcurrency, scope, String(head.pend), Number(head.pn));
     // One range: tracked keys (k#), state log (l#), outbox (o#), timers (t#).
     const items = await this.db.query('#pk = :pk AND #sk BETWEEN :a AND :b', { ':pk': ctrl, ':a': TRACK_PREFIX, ':b': 't$' });
     const timers: TimerEntry[] = [];
@@ -204,7 +181,7 @@ export class DynamoDbStateBackend implements StateBackend {
     const { tracking, stale } = PartitionTracking.load(head, progress.lastBarrier ?? 0, tracked);
     this.tracking.set(scopeId(scope), tracking);
     if (stale.length) void this.deleteItems(ctrl, stale);
-    const log = await this.loadLog(scope, head, items.filter((it) => String(it.sk).startsWith(L.STATE_LOG_PREFIX)), timers);
+    const log = await this.loadLog(scope, { head, logItems: items.filter((it) => String(it.sk).startsWith(L.STATE_LOG_PREFIX)), baseTimers: timers });
     log.committedVersion = head ? Number(head.ver) : 0;
     return {
       version: head ? Number(head.ver) : 0,
@@ -262,39 +239,9 @@ export class DynamoDbStateBackend implements StateBackend {
     await this.commitWith({ scope, expectedVersion: 0, writes, timerAdds: [...part.timers], timerDeletes: [], progress: part.progress, outbox: [] }, JSON.stringify([epoch]));
   }
 
-  /**
-   * The partition's state log as stored: entries above the version item's `cmp`, in
-   * version order. recover() passes what it read; a reader that did not recover the
-   * partition (a fresh process, a test) gets it read here on its first prefetch.
-   */
-  private async loadLog(scope: PartitionScope, head?: Record<string, unknown>, logItems?: Record<string, unknown>[], baseTimers?: readonly TimerEntry[]): Promise<PartitionLog> {
-    const ctrl = L.controlPk(scope);
-    if (!logItems) {
-      head = await this.db.get(ctrl, L.VERSION_SK);
-      logItems = await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': ctrl, ':p': L.STATE_LOG_PREFIX });
-    }
-    if (!baseTimers) {
-      baseTimers = [];
-      if (logItems.length) {
-        const items = await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': ctrl, ':p': L.TIMER_PREFIX });
-        baseTimers = items.map((it) => L.decodeValue(String(it.v)) as TimerEntry);
-      }
-    }
-    const compactedThrough = head?.cmp === undefined ? 0 : Number(head.cmp);
-    const byVersion = new Map<number, Record<string, unknown>[]>();
-    for (const it of logItems) {
-      const v = L.versionOfStateLogSk(String(it.sk));
-      // At or below cmp: already compacted, a leftover of an interrupted cleanup.
-      if (v <= compactedThrough) continue;
-      const list = byVersion.get(v);
-      if (list) list.push(it);
-      else byVersion.set(v, [it]);
-    }
-    const log = new PartitionLog(compactedThrough, new Set(baseTimers.map(timerId)));
-    for (const [v, list] of [...byVersion].sort((a, b) => a[0] - b[0])) {
-      const text = await L.loadOutbox(list, (key) => this.outboxObject(key));
-      log.apply(v, L.decodeValue(text) as LogDelta, text.length, list.map((it) => String(it.sk)));
-    }
+  /** The partition's state log (recover() passes what it read; a first prefetch reads it), kept in `logs`. */
+  private async loadLog(scope: PartitionScope, stored?: Parameters<typeof loadPartitionLog>[3]): Promise<PartitionLog> {
+    const log = await loadPartitionLog(this.db, scope, (key) => this.outboxObject(key), stored);
     this.logs.set(scopeId(scope), log);
     return log;
   }
@@ -376,7 +323,7 @@ export class DynamoDbStateBackend implements StateBackend {
     if (!this.stateLog && this.logs.get(scopeId(scope))?.versions.length && !(await this.compact(scope, batch.expectedVersion))) {
       throw new CommitConflictError(scopeId(scope), batch.expectedVersion, 'its state log could not be compacted before a direct write');
     }
-    const { ops, blob, delta } = this.plan(batch, next, log !== undefined);
+    const { ops, blob, delta } = planCommit(batch, next, log !== undefined, { inlineBytes: this.outboxInlineBytes, blobs: this.blobs !== undefined });
     let segment: InputLogSegment | undefined;
     if (batch.inputLog?.length) {
       if (!this.inputLogStore) throw new InvariantError(`commit of ${scopeId(scope)} carries logged input, but the backend has no inputLogStore`);
@@ -406,7 +353,7 @@ export class DynamoDbStateBackend implements StateBackend {
       // The same for logged input: an object no committed item names is never replayed.
       if (segment?.object) await this.inputLogStore!.put(segment.object.key, segment.object.body);
       if (ops.length + 1 <= L.MAX_TX_ITEMS && total <= L.MAX_TX_BYTES) await this.commitOne(batch, head, ops);
-      else await this.commitLogged(batch, head, ops);
+      else await commitLogged(this.db, { writeConcurrency: this.writeConcurrency, logTtlSeconds: this.logTtl }, batch, head, ops);
     } catch (e) {
       // Outcome unknown or rejected: drop what the cache may now get wrong (and the tracking: recover reloads it).
       for (const w of batch.writes) this.cache.delete(cacheKey(scope, w.kg, w.entity));
@@ -435,56 +382,16 @@ export class DynamoDbStateBackend implements StateBackend {
   }
 
   /**
-   * Write the partition's logged changes into their own items, then mark the log
-   * compacted through `version` and delete it. Each transaction checks that the version
-   * item still says `version` (no other writer took the partition over), so a stale
-   * process can never write old values over a newer owner's. A failure leaves the log
-   * in place (it stays the truth for recover) and is retried after a later commit; it
-   * does not fail the commit, which is already durable.
+   * Write the partition's logged changes into their own items and drop the log
+   * (dynamodb-state-log-store.ts). False when that failed: the log stays in place (it
+   * stays the truth for recover) and is retried after a later commit; it does not fail
+   * the commit, which is already durable.
    */
   async compact(scope: PartitionScope, version?: number): Promise<boolean> {
     const log = this.logs.get(scopeId(scope));
     if (!log || !log.versions.length) return true;
-    version ??= log.committedVersion;
-    const ctrl = L.controlPk(scope);
-    const { writes, timerAdds, timerDeletes } = log.compaction();
-    const names = { '#ver': 'ver', '#pend': 'pend' };
-    const check = { ConditionCheck: { TableName: this.table, Key: { pk: ctrl, sk: L.VERSION_SK }, ConditionExpression: '#ver = :v AND attribute_not_exists(#pend)', ExpressionAttributeNames: names, ExpressionAttributeValues: { ':v': version } } };
-    try {
-      const ops: Op[] = [...(await this.withoutMissingDeletes(scope, writes)).map((w) => stateOp(scope, w)), ...timerDeletes.map((t) => ({ ...deleteOp(ctrl, L.timerSk(t)), kind: 'timer' as const })), ...timerAdds.map((t) => ({ ...putOp({ pk: ctrl, sk: L.timerSk(t), v: L.encodeValue(t) }, `(timer of ${scopeId(scope)})`, t.key), kind: 'timer' as const }))];
-      const groups = groupOps(ops);
-      await pool(groups, this.writeConcurrency, async (g) => {
-        for (const o of g) this.accounting.record(L.ITEM_KINDS_SERVICE, `compaction ${o.kind ?? 'other'} ${o.item ? 'put' : 'delete'}`, { items: 1, estimatedWriteUnits: 2 * kb(o.bytes) });
-        await this.db.transact([check, ...g.map((o) => this.txOp(o))]);
-      });
-      await this.db.send('UpdateItem', 'write', new UpdateCommand({ TableName: this.table, Key: { pk: ctrl, sk: L.VERSION_SK }, UpdateExpression: 'SET #cmp = :v', ConditionExpression: '#ver = :v AND attribute_not_exists(#pend)', ExpressionAttributeNames: { ...names, '#cmp': 'cmp' }, ExpressionAttributeValues: { ':v': version }, ReturnConsumedCapacity: 'TOTAL' }), 1, 1);
-    } catch {
-      this.listed(scope, writes, false);
-      return false;
-    }
-    this.listed(scope, writes, true);
-    const sortKeys = [...log.sortKeys];
-    log.compacted(version);
-    // Best effort: entries at or below cmp are ignored by recover().
-    await this.db.batchWrite(sortKeys.map((sk) => ({ DeleteRequest: { Key: { pk: ctrl, sk } } }))).catch(() => undefined);
-    return true;
-  }
-
-  /**
-   * Deletes of field items that do not exist cost 2 write units each in a transaction.
-   * The log knows which fields the base holds only for entities read since the last
-   * compaction (not after a cold start), so ask DynamoDB for the others: one Query of
-   * sort keys per key group, far cheaper than a window's worth of pointless deletes.
-   */
-  private async withoutMissingDeletes(scope: PartitionScope, writes: readonly StateWrite[]): Promise<StateWrite[]> {
-    const kgs = [...new Set(writes.filter((w) => w.value === undefined).map((w) => w.kg))];
-    if (!kgs.length) return [...writes];
-    const existing = new Set<string>();
-    await pool(kgs, this.readConcurrency, async (kg) => {
-      const pk = L.statePk(scope, kg);
-      for (const it of await this.db.query('#pk = :pk', { ':pk': pk }, 'sk')) existing.add(`${kg}\u0000${String(it.sk)}`);
-    });
-    return writes.filter((w) => w.value !== undefined || existing.has(`${w.kg}\u0000${L.stateSortKey(w.entity, w.field).sk}`));
+    const concurrency = { readConcurrency: this.readConcurrency, writeConcurrency: this.writeConcurrency };
+    return compactPartitionLog(this.db, concurrency, scope, log, version ?? log.committedVersion, (writes, landed) => this.listed(scope, writes, landed));
   }
 
   /** Transactional write units by item kind (not priced: the requests themselves are, under 'dynamodb'). */
@@ -493,121 +400,12 @@ export class DynamoDbStateBackend implements StateBackend {
     for (const o of ops) this.accounting.record(L.ITEM_KINDS_SERVICE, `${o.kind ?? 'other'} ${o.item ? 'put' : 'delete'}`, { items: 1, estimatedWriteUnits: 2 * kb(o.bytes) });
   }
 
-  /** The batch as distinct item operations (last write wins, timer adds after deletes, as in memory). Validates sizes first. */
-  private plan(batch: CommitBatch, next: number, logged: boolean): { ops: Op[]; blob?: { key: string; body: Uint8Array }; delta?: { value: LogDelta; bytes: number } } {
-    const ops = new Map<string, Op>();
-    const add = (op: Op) => ops.set(`${op.pk}\u0000${op.sk}`, op);
-    const ctrl = L.controlPk(batch.scope);
-    // Built (and so size-checked) either way: a value too large fails here, before anything is written.
-    const stateOps = batch.writes.map((w) => stateOp(batch.scope, w));
-    const timerOps: Op[] = [
-      ...batch.timerDeletes.map((t) => ({ ...deleteOp(ctrl, L.timerSk(t)), kind: 'timer' as const })),
-      ...batch.timerAdds.map((t) => ({ ...putOp({ pk: ctrl, sk: L.timerSk(t), v: L.encodeValue(t) }, `(timer of ${scopeId(batch.scope)})`, t.key), kind: 'timer' as const })),
-    ];
-    let delta: { value: LogDelta; bytes: number } | undefined;
-    const value = logged ? deltaOf(batch.writes, batch.timerAdds, batch.timerDeletes) : undefined;
-    if (value) {
-      const text = L.encodeValue(value);
-      delta = { value, bytes: text.length };
-      const stored = L.storeOutbox(text, batch.scope, next, { blobs: false });
-      if (stored.kind !== 'b') stored.chunks.forEach((chunk, i) => add(putOp({ pk: ctrl, sk: L.stateLogSk(next, i), [stored.kind]: chunk }, '(state log)', String(i), 'log')));
-    } else {
-      for (const o of stateOps) add(o);
-      for (const o of timerOps) add(o);
-    }
-    let blob: { key: string; body: Uint8Array } | undefined;
-    if (batch.outbox.length) {
-      const stored = L.storeOutbox(L.encodeValue(batch.outbox), batch.scope, next, { inlineBytes: this.outboxInlineBytes, blobs: this.blobs !== undefined });
-      if (stored.kind === 'b') {
-        blob = { key: stored.key, body: stored.body };
-        add({ ...putOp({ pk: ctrl, sk: L.outboxSk(next, 0), b: stored.key }, '(outbox)', '0'), kind: 'outbox' });
-      } else stored.chunks.forEach((chunk, i) => add({ ...putOp({ pk: ctrl, sk: L.outboxSk(next, i), [stored.kind]: chunk }, '(outbox)', String(i)), kind: 'outbox' }));
-    }
-    return { ops: [...ops.values()], blob, delta };
-  }
-
   private async commitOne(batch: CommitBatch, head: Attrs, ops: readonly Op[]): Promise<void> {
     try {
-      await this.db.transact([{ Put: { TableName: this.table, Item: head, ...fence(batch.expectedVersion), ReturnValuesOnConditionCheckFailure: 'ALL_OLD' } }, ...ops.map((o) => this.txOp(o))]);
+      await this.db.transact([{ Put: { TableName: this.table, Item: head, ...fence(batch.expectedVersion), ReturnValuesOnConditionCheckFailure: 'ALL_OLD' } }, ...ops.map((o) => txOp(this.table, o))]);
     } catch (e) {
-      throw this.commitError(e, batch, 'TransactWriteItems');
+      throw commitError(e, batch, 'TransactWriteItems', this.table);
     }
-  }
-
-  private async commitLogged(batch: CommitBatch, head: Attrs, ops: readonly Op[]): Promise<void> {
-    const id = randomUUID();
-    const ctrl = String(head.pk);
-    const chunks = L.splitText(JSON.stringify(ops.map((o) => (o.item ? { p: o.item } : { d: [o.pk, o.sk] }))));
-    const expires = Math.floor(Date.now() / 1000) + this.logTtl;
-    try {
-      await this.db.batchWrite(chunks.map((v, i) => ({ PutRequest: { Item: { pk: ctrl, sk: L.logSk(id, i), v, expires } } })));
-    } catch (e) {
-      // Nothing is visible before the flip: the commit did not land, whatever the error.
-      throw mapDynamoDbError(e, { operation: 'BatchWriteItem', table: this.table, write: false });
-    }
-    const flip = { ...head, pend: id, pn: chunks.length };
-    try {
-      await this.db.send('PutItem', 'write', new PutCommand({ TableName: this.table, Item: flip, ...fence(batch.expectedVersion), ReturnValuesOnConditionCheckFailure: 'ALL_OLD', ReturnConsumedCapacity: 'TOTAL' }), 1, 2 * kb(L.itemBytes(flip)));
-    } catch (e) {
-      const err = this.commitError(e, batch, 'PutItem');
-      if (err instanceof CommitConflictError) void this.deleteLog(ctrl, id, chunks.length).catch(() => undefined);
-      throw err;
-    }
-    try {
-      await this.rollForward(ctrl, id, ops, chunks.length);
-    } catch (e) {
-      throw new CommitRollForwardError(scopeId(batch.scope), Number(head.ver), e);
-    }
-  }
-
-  /** Apply a flipped batch's operations; idempotent, and harmless when another process finishes it first. */
-  private async rollForward(ctrl: string, id: string, ops: readonly Op[], logChunks: number): Promise<void> {
-    const groups = groupOps(ops);
-    const check = { ConditionCheck: { TableName: this.table, Key: { pk: ctrl, sk: L.VERSION_SK }, ConditionExpression: '#pend = :id', ExpressionAttributeNames: { '#pend': 'pend' }, ExpressionAttributeValues: { ':id': id } } };
-    let done = false;
-    await pool(groups, this.writeConcurrency, async (g) => {
-      if (done) return;
-      try {
-        await this.db.transact([check, ...g.map((o) => this.txOp(o))]);
-      } catch (e) {
-        // `pend` moved: whoever cleared it applied everything first.
-        if (cancelCode(e, 0) === 'ConditionalCheckFailed') done = true;
-        else throw mapDynamoDbError(e, { operation: 'TransactWriteItems', table: this.table, write: true });
-      }
-    });
-    if (!done) {
-      try {
-        await this.db.send('UpdateItem', 'write', new UpdateCommand({ TableName: this.table, Key: { pk: ctrl, sk: L.VERSION_SK }, UpdateExpression: 'REMOVE #pend, #pn', ConditionExpression: '#pend = :id', ExpressionAttributeNames: { '#pend': 'pend', '#pn': 'pn' }, ExpressionAttributeValues: { ':id': id }, ReturnConsumedCapacity: 'TOTAL' }), 1, 1);
-      } catch (e) {
-        if ((e as { name?: string }).name !== 'ConditionalCheckFailedException') throw mapDynamoDbError(e, { operation: 'UpdateItem', table: this.table, write: true });
-      }
-    }
-    // Best effort: TTL removes what this misses.
-    await this.deleteLog(ctrl, id, logChunks).catch(() => undefined);
-  }
-
-  /** recover(): a batch flipped but not fully applied (the writer crashed): apply it from its log. */
-  private async finishLogged(scope: PartitionScope, id: string, count: number): Promise<void> {
-    const ctrl = L.controlPk(scope);
-    const items = await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': ctrl, ':p': `${L.LOG_PREFIX}${id}#` });
-    if (items.length !== count) {
-      throw new InvariantError(`redo log ${id} of ${scopeId(scope)} has ${items.length} of ${count} chunks (expired by TTL?): the committed batch cannot be applied`);
-    }
-    const logged = JSON.parse(items.map((it) => String(it.v)).join('')) as ({ p: Attrs } | { d: [string, string] })[];
-    const ops = logged.map((o) => ('p' in o ? { pk: String(o.p.pk), sk: String(o.p.sk), item: o.p, bytes: L.itemBytes(o.p) } : { pk: o.d[0], sk: o.d[1], bytes: 0 }));
-    await this.rollForward(ctrl, id, ops, count);
-  }
-
-  private commitError(e: unknown, batch: CommitBatch, operation: string): SluiceError {
-    // The version item is always first in the transaction, so reason 0 is the fence.
-    const single = (e as { name?: string }).name === 'ConditionalCheckFailedException';
-    if (single || cancelCode(e, 0) === 'ConditionalCheckFailed') {
-      const old = single ? (e as { Item?: Record<string, unknown> }).Item : (e as { CancellationReasons?: { Item?: Record<string, unknown> }[] }).CancellationReasons?.[0]?.Item;
-      const stored = old ? attrNumber(old.ver) : 0;
-      const pending = old?.pend !== undefined ? ', a logged batch is still being applied' : '';
-      return new CommitConflictError(scopeId(batch.scope), batch.expectedVersion, `stored version is ${stored}${pending}`);
-    }
-    return mapDynamoDbError(e, { operation, table: this.table, write: true });
   }
 
   async clearOutbox(scope: PartitionScope, version: number): Promise<void> {
@@ -616,17 +414,9 @@ export class DynamoDbStateBackend implements StateBackend {
     await this.db.batchWrite(items.map((it) => ({ DeleteRequest: { Key: { pk: ctrl, sk: it.sk } } })));
   }
 
-  private txOp(o: Op): Record<string, unknown> {
-    return o.item ? { Put: { TableName: this.table, Item: o.item } } : { Delete: { TableName: this.table, Key: { pk: o.pk, sk: o.sk } } };
-  }
-
   /** Best effort (items nothing reads any more). */
   private async deleteItems(pk: string, sks: readonly string[]): Promise<void> {
     await this.db.batchWrite(sks.map((sk) => ({ DeleteRequest: { Key: { pk, sk } } }))).catch(() => undefined);
-  }
-
-  private async deleteLog(ctrl: string, id: string, count: number): Promise<void> {
-    await this.db.batchWrite(Array.from({ length: count }, (_, i) => ({ DeleteRequest: { Key: { pk: ctrl, sk: L.logSk(id, i) } } })));
   }
 
   /** Other partitions of the stage keep their entries: their key groups are theirs, and they may be mid-batch. */
@@ -651,65 +441,4 @@ function stagePrefix(scope: PartitionScope): string {
 /** State is shared by the partitions of a stage, as in the in-memory backend. */
 function cacheKey(scope: PartitionScope, kg: number, entity: string): string {
   return `${stagePrefix(scope)}${kg}/${entity}`;
-}
-
-function stateOp(scope: PartitionScope, w: StateWrite): Op {
-  const pk = L.statePk(scope, w.kg);
-  const { sk, entityAttr, fieldAttr } = L.stateSortKey(w.entity, w.field);
-  if (w.value === undefined) return { ...deleteOp(pk, sk), kind: 'state' };
-  let v: string;
-  try {
-    v = L.encodeValue(w.value);
-  } catch (e) {
-    throw new StateEncodingError(w.entity, w.field, e);
-  }
-  const item: Attrs = { pk, sk, v };
-  if (entityAttr !== undefined) item.e = entityAttr;
-  if (fieldAttr !== undefined) item.f = fieldAttr;
-  return { ...putOp(item, w.entity, w.field), kind: 'state' };
-}
-
-function putOp(item: Attrs, entity: string, field: string, kind?: L.ItemKind): Op {
-  const bytes = L.itemBytes(item);
-  if (bytes > L.MAX_ITEM_BYTES) throw new StateItemTooLargeError(entity, field, bytes, L.MAX_ITEM_BYTES);
-  return { pk: String(item.pk), sk: String(item.sk), item, bytes, kind };
-}
-
-/** Operations in transaction-sized groups (leaving room for one condition check). */
-function groupOps(ops: readonly Op[]): Op[][] {
-  const groups: Op[][] = [];
-  let cur: Op[] = [];
-  let bytes = 0;
-  for (const op of ops) {
-    if (cur.length === L.MAX_TX_ITEMS - 1 || bytes + op.bytes > L.MAX_TX_BYTES) {
-      groups.push(cur);
-      cur = [];
-      bytes = 0;
-    }
-    cur.push(op);
-    bytes += op.bytes;
-  }
-  if (cur.length) groups.push(cur);
-  return groups;
-}
-
-function deleteOp(pk: string, sk: string): Op {
-  return { pk, sk, bytes: L.itemBytes({ pk, sk }) };
-}
-
-/** The version fence: the stored version is the expected one and no logged batch is half applied. */
-function fence(expected: number): { ConditionExpression: string; ExpressionAttributeNames: Record<string, string>; ExpressionAttributeValues?: Record<string, number> } {
-  if (expected === 0) return { ConditionExpression: 'attribute_not_exists(#pk)', ExpressionAttributeNames: { '#pk': 'pk' } };
-  return { ConditionExpression: '#ver = :e AND attribute_not_exists(#pend)', ExpressionAttributeNames: { '#ver': 'ver', '#pend': 'pend' }, ExpressionAttributeValues: { ':e': expected } };
-}
-
-function cancelCode(e: unknown, index: number): string | undefined {
-  const err = e as { name?: string; CancellationReasons?: { Code?: string }[] };
-  return err?.name === 'TransactionCanceledException' ? err.CancellationReasons?.[index]?.Code : undefined;
-}
-
-/** An attribute as returned raw in errors ({ N: '3' }) or unmarshalled (3). */
-function attrNumber(v: unknown): number {
-  if (v && typeof v === 'object' && 'N' in v) return Number((v as { N: string }).N);
-  return Number(v ?? 0);
 }
