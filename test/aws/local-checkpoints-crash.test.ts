@@ -10,7 +10,6 @@
  * and after the resume equals the uninterrupted run's, sorted: no duplicates, no gaps.
  * Crash points are drawn from seeded generators, once and twice per run.
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,7 +17,7 @@ import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { Sinks, type Sink } from '../../lib/api/sinks.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { Rng } from '../../lib/nexmark/random.ts';
-import { ROOT } from '../cli/helpers.ts';
+import { ROOT, sluice } from '../cli/helpers.ts';
 import { countsJob, eventsFile } from './checkpoint-jobs.ts';
 
 const EVENTS = 10_000;
@@ -41,21 +40,7 @@ function childEnv(): NodeJS.ProcessEnv {
   };
 }
 
-function sluice(args: string[], timeoutMs = 150_000): Promise<{ code: number | null; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['bin/sluice.js', ...args], { cwd: ROOT, env: childEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
-    let stderr = '';
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`timed out: sluice ${args.join(' ')}\n${stderr}`));
-    }, timeoutMs);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stderr });
-    });
-  });
-}
+const run = (args: string[]) => sluice(args, { env: childEnv(), timeoutMs: 150_000 });
 
 const lines = (f: string) => (existsSync(f) ? readFileSync(f, 'utf8').split('\n').filter(Boolean).sort() : []);
 
@@ -87,12 +72,12 @@ async function crashAndResume(name: string, crashes: readonly number[]): Promise
   const args = ['run', job, '--input', input, '--output', out, '--target', 'local-aws', '--checkpoint-interval', '50', '--checkpoint-dir', ck];
   const partials: string[][] = [];
   for (const [i, at] of crashes.entries()) {
-    const r = await sluice([...args, ...(i > 0 ? ['--resume'] : []), '--crash-after', String(at)]);
+    const r = await run([...args, ...(i > 0 ? ['--resume'] : []), '--crash-after', String(at)]);
     expect(r.code, r.stderr).toBe(137);
     expect(r.stderr).not.toMatch(/records in/); // no summary: it died
     partials.push(lines(out));
   }
-  const r = await sluice([...args, '--resume']);
+  const r = await run([...args, '--resume']);
   expect(r.code, r.stderr).toBe(0);
   expect(lines(out)).toEqual(expected);
   return { partials, resumed: r.stderr };

@@ -10,9 +10,10 @@ export interface CliResult {
   stderr: string;
 }
 
-export function sluice(args: readonly string[], options: { timeoutMs?: number } = {}): Promise<CliResult> {
+/** `env`: the child's environment (default this process's). */
+export function sluice(args: readonly string[], options: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['bin/sluice.js', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['bin/sluice.js', ...args], { cwd: ROOT, env: options.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
