@@ -12,7 +12,7 @@
  * Replayed records carry no arrival time (the log keeps records, not messages): a
  * channel's last data time for idle probes stays the checkpoint's until the queue's next
  * data message, so a probe right after a restore may find the partition idle a little
- * early (idleness is processing time, never part of the exactly-once output).
+ * early (idleness is decided in processing time anyway, as the probes are sent).
  *
  * Why here and not in the restore itself: replaying runs user code and delivers outputs,
  * and only the operator function has what that needs (retries, dead letters, the sinks,
