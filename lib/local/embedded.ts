@@ -19,7 +19,7 @@ import { locationId, type ParkedFailure, PartitionRuntime, RecordFailedError } f
 import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
 import type { StateBackend } from '../state/backend.ts';
-import { type Barrier, type DeadLetter, deadLetterId, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
+import { type Barrier, type DeadLetter, deadLetterId, type Envelope, type OutboxEntry, recordCount } from '../transport/envelope.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 import type { IngestTarget, OfferResult } from './ingest-target.ts';
 import { type FeedHost, SourceFeed } from './source-feed.ts';
@@ -277,13 +277,13 @@ export class EmbeddedRuntime implements IngestTarget {
   private enqueue(env: Envelope): void {
     const slot = this.slots[this.plan.edges[env.edge].toStage][env.toPartition];
     slot.queue.push(env);
-    slot.queuedRecords += env.records.length;
+    slot.queuedRecords += recordCount(env);
   }
 
   private async processSlot(slot: Slot): Promise<void> {
     const last = Math.min(slot.queue.length, slot.head + this.opts.maxEnvelopesPerBatch);
     let end = slot.head;
-    for (let records = 0; end < last && records < this.opts.batchRecords; end++) records += slot.queue[end].records.length;
+    for (let records = 0; end < last && records < this.opts.batchRecords; end++) records += recordCount(slot.queue[end]);
     const batch = slot.queue.slice(slot.head, end);
     const skip = slot.skip.size ? slot.skip : undefined;
     await this.runBatch(slot, () => slot.runtime.process(batch, skip), end - slot.head);
@@ -321,7 +321,7 @@ export class EmbeddedRuntime implements IngestTarget {
   }
 
   private ack(slot: Slot, envelopes: number): void {
-    for (let i = 0; i < envelopes; i++) slot.queuedRecords -= slot.queue[slot.head + i].records.length;
+    for (let i = 0; i < envelopes; i++) slot.queuedRecords -= recordCount(slot.queue[slot.head + i]);
     slot.head += envelopes;
     if (slot.head === slot.queue.length) {
       slot.queue = [];

@@ -21,13 +21,13 @@ import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
 import { createOperator } from '../operators/registry.ts';
 import type { ChannelProgress, InputLogAppend, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
-import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
-import { buildChains } from './chain.ts';
+import { columnsOf, type DeadLetter, type Envelope, type OutboxEntry, type RecordColumns, toPlainEnvelope } from '../transport/envelope.ts';
+import { buildChains, type Push } from './chain.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, NodeContext, type NodeRuntime } from './context.ts';
 import { type CallbackLocation, type FailureLocation, locationId, type ParkedFailure, RecordFailedError, type RecordLocation } from './failures.ts';
 import { sourceIdlenessAfter } from './idleness.ts';
-import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark } from './inputs.ts';
+import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark, sourceWatermarkAt } from './inputs.ts';
 import { Outputs } from './outputs.ts';
 import { allTimerEntities, changedTimerEntities, timerChanges, timersOfEntity } from './snapshots.ts';
 import { TimerQueue } from './timers.ts';
@@ -247,7 +247,8 @@ export class PartitionRuntime {
       }
     }
     if (a && a.arrived[env.channel]) {
-      (this.progress.held ??= []).push(env);
+      // Held envelopes are committed with the progress (cloned, snapshotted): a plain copy.
+      (this.progress.held ??= []).push(toPlainEnvelope(env));
       return;
     }
     if (env.barrier) {
@@ -278,10 +279,15 @@ export class PartitionRuntime {
     const target = this.nodes.get(edge.toNode)!;
     const keyed = KEYED_KINDS.has(target.node.spec.kind);
     const entry = target.entry;
-    const records = env.records;
     this.curChannel = env.channel;
     this.curSeq = env.seq;
     this.curOffset = env.offset;
+    const columns = columnsOf(env);
+    if (columns && entry && !this.skip) {
+      this.applyColumns(env, ch, columns, entry);
+      return;
+    }
+    const records = env.records;
     for (let i = 0; i < records.length; i++) {
       const rec = records[i];
       this.curIndex = i;
@@ -305,7 +311,28 @@ export class PartitionRuntime {
     this.acc.recordsIn += records.length;
     this.curChannel = undefined;
     const source = edge.partitioning === 'source';
-    const wm = source ? Math.max(env.watermark, sourceWatermark(this.deps.plan, edge, records)) : env.watermark;
+    this.afterRecords(env, ch, source ? sourceWatermark(this.deps.plan, edge, records) : MIN_WATERMARK);
+  }
+
+  /** A columnar source envelope (no dead letters to skip): values and timestamps straight into the source node's entry. */
+  private applyColumns(env: Envelope, ch: ChannelProgress, columns: RecordColumns, entry: Push): void {
+    const { values, timestamps } = columns;
+    const n = values.length;
+    for (let i = 0; i < n; i++) {
+      this.curIndex = i;
+      entry(values[i], timestamps[i]);
+    }
+    this.acc.recordsIn += n;
+    this.curChannel = undefined;
+    this.afterRecords(env, ch, sourceWatermarkAt(this.deps.plan, this.deps.plan.edges[env.edge], columns.maxTimestamp));
+  }
+
+  /** After an envelope's records: its watermark (at least `derived` on source channels), idleness, timers. */
+  private afterRecords(env: Envelope, ch: ChannelProgress, derived: number): void {
+    const edge = this.deps.plan.edges[env.edge];
+    const target = this.nodes.get(edge.toNode)!;
+    const source = edge.partitioning === 'source';
+    const wm = Math.max(env.watermark, derived);
     if (wm > ch.watermark) ch.watermark = wm;
     if (source) {
       const spec = target.node.spec;
