@@ -9,7 +9,9 @@ import type { Clock, StreamRecord } from '../api/types.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import type { Barrier, Envelope } from '../transport/envelope.ts';
 import type { BarrierEntry, SourceLog } from './input-log.ts';
-import { type PartitionCursorState, type RejectedInput, type SourceReader, SourcePartitioner, timestampReader } from './sources.ts';
+import { createReader, type PartitionCursorState, type RejectedInput, type SourceReader, SourcePartitioner, timestampReader } from './sources.ts';
+import { channelId, type PhysicalPlan, type StageEdge } from '../graph/compile.ts';
+import type { EmbeddedOptions } from './embedded-options.ts';
 
 export interface FeedHost {
   readonly clock: Clock;
@@ -156,4 +158,31 @@ export class SourceFeed {
   get replaying(): boolean {
     return this.replay.size > 0;
   }
+}
+
+/**
+ * The feed of a source edge (undefined for other edges): its reader from the binding
+ * (or its override), its log in checkpointed runs, and its positions after a restore.
+ */
+export function openSourceFeed(plan: PhysicalPlan, edge: StageEdge, options: Pick<EmbeddedOptions, 'checkpoints' | 'restore' | 'sources'>, clock: Clock): SourceFeed | undefined {
+  if (edge.from.kind !== 'source') return undefined;
+  const node = plan.job.nodes[edge.toNode];
+  if (node.spec.kind !== 'source') return undefined;
+  const def = node.spec.source;
+  const parallelism = plan.stages[edge.toStage].parallelism;
+  const reader = createReader(options.sources?.[def.name] ?? def.binding, def.name, clock);
+  const logging = options.checkpoints?.logFor(def.name, reader.seek !== undefined);
+  const feed = new SourceFeed(def, reader, new SourcePartitioner(def, edge.id, parallelism, clock), edge.toStage, logging?.log, logging?.logRecords);
+  const r = options.restore;
+  if (r) {
+    const at = r.sources[def.name] ?? { positions: [] };
+    const states = r.sameTopology
+      ? Array.from({ length: parallelism }, (_, p) => {
+          const ch = r.partitions.get(`${edge.toStage}/${p}`)?.progress.inputs[channelId(edge.id, p)];
+          return { seq: ch?.seq ?? 0, watermark: ch?.watermark ?? Number.NEGATIVE_INFINITY, idle: ch?.idle ?? false, records: at.positions[p] ?? 0 };
+        })
+      : undefined;
+    feed.restore(at.entry, at.positions, states, r.epoch);
+  }
+  return feed;
 }
