@@ -101,19 +101,14 @@ class MemorySampler {
 }
 
 /**
- * Receives the job's rows with their arrival times. Ordered queries are checked on
- * arrival against the floor's rows (so 900 000 rows are not retained, which would
- * change what the collector does); the others are kept and matched afterwards.
+ * Receives the job's rows with their arrival times and keeps them, as the floor keeps
+ * its rows; they are compared with the floor's after the run, outside the measured time.
  */
 class BenchSink extends IdempotentSink<unknown> {
   readonly kind = 'bench';
   times = new Float64Array(1024);
   count = 0;
   readonly kept: unknown[] = [];
-  mismatchAt = -1;
-  constructor(private readonly expected: readonly unknown[] | undefined) {
-    super();
-  }
   protected writeRecords(records: readonly unknown[]): void {
     const now = performance.now();
     if (this.count + records.length > this.times.length) {
@@ -122,9 +117,7 @@ class BenchSink extends IdempotentSink<unknown> {
       this.times = t;
     }
     for (const r of records) {
-      if (this.expected) {
-        if (this.mismatchAt < 0 && !shallowEqual(r, this.expected[this.count])) this.mismatchAt = this.count;
-      } else this.kept.push(r);
+      this.kept.push(r);
       this.times[this.count++] = now;
     }
   }
@@ -141,9 +134,9 @@ function shallowEqual(a: unknown, b: unknown): boolean {
 
 const BLOCK = 8; // read times are kept per 256 events: a source pull reads whole blocks at once
 
-async function runOnce(q: BenchQuery, events: readonly NexmarkEvent[], cfg: MeasureConfig, expected: readonly unknown[] | undefined, sampler?: MemorySampler) {
+async function runOnce(q: BenchQuery, events: readonly NexmarkEvent[], cfg: MeasureConfig, sampler?: MemorySampler) {
   const readAt = new Float64Array((events.length >> BLOCK) + 1);
-  const sink = new BenchSink(expected);
+  const sink = new BenchSink();
   const { runtime, cleanup, checkpoints } = await openRuntime(q.job(cfg.parallelism), {
     sources: {
       events: {
@@ -200,7 +193,8 @@ function check(q: BenchQuery, floor: ReturnType<typeof runFloor>, run: Awaited<R
   const record = (i: number, trigger: number) => latencies.recordValue(Math.max(1, Math.round((sink.times[i] - readAt[trigger >> BLOCK]) * 1000)));
   if (sink.count !== floor.rows.length) mismatch = `${sink.count} rows, the floor has ${floor.rows.length}`;
   if (q.ordered) {
-    if (sink.mismatchAt >= 0) mismatch ??= `row ${sink.mismatchAt} differs: ${JSON.stringify(floor.rows[sink.mismatchAt])} expected`;
+    const at = sink.kept.findIndex((r, i) => !shallowEqual(r, floor.rows[i]));
+    if (at >= 0) mismatch ??= `row ${at} differs: ${JSON.stringify(floor.rows[at])} expected`;
     for (let i = 0; i < Math.min(sink.count, floor.triggers.length); i++) record(i, floor.triggers[i]);
   } else {
     const pending = new Map<string, number[]>();
@@ -226,7 +220,7 @@ export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cf
   if (cfg.warmup > 0) {
     const head = events.slice(0, Math.min(cfg.warmup, events.length));
     runFloor(q, head);
-    await runOnce(q, head, cfg, undefined);
+    await runOnce(q, head, cfg);
   }
   let floor = runFloor(q, events);
   for (let i = 1; i < RUNS; i++) {
@@ -242,7 +236,7 @@ export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cf
   let checked: ReturnType<typeof check> | undefined;
   let mismatch: string | undefined;
   for (let i = 0; i < RUNS; i++) {
-    const again = await runOnce(q, events, cfg, q.ordered ? floor.rows : undefined, sampler);
+    const again = await runOnce(q, events, cfg, sampler);
     const c = check(q, floor, again);
     mismatch ??= c.mismatch;
     if (!best || again.cpuMs < best.cpuMs) {
