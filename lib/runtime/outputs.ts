@@ -74,7 +74,7 @@ export class Outputs {
         });
       }
     }
-    this.buffers = new Map();
+    if (this.buffers.size) this.buffers = new Map();
     this.watermarkMoved = false;
   }
 
@@ -89,13 +89,13 @@ export class Outputs {
       const tag = this.tagged() ? { afterBarrier: progress.lastBarrier ?? 0 } : {};
       this.push({ kind: 'sink', delivery: { sink, producer: `${this.stage.id}:${this.partition}`, seq, records, ...tag } });
     }
-    this.sinks = new Map();
+    if (this.sinks.size) this.sinks = new Map();
   }
 
   /** Drop what was not sealed (after a commit everything was). */
   reset(): void {
-    this.buffers = new Map();
-    this.sinks = new Map();
+    if (this.buffers.size) this.buffers = new Map();
+    if (this.sinks.size) this.sinks = new Map();
     this.watermarkMoved = false;
   }
 }
