@@ -19,7 +19,7 @@ import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
 import type { ChannelProgress, PartitionScope, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import { columnsOf, type Envelope, type OutboxEntry, type RecordColumns, toPlainEnvelope } from '../transport/envelope.ts';
-import { buildChains, type Push } from './chain.ts';
+import { buildChains } from './chain.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, newNodeRuntime, type NodeRuntime } from './context.ts';
 import { ConsumedInput } from './consumed-input.ts';
@@ -205,8 +205,8 @@ export class PartitionRuntime {
     const at = this.at;
     at.enter(env);
     const columns = columnsOf(env);
-    if (columns && entry && !at.skip) {
-      this.applyColumns(env, ch, columns, entry);
+    if (columns && target.node.spec.kind === 'source' && !at.skip) {
+      this.applyColumns(env, ch, columns, target);
       return;
     }
     const records = env.records;
@@ -227,15 +227,27 @@ export class PartitionRuntime {
     this.afterRecords(env, ch, source ? sourceWatermark(this.deps.plan, edge, records) : MIN_WATERMARK);
   }
 
-  /** A columnar source envelope (no dead letters to skip): values and timestamps straight into the source node's entry. */
-  private applyColumns(env: Envelope, ch: ChannelProgress, columns: RecordColumns, entry: Push): void {
+  /**
+   * A columnar source envelope (no dead letters to skip): values and timestamps straight
+   * into what the source node emits to, its pass-through entry inlined here (one
+   * try/catch and one count for the envelope, the same attribution of a throw).
+   */
+  private applyColumns(env: Envelope, ch: ChannelProgress, columns: RecordColumns, source: NodeRuntime): void {
     const { values, timestamps } = columns;
     const n = values.length;
     const at = this.at;
-    for (let i = 0; i < n; i++) {
-      at.index = i;
-      entry(values[i], timestamps[i]);
+    const emit = source.emitMain;
+    let i = 0;
+    try {
+      for (; i < n; i++) {
+        at.index = i;
+        emit(values[i], timestamps[i]);
+      }
+    } catch (e) {
+      source.recordsIn += i + 1;
+      throw e instanceof UserCodeError ? e : new RecordFailedError(source.node.name, values[i], e, at.location());
     }
+    source.recordsIn += n;
     this.acc.recordsIn += n;
     at.leave();
     this.afterRecords(env, ch, sourceWatermarkAt(this.deps.plan, this.deps.plan.edges[env.edge], columns.maxTimestamp));
