@@ -237,7 +237,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   }
 
   /** Process one group's messages; returns the ids of the messages that failed (a suffix). */
-  async function processGroup(stage: number, records: readonly SQSRecord[]): Promise<string[]> {
+  /** `replayUntil`: a replay after an in-place restore stops there (ms since epoch) and goes on in the next invocation. */
+  async function processGroup(stage: number, records: readonly SQSRecord[], replayUntil: number): Promise<string[]> {
     const all = () => records.map((r) => r.messageId);
     const groupId = records[0].attributes.MessageGroupId ?? '';
     const partition = Number(groupId);
@@ -271,7 +272,12 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         cached = got.cached;
         // After an in-place restore: the input log's records first (restore-replay.ts), committed in chunks, so a
         // replay longer than one invocation still progresses; they count as the first message's.
-        for (const chunk of await replayFor(got.rt)) {
+        for (const [i, chunk] of (await replayFor(got.rt)).entries()) {
+          if (i > 0 && Date.now() > replayUntil) {
+            // Half the invocation's time is spent: the group comes back (its messages after the replay, in order).
+            log?.info('the input log replay goes on in the next invocation', { stage, partition });
+            return all();
+          }
           for (const e of chunk) messageOf.set(`${e.channel}#${e.seq}`, 0);
           const replayed = await got.rt.process(chunk, skip.size ? skip : undefined);
           await deliver(scope, replayed.outbox);
@@ -322,6 +328,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   }
 
   const handler = async (event: SQSEvent, context?: Context): Promise<SQSBatchResponse> => {
+    const replayUntil = context ? Date.now() + context.getRemainingTimeInMillis() / 2 : Number.POSITIVE_INFINITY;
     if (context) log?.addContext(context);
     metrics?.addMetric('messages', MetricUnit.Count, event.Records.length);
     const groups = new Map<string, SQSRecord[]>();
@@ -338,7 +345,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
           if (stage === undefined || !plan.stages[stage]) {
             throw new ConfigError('event source queue', `a stage queue of job ${job} (naming.ts), or the handler's stage option`, records[0].eventSourceARN);
           }
-          return processGroup(stage, records);
+          return processGroup(stage, records, replayUntil);
         }),
       );
       return { batchItemFailures: failed.flat().map((itemIdentifier) => ({ itemIdentifier })) };

@@ -6,8 +6,10 @@
  * (input-log.ts), and the partition's installed progress says which ones
  * (PartitionProgress.replay: per channel, the record count to reach). The first batch the
  * partition processes after the restore commits them first, as replayed envelopes, in
- * commits of REPLAY_CHUNK_RECORDS (each moves the marker, so a replay longer than one
- * invocation resumes where the last commit left it), then its messages; the runtime counts
+ * commits of REPLAY_CHUNK_RECORDS (each moves the marker), then its messages. A replay
+ * uses at most half the invocation's time: then the group's messages are reported failed
+ * and come back (locally at once; on AWS after the visibility timeout, one receive more
+ * each), and the next invocation replays on from the marker. The runtime counts
  * replayed records without moving the channel's offset, so the queue then continues
  * exactly after the last message consumed before the restore.
  *
@@ -74,7 +76,7 @@ export async function replayEnvelopes(plan: PhysicalPlan, scope: PartitionScope,
 }
 
 /** Records per commit of a replay: a bounded transaction, and progress that survives an invocation's timeout. */
-export const REPLAY_CHUNK_RECORDS = 2048;
+export const REPLAY_CHUNK_RECORDS = 1024;
 
 /** The replayed envelopes in commits of about REPLAY_CHUNK_RECORDS records (an envelope is never split). */
 export function replayChunks(envelopes: readonly Envelope[], records = REPLAY_CHUNK_RECORDS): Envelope[][] {
