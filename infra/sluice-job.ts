@@ -155,7 +155,7 @@ export class SluiceJob extends Construct {
 
   /**
    * Checkpoint storage: pointer items, snapshots, manifests and stats (read, write,
-   * delete), the S3 file sinks the commit step prepares and commits, and input log
+   * delete), savepoint copies (read, write: never deleted), the S3 file sinks the commit step prepares and commits, and input log
    * truncation (the source partitions' segment items and objects).
    */
   grantCoordinator(grantee: iam.IGrantable): iam.Grant {
@@ -164,6 +164,7 @@ export class SluiceJob extends Construct {
     const sourceStages = loggingPartitions(this.plan).filter((s) => s.partition === 0).map((s) => s.stage);
     const storage = grantTable(grantee, this.table, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys(p.job.name), p.encryptionKey)
       .combine(grantObjects(grantee, this.bucket, [prefixes.snapshots, prefixes.manifests, prefixes.checkpoints], { read: true, write: true, delete: true }, p.encryptionKey))
+      .combine(grantObjects(grantee, this.bucket, [prefixes.savepoints], { read: true, write: true }, p.encryptionKey))
       .combine(grantObjects(grantee, this.bucket, [prefixes.inputLog], { delete: true }, p.encryptionKey))
       .combine(grantTable(grantee, this.table, INPUT_LOG_TRUNCATE_ACTIONS, sourceStages.flatMap((s) => partitionControlKeys(p.job.name, s)), p.encryptionKey));
     const sinks = this.sinkGrants.grantCommit(grantee);

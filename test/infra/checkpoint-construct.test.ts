@@ -41,6 +41,9 @@ describe('SluiceJob with the checkpoint state machine', () => {
     // Input log truncation: the source stage's segment items, and deleting their objects.
     expect(statements.find((s) => s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys']?.toString() === 'nexmark-q5#p#0#*')!.Action).toEqual(['dynamodb:Query', 'dynamodb:BatchWriteItem']);
     expect(JSON.stringify(statements.find((s) => actions(s).length === 1 && actions(s)[0] === 's3:DeleteObject')!.Resource)).toContain('nexmark-q5/input-log/*');
+    // Savepoints are copied out of the chain: written and read, never deleted by the task.
+    const savepoints = statements.filter((s) => JSON.stringify(s.Resource).includes('nexmark-q5/savepoints/*'));
+    expect(savepoints.flatMap(actions).sort()).toEqual(['s3:GetObject', 's3:PutObject']);
     expect(statements.find((s) => actions(s).includes('sqs:SendMessage'))!.Resource).toEqual({ 'Fn::GetAtt': [logicalId(stack, job.stages[0].queue), 'Arn'] });
     const machineStatements = roleStatements(resources, logicalId(stack, machine.role));
     const start = machineStatements.find((s) => actions(s).includes('states:StartExecution'))!;
