@@ -124,6 +124,8 @@ export class SluiceJob extends Construct {
       suppressStateMachineFindings(this.stateMachine);
       // Input arriving wakes the coordinator (it ends itself at zero traffic): lib/aws/checkpoint-wakeup.ts.
       this.ingestion.function.fn.addEnvironment(HANDLER_ENV.stateMachineArn, this.stateMachine.stateMachineArn);
+      // Not read by the stage handlers: `sluice savepoint|restore --target aws` finds the machine through a stage queue's function.
+      for (const s of this.stages) s.operator.fn.addEnvironment(HANDLER_ENV.stateMachineArn, this.stateMachine.stateMachineArn);
       grantWakeUp(this.ingestion.function.fn, this.table, this.stateMachine, p.job.name, p.encryptionKey);
     }
     this.functions = functions;

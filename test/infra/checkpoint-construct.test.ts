@@ -61,6 +61,9 @@ describe('SluiceJob with the checkpoint state machine', () => {
     expect(JSON.stringify(roleStatements(resources, logicalId(stack, job.stages[1].operator.role)))).not.toContain('input-log');
     const fn = (f: { fn: unknown }) => resources[logicalId(stack, f.fn)];
     expect(fn(job.stages[0].operator).Properties!.Environment.Variables.SLUICE_CHECKPOINTS).toBe('1');
+    // What `sluice savepoint|restore --target aws` reads from a stage queue's function (lib/aws/deployment.ts).
+    expect(fn(job.stages[0].operator).Properties!.Environment.Variables.SLUICE_STATE_MACHINE_ARN).toEqual({ Ref: logicalId(stack, machine) });
+    expect(fn(job.stages[0].operator).Properties!.Environment.Variables.SLUICE_BUCKET).toEqual({ Ref: logicalId(stack, job.bucket) });
     const ingest = job.ingestion.function;
     expect(fn(ingest).Properties!.Environment.Variables.SLUICE_STATE_MACHINE_ARN).toEqual({ Ref: logicalId(stack, machine) });
     const wake = roleStatements(resources, logicalId(stack, ingest.role));

@@ -71,6 +71,18 @@ interface Identity {
 }
 
 const IDENTITY = 'local-aws.json';
+/** `{pid}` of the process running this checkpoint directory's job: `sluice savepoint --target local-aws` signals it (SIGUSR2). */
+export const LOCAL_AWS_PROCESS = 'local-aws.pid.json';
+/** The control table and bucket of a local-AWS checkpointed run (what `sluice checkpoints|savepoint --target local-aws` read). */
+export function localAwsControl(runId: string, job: string): { table: string; bucket: string } {
+  return { table: stateTableName(`${runId}-${job}`), bucket: `sluice-${runId}-ckpt`.toLowerCase() };
+}
+
+/** The identity of the last local-AWS checkpointed run in `dir`, or undefined. */
+export function readLocalAwsIdentity(dir: string): { runId: string; generation: number } | undefined {
+  const file = join(dir, IDENTITY);
+  return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as { runId: string; generation: number }) : undefined;
+}
 
 /** What the runner asks of the checkpoints (runner.ts). */
 export class LocalAwsCheckpointing {
@@ -95,8 +107,7 @@ export class LocalAwsCheckpointing {
     private readonly accounting: AwsAccounting,
   ) {
     const { clients } = env;
-    const controlTable = stateTableName(`${identity.runId}-${plan.job.name}`);
-    const bucket = `sluice-${identity.runId}-ckpt`.toLowerCase();
+    const { table: controlTable, bucket } = localAwsControl(identity.runId, plan.job.name);
     this.store = new S3BlobStore({ s3: clients.s3, bucket, accounting });
     this.pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: controlTable, job: plan.job.name, accounting });
     const sinks = o.sinks ?? [];
@@ -157,8 +168,9 @@ export class LocalAwsCheckpointing {
 
   static async create(job: Job, plan: PhysicalPlan, env: LocalAwsEnvironment, identity: Identity, o: LocalAwsCheckpointOptions, queues: QueueResolver, accounting: AwsAccounting): Promise<LocalAwsCheckpointing> {
     const c = new LocalAwsCheckpointing(job, plan, env, identity, o, queues, accounting);
-    await createStateTable(env.clients.dynamodb, stateTableName(`${identity.runId}-${plan.job.name}`));
-    await createBucket(env.clients.s3, `sluice-${identity.runId}-ckpt`.toLowerCase());
+    const control = localAwsControl(identity.runId, plan.job.name);
+    await createStateTable(env.clients.dynamodb, control.table);
+    await createBucket(env.clients.s3, control.bucket);
     // The sinks are the job's output sinks too: the runner opened them.
     return c;
   }
@@ -256,16 +268,28 @@ export class LocalAwsCheckpointing {
     }
     for (const s of this.o.sinks ?? []) await s.recover(this.restoredEpoch);
     this.loop.start(carry);
+    // A savepoint request (savepoints.ts) is taken at the next open; the signal makes that now.
+    process.on('SIGUSR2', this.nudge);
+    writeFileAtomic(join(this.o.dir, LOCAL_AWS_PROCESS), JSON.stringify({ pid: process.pid }));
+  }
+
+  private readonly nudge = () => this.loop.nudge();
+
+  private released(): void {
+    process.off('SIGUSR2', this.nudge);
+    rmSync(join(this.o.dir, LOCAL_AWS_PROCESS), { force: true });
   }
 
   /** After the last input was processed: one more checkpoint, so all output is committed. */
   async finish(): Promise<void> {
     await this.touch();
     await this.loop.finish();
+    this.released();
   }
 
   async stop(): Promise<void> {
     await this.loop.stop();
+    this.released();
   }
 }
 
