@@ -42,7 +42,6 @@ import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { CommitConflictError, InvariantError } from '../errors.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import type { CommitBatch, PartitionScope, RecoveredPartition, StateBackend, StateWrite, TimerEntry, TrackedInterval } from '../state/backend.ts';
-import type { InstalledPartition } from '../state/memory.ts';
 import { emptyProgress, scopeId } from '../state/backend.ts';
 import type { OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
@@ -55,6 +54,7 @@ import { DynamoDbTable, kb, pool } from './dynamodb-table.ts';
 import { INPUT_LOG_SERVICE, type InputLogSegment, inputLogSegment } from './input-log.ts';
 import { entityOfStateItem, INTERVALS_ATTR, PartitionTracking, TRACK_PREFIX } from './dynamodb-tracking.ts';
 import { StateItemTooLargeError, StateNotPrefetchedError } from './errors.ts';
+import { RESTORING_ATTR, RestoreInProgressError } from './restore-partition.ts';
 
 export { createStateTable } from './dynamodb-table.ts';
 
@@ -158,6 +158,7 @@ export class DynamoDbStateBackend implements StateBackend {
     this.forgetPartition(scope);
     const ctrl = L.controlPk(scope);
     const head = await this.db.get(ctrl, L.VERSION_SK);
+    if (head?.[RESTORING_ATTR] !== undefined) throw new RestoreInProgressError(scopeId(scope), Number(head[RESTORING_ATTR]));
     if (head?.pend !== undefined) await finishLogged(this.db, this.writeConcurrency, scope, String(head.pend), Number(head.pn));
     // One range: tracked keys (k#), state log (l#), outbox (o#), timers (t#).
     const items = await this.db.query('#pk = :pk AND #sk BETWEEN :a AND :b', { ':pk': ctrl, ':a': TRACK_PREFIX, ':b': 't$' });
@@ -226,17 +227,6 @@ export class DynamoDbStateBackend implements StateBackend {
         yield { kg, entity, fields };
       }
     }
-  }
-
-  /**
-   * Restore: a partition's state from a checkpoint into a fresh table (version 0 must be
-   * free), its key groups' entities, timers and progress, tracking from `epoch` on.
-   */
-  async install(scope: PartitionScope, part: InstalledPartition, epoch: number): Promise<void> {
-    const writes: StateWrite[] = [];
-    for (const { kg, entity, fields } of part.entities) for (const [field, value] of fields) writes.push({ kg, entity, field, value });
-    this.tracking.set(scopeId(scope), PartitionTracking.installed(epoch));
-    await this.commitWith({ scope, expectedVersion: 0, writes, timerAdds: [...part.timers], timerDeletes: [], progress: part.progress, outbox: [] }, JSON.stringify([epoch]));
   }
 
   /** The partition's state log (recover() passes what it read; a first prefetch reads it), kept in `logs`. */
@@ -311,11 +301,6 @@ export class DynamoDbStateBackend implements StateBackend {
   // ---- commit ------------------------------------------------------------------------
 
   async commit(batch: CommitBatch): Promise<void> {
-    await this.commitWith(batch);
-  }
-
-  /** `intervals`: the head's tracked intervals when set directly (install). */
-  private async commitWith(batch: CommitBatch, intervals?: string): Promise<void> {
     const { scope } = batch;
     const next = batch.expectedVersion + 1;
     const log = this.stateLog ? this.logs.get(scopeId(scope)) : undefined;
@@ -339,7 +324,7 @@ export class DynamoDbStateBackend implements StateBackend {
       for (const it of planned.items) ops.push(putOp({ pk: head.pk, ...it }, '(tracked keys)', it.sk));
       head[INTERVALS_ATTR] = planned.intervals;
       applyTracking = planned.apply;
-    } else if (intervals !== undefined) head[INTERVALS_ATTR] = intervals;
+    }
     // The version item is replaced whole: keep the compaction mark.
     const compactedThrough = this.logs.get(scopeId(scope))?.compactedThrough ?? 0;
     if (compactedThrough) head.cmp = compactedThrough;

@@ -79,11 +79,6 @@ export class PartitionTracking {
     return { tracking: new PartitionTracking(intervals, lastBarrier), stale };
   }
 
-  /** A restored partition: one empty interval after the restored checkpoint. */
-  static installed(epoch: number): PartitionTracking {
-    return new PartitionTracking([{ after: epoch, entities: new Map(), sks: [] }], epoch);
-  }
-
   /** What tracked() returns: live intervals, oldest first (read only). */
   get view(): readonly TrackedInterval[] {
     return this.intervals;

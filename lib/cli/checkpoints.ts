@@ -139,7 +139,7 @@ function localAwsCheckpoints(sink: CommittedFileSink<unknown>, ck: Checkpointing
     summary: () => {
       if (!finished) return;
       const ids = finished.loop.committed;
-      log(`checkpoints: ${ids.length} completed in this run (last epoch ${ids.at(-1) ?? finished.restoredEpoch}, ${finished.loop.aborted.length} aborted); run ${finished.identity.runId} generation ${finished.identity.generation}; ${ck.dir}`);
+      log(`checkpoints: ${ids.length} completed in this run (last epoch ${ids.at(-1) ?? finished.restoredEpoch}, ${finished.loop.aborted.length} aborted); run ${finished.identity.runId}; ${ck.dir}`);
     },
   };
 }

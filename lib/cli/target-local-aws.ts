@@ -54,7 +54,7 @@ export class LocalAwsRun {
       if (ck) {
         await runtime.start();
         const c = runtime.checkpointing!;
-        if (c.restoredEpoch) this.log(`restored checkpoint ${c.restoredEpoch} from ${ck.checkpoints.dir} (run ${c.identity.runId}, generation ${c.identity.generation}); replaying ${c.replayedRecords} logged input records`);
+        if (c.restoredEpoch) this.log(`restored checkpoint ${c.restoredEpoch} from ${ck.checkpoints.dir} in place (run ${c.identity.runId}, restore epoch ${c.restoreEpoch}); replaying ${c.replayedRecords} logged input records`);
       }
       this.result = await runtime.run();
       ck?.done(runtime.checkpointing);

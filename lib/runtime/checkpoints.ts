@@ -37,6 +37,7 @@ export interface MutableProgress {
   lastBarrier?: number;
   aligning?: Aligning;
   held?: Envelope[];
+  replay?: Record<string, number>;
 }
 
 /**
@@ -51,6 +52,7 @@ export function copyProgress(p: MutableProgress): PartitionProgress {
   if (p.lastBarrier !== undefined) out.lastBarrier = p.lastBarrier;
   if (p.aligning) out.aligning = { ...p.aligning, arrived: { ...p.aligning.arrived }, positions: { ...p.aligning.positions } };
   if (p.held) out.held = [...p.held];
+  if (p.replay) out.replay = { ...p.replay };
   return out;
 }
 

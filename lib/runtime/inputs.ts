@@ -19,6 +19,11 @@ export function freshEnvelopes(envelopes: readonly Envelope[], inputs: Readonly<
   const seenOffsets = new Map<string, string>();
   let dups = 0;
   for (const env of envelopes) {
+    // Replayed input log records are checked against PartitionProgress.replay when taken.
+    if (env.replayed) {
+      fresh.push(env);
+      continue;
+    }
     if (env.offset !== undefined) {
       const lastOffset = seenOffsets.get(env.channel) ?? inputs[env.channel]?.offset;
       if (lastOffset !== undefined && compareOffsets(env.offset, lastOffset) <= 0) {

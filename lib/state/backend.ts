@@ -74,6 +74,12 @@ export interface PartitionProgress {
    * order once the barrier is aligned: never reordered within a channel, never dropped.
    */
   readonly held?: readonly Envelope[];
+  /**
+   * In-place restore on AWS (lib/aws/restore.ts): per source channel, the record count the
+   * input log's replay must reach before the channel's queue continues (records
+   * `inputs[c].records` .. `replay[c] - 1` are in the log). Cleared as they are consumed.
+   */
+  readonly replay?: Readonly<Record<string, number>>;
 }
 
 export interface AlignmentProgress {

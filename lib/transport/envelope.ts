@@ -37,6 +37,12 @@ export interface Envelope {
   readonly probe?: true;
   /** A checkpoint barrier (no records): everything before it on this channel belongs to checkpoint `barrier.epoch`. */
   readonly barrier?: Barrier;
+  /**
+   * Source channels after an in-place restore on AWS (lib/aws/restore.ts): records the
+   * input log replays, consumed before anything of the queue (PartitionProgress.replay).
+   * They move the channel's record count, never its offset, and are not logged again.
+   */
+  readonly replayed?: true;
 }
 
 /**

@@ -14,7 +14,7 @@
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import type { SourceDef } from '../../api/sources.ts';
-import type { Clock, StreamRecord } from '../../api/types.ts';
+import type { Clock } from '../../api/types.ts';
 import type { PhysicalPlan } from '../../graph/compile.ts';
 import { InvariantError } from '../../errors.ts';
 import { type RejectedInput, type SourceReader, toRecord } from '../../local/sources.ts';
@@ -32,15 +32,10 @@ export interface FeedTarget {
   readonly ingest?: IngestHandler;
   /**
    * Straight feeding only: per partition, the first records to leave out (a restore: the
-   * checkpoint holds them). Chunks still take their turns, so every record goes to the
-   * partition it went to before.
+   * partition consumed them before; the checkpoint or the input log holds them). Chunks
+   * still take their turns, so every record goes to the partition it went to before.
    */
   readonly skip?: readonly number[];
-  /**
-   * A restore: per partition, the logged records after the checkpoint's positions (the
-   * input log), sent to that partition before any new input. `skip` then also covers them.
-   */
-  readonly replay?: readonly (readonly StreamRecord[])[];
 }
 
 export interface FeederContext {
@@ -50,6 +45,8 @@ export interface FeederContext {
   readonly accounting: AwsAccounting;
   readonly clock: Clock;
   readonly chunkSize: number;
+  /** A resume's restore epoch (0: none): part of every deduplication id, so what is fed again is not dropped as a duplicate. */
+  readonly restoreEpoch?: number;
   /** Direct feeding waits while the queue holds more messages than this (as the ingest handler answers 429). */
   readonly maxBacklogMessages: number;
   /** Queues whose backlog counts (default: the source's own); all stage queues keep the feeder close behind every stage. */
@@ -71,14 +68,6 @@ export async function feedSource(ctx: FeederContext, target: FeedTarget, reader:
   const name = target.def.name;
   const skip = [...(target.skip ?? [])];
   if (target.ingest && skip.some((n) => n > 0)) throw new InvariantError(`source "${name}": skipping restored records needs straight feeding, not the ingest handler`);
-  for (const [partition, records] of (target.replay ?? []).entries()) {
-    for (let i = 0; i < records.length && !ctx.shouldStop(); i += ctx.chunkSize) {
-      const slice = records.slice(i, i + ctx.chunkSize);
-      await sendParts(ctx, target, partition, slice.map((r) => C.encodePart([r.timestamp, r.value])), `replay ${partition} ${i}`);
-      accepted += slice.length;
-      await ctx.afterChunk?.(slice.length);
-    }
-  }
   while (!ctx.shouldStop()) {
     const { events, done, rejected, positions } = await reader.pull(ctx.chunkSize * target.partitions);
     if (rejected?.length) ctx.rejected.push(...rejected);
@@ -91,7 +80,7 @@ export async function feedSource(ctx: FeederContext, target: FeedTarget, reader:
       await ctx.afterChunk?.(n);
     }
     if (done) {
-      await ctx.transport.sendEndOfInput(target.stage, name, target.partitions);
+      await ctx.transport.sendEndOfInput(target.stage, name, target.partitions, ctx.restoreEpoch ? `end-r${ctx.restoreEpoch}` : 'end');
       break;
     }
     // An unbounded, paced source with nothing yet: do not spin.
@@ -155,7 +144,7 @@ async function sendParts(ctx: FeederContext, target: FeedTarget, partition: numb
     groupId: String(partition),
     body: m.body!,
     bytes: m.bytes,
-    dedupId: C.dedupId(`${ctx.plan.job.name}/feed/${target.def.name}`, [id, `message ${k}`]),
+    dedupId: C.dedupId(`${ctx.plan.job.name}/feed/${target.def.name}${ctx.restoreEpoch ? `/r${ctx.restoreEpoch}` : ''}`, [id, `message ${k}`]),
   }));
   await ctx.transport.sendAll(url, messages, true);
 }

@@ -28,7 +28,8 @@ import type { Sink } from '../../api/sinks.ts';
 import type { SourceBinding, SourceDef } from '../../api/sources.ts';
 import type { Job } from '../../api/stream.ts';
 import { type Clock, systemClock } from '../../api/types.ts';
-import { BackPressureError } from '../../errors.ts';
+import { BackPressureError, ConfigError } from '../../errors.ts';
+import { isTransactional } from '../../local/committed-sink.ts';
 import { compile, type PhysicalPlan } from '../../graph/compile.ts';
 import { createReader, type RejectedInput } from '../../local/sources.ts';
 import { AwsAccounting } from '../accounting.ts';
@@ -138,7 +139,7 @@ export class LocalAwsRuntime {
     this.plan = compile(job.graph);
     this.clock = options.clock ?? systemClock;
     if (options.checkpoints) this.identity = LocalAwsCheckpointing.identity(options.checkpoints);
-    this.runId = this.identity ? LocalAwsCheckpointing.dataRunId(this.identity) : (options.runId ?? `r${randomBytes(2).readUInt16BE(0).toString(36).padStart(3, '0')}`);
+    this.runId = this.identity ? this.identity.runId : (options.runId ?? `r${randomBytes(2).readUInt16BE(0).toString(36).padStart(3, '0')}`);
     this.tableName = stateTableName(`${this.runId}-${this.plan.job.name}`);
     this.bucket = `sluice-${this.runId}-spill`.toLowerCase();
     for (const node of this.plan.job.sinks()) {
@@ -169,7 +170,9 @@ export class LocalAwsRuntime {
     for (const s of this.sinks.values()) await s.open?.();
     this.transport = new SqsTransport({ sqs: clients.sqs, job: this.plan.job.name, queues, accounting: this.accounting, blobs, maxMessageBytes: o.maxMessageBytes });
     this.ingest = createIngestHandler({ job: this.job, sqs: clients.sqs, queues, clock: this.clock, accounting: this.accounting, maxMessageBytes: o.maxMessageBytes });
-    const cp = o.checkpoints ? await LocalAwsCheckpointing.create(this.job, this.plan, this.options.env, this.identity!, { ...o.checkpoints, dataTable: this.tableName }, queues, this.accounting) : undefined;
+    // One set of transactional sinks (the CLI's output file, the job's S3 file sinks), committed with the checkpoints.
+    const transactional = [...new Set([...(o.checkpoints?.sinks ?? []), ...[...this.sinks.values()].flatMap((x) => (isTransactional(x) ? [x] : []))])];
+    const cp = o.checkpoints ? await LocalAwsCheckpointing.create(this.job, this.plan, this.options.env, this.identity!, o.checkpoints, { queues, sinks: transactional, refedSourceStages: this.refedSourceStages() }, this.accounting) : undefined;
     this.checkpointing = cp;
     for (const stage of this.plan.stages) {
       const handler = createOperatorHandler({
@@ -182,7 +185,8 @@ export class LocalAwsRuntime {
         blobs,
         sinks,
         s3: clients.s3,
-        bucket: this.bucket,
+        // S3 file sinks: the run's snapshot bucket with checkpoints (their pointers in the one table), as a deployment has them.
+        bucket: cp?.bucket ?? this.bucket,
         clock: this.clock,
         accounting: this.accounting,
         backend: o.compactAfterCommits === undefined ? undefined : new DynamoDbStateBackend({ client: clients.dynamodb, tableName: this.tableName, accounting: this.accounting, blobs, compactAfterCommits: o.compactAfterCommits, inputLogStore: cp?.store }),
@@ -209,7 +213,7 @@ export class LocalAwsRuntime {
       );
     }
     // Restored state is in place, and the coordinator resumed, before any partition runs.
-    if (cp) await cp.beforeStart(new DynamoDbStateBackend({ client: clients.dynamodb, tableName: this.tableName, accounting: this.overhead }));
+    if (cp) await cp.beforeStart();
     await Promise.all(this.sources.map((s) => s.start()));
   }
 
@@ -227,7 +231,29 @@ export class LocalAwsRuntime {
       // bound sources are fed straight, so a restore can skip what the checkpoint holds.
       const cp = this.checkpointing;
       const ingest = def.binding.kind === 'ingest' && !(cp && binding.kind !== 'ingest') ? this.ingest : undefined;
-      out.push({ def, stage: edge.toStage, partitions, binding, ingest, skip: cp?.skipOf(def.name), replay: cp?.replayOf(def.name) });
+      out.push({ def, stage: edge.toStage, partitions, binding, ingest, skip: cp && binding.kind !== 'ingest' ? cp.skipOf(def.name) : undefined });
+    }
+    return out;
+  }
+
+  /**
+   * With checkpoints, the source stages whose every source is fed straight from a
+   * replayable input: a resume empties their queues and feeds them again from what each
+   * partition consumed. Ingestion streams keep their queues (accepted input is durable).
+   */
+  private refedSourceStages(): number[] {
+    const byStage = new Map<number, boolean[]>();
+    for (const edge of this.plan.edges) {
+      if (edge.from.kind !== 'source') continue;
+      const node = this.plan.job.nodes[edge.toNode];
+      if (node.spec.kind !== 'source') continue;
+      const binding = this.options.sources?.[node.spec.source.name] ?? node.spec.source.binding;
+      byStage.set(edge.toStage, [...(byStage.get(edge.toStage) ?? []), binding.kind !== 'ingest']);
+    }
+    const out: number[] = [];
+    for (const [stage, refed] of byStage) {
+      if (refed.every(Boolean)) out.push(stage);
+      else if (refed.some(Boolean)) throw new ConfigError('checkpoints', `the sources of stage ${this.plan.stages[stage].name} all bound to inputs or all ingestion streams (a resume empties the queue of the first kind and keeps the other's)`, 'both kinds');
     }
     return out;
   }
@@ -245,6 +271,8 @@ export class LocalAwsRuntime {
       // --crash-after counts) means input processed, give or take a few messages.
       maxBacklogMessages: this.options.checkpoints ? 4 : 10_000,
       ...(this.options.checkpoints ? { backlogQueues: this.queues.map((q) => q.url) } : {}),
+      // A resume feeds again under new deduplication ids (the queues were emptied; SQS remembers ids for 5 minutes).
+      restoreEpoch: this.checkpointing?.restoreEpoch ?? 0,
       onIngestInvocation: (ms) => {
         this.ingestUsage.invocations++;
         this.ingestUsage.billedMs += ms;
