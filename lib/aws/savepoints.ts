@@ -258,3 +258,21 @@ export function savepointFit(point: AwsRestorePoint, plan: PhysicalPlan): 'same'
   if (problems.length) throw new StateCompatibilityError(point.what, problems);
   return 'changed';
 }
+
+/**
+ * The manifest an in-place restore installs for a restore point of the same plan: a
+ * checkpoint's own, or a savepoint's with every link naming its copy (the chain's
+ * originals may be gone), stored beside the copy so the coordinator's pointer can name
+ * it. The coordinator's garbage collection only deletes under `${job}/snapshots/` and
+ * `${job}/manifests/`, so later chains built on it never lose these objects.
+ */
+export async function installableManifest(blobs: BlobStore, point: AwsRestorePoint): Promise<{ manifest: Manifest; manifestKey: string }> {
+  if (!point.meta) return { manifest: point.manifest, manifestKey: point.manifestKey };
+  const prefix = savepointPrefix(point.meta.job, point.meta.label);
+  const m = point.manifest;
+  const partitions = Object.fromEntries(Object.entries(m.partitions).map(([k, p]) => [k, { ...p, chain: p.chain.map((l) => ({ ...l, key: `${prefix}blobs/${l.key}` })) }]));
+  const manifest: Manifest = { ...m, partitions };
+  const manifestKey = `${prefix}manifest.json`;
+  await blobs.put(manifestKey, toBytes(manifest));
+  return { manifest, manifestKey };
+}

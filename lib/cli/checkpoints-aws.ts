@@ -19,7 +19,9 @@ import { DynamoDbPointerStore } from '../aws/dynamodb-pointers.ts';
 import { configuredEndpoint } from '../aws/local/endpoints.ts';
 import { LOCAL_AWS_PROCESS, localAwsControl, readLocalAwsIdentity } from '../aws/local/checkpointing.ts';
 import { S3BlobStore } from '../aws/s3-blob-store.ts';
-import { type AwsRestorePoint, listAwsCheckpoints, loadRestorePoint, requestSavepoint, savepointFit, savepointMetaKey, type AwsSavepointMeta } from '../aws/savepoints.ts';
+import { AwsJobControlPort, JobControl, restoreLeaseOwner, whileStopped } from '../aws/job-control.ts';
+import { NamedQueues } from '../aws/sqs-queues.ts';
+import { type AwsRestorePoint, installableManifest, listAwsCheckpoints, loadRestorePoint, requestSavepoint, savepointFit, savepointMetaKey, type AwsSavepointMeta } from '../aws/savepoints.ts';
 import { fromBytes } from '../checkpoint/codec.ts';
 import { ConfigError, SluiceError } from '../errors.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
@@ -39,23 +41,27 @@ export interface AwsTargetFlags extends DeploymentFlags {
   readonly param?: string[];
 }
 
-/** Restoring on the AWS path needs the in-place install of every partition, which this build lacks. */
+/** A restore the AWS path cannot do yet: what was checked, and what is missing. */
 export class RestoreNotAvailableError extends SluiceError {
   readonly code = 'RESTORE_NOT_AVAILABLE';
   readonly retryable = false;
   constructor(
     readonly target: AwsTarget,
     readonly checked: string,
+    readonly missing: string,
   ) {
-    super(
-      `restore --target ${target}: ${checked}; installing it needs the in-place restore of every partition (restoreInPlace in lib/aws/restore.ts), which this build does not have yet. ` +
-        `Nothing was changed: the job is still running from where it was.`,
-    );
+    super(`restore --target ${target}: ${checked}; ${missing}. Nothing was changed.`);
   }
 }
 
 interface Resolved {
   readonly job: Job;
+  readonly table: string;
+  readonly bucket: string;
+  /** The stage queues' name prefix. */
+  readonly queuePrefix: string;
+  /** local-aws: the pid of a run still going in the checkpoint directory. */
+  running?(): number | undefined;
   readonly plan: PhysicalPlan;
   readonly pointers: DynamoDbPointerStore;
   readonly blobs: S3BlobStore;
@@ -86,6 +92,10 @@ async function resolve(jobPath: string, flags: AwsTargetFlags, now: () => number
         job,
         plan,
         clients,
+        table: c.table,
+        bucket: c.bucket,
+        queuePrefix: `${id.runId}-`,
+        running: () => runningPid(join(dir, LOCAL_AWS_PROCESS)),
         where: `local-aws run ${id.runId} (${dir}; table ${c.table}, bucket ${c.bucket})`,
         pointers: new DynamoDbPointerStore({ client: clients.dynamodb, tableName: c.table, job: name, accounting }),
         blobs: new S3BlobStore({ s3: clients.s3, bucket: c.bucket, accounting }),
@@ -104,6 +114,9 @@ async function resolve(jobPath: string, flags: AwsTargetFlags, now: () => number
       plan,
       clients,
       deployed,
+      table: deployed.table,
+      bucket: deployed.bucket,
+      queuePrefix: flags.queuePrefix ?? '',
       where: `deployed job ${name} (table ${deployed.table}, bucket ${deployed.bucket})`,
       pointers,
       blobs: new S3BlobStore({ s3: clients.s3, bucket: deployed.bucket, accounting }),
@@ -193,7 +206,9 @@ export async function savepointAwsCommand(jobPath: string, flags: AwsTargetFlags
 
 /**
  * Check the restore point against the job as it is now (StateCompatibilityError names
- * each problem), then install it: stop the deployed job, install, start it again.
+ * each problem), then install it in place (lib/aws/restore.ts): a deployed job is stopped
+ * around the install (lib/aws/job-control.ts); a local-AWS run must not be running, and
+ * continues from it with `sluice run ... --resume`.
  */
 export async function restoreAwsCommand(jobPath: string, flags: AwsTargetFlags & { from: string }, log: Log): Promise<void> {
   await withTarget(jobPath, flags, async (r) => {
@@ -201,7 +216,35 @@ export async function restoreAwsCommand(jobPath: string, flags: AwsTargetFlags &
     const fit = savepointFit(point, r.plan);
     const checked = `${point.what} (epoch ${point.manifest.epoch}) fits job "${r.plan.job.name}" ${fit === 'same' ? 'as it is (same plan)' : 'after its change (state names and kinds compatible)'}`;
     log(checked);
-    throw new RestoreNotAvailableError(flags.target, checked);
+    if (fit === 'changed') {
+      throw new RestoreNotAvailableError(flags.target, checked, 'installing state into a changed plan (keyed state moved by operator name and key group, channels fresh) is built for the embedded runtime only; the in-place restore keeps the plan');
+    }
+    const pid = r.running?.();
+    if (pid !== undefined) throw new ConfigError('--checkpoint-dir', 'no local-aws run going on in it (stop it first: the restore rolls its partitions back)', `the run of pid ${pid}`);
+    const { manifest, manifestKey } = await installableManifest(r.blobs, point);
+    const { restoreInPlace } = await import('../aws/restore.ts');
+    const install = () =>
+      restoreInPlace({
+        job: r.job,
+        plan: r.plan,
+        clients: r.clients,
+        tableName: r.table,
+        bucket: r.bucket,
+        queues: new NamedQueues(r.clients.sqs, r.plan.job.name, r.queuePrefix),
+        manifest,
+        manifestKey,
+        log,
+      });
+    if (!r.deployed) {
+      const result = await install();
+      log(`restored ${point.what}: restore epoch ${result.restoreEpoch}; continue with: sluice run ${jobPath} --target local-aws --checkpoint-dir ${flags.checkpointDir ?? defaultCheckpointDir(r.plan.job.name)} --resume ...`);
+      return;
+    }
+    const d = r.deployed;
+    const port = new AwsJobControlPort({ lambda: await r.clients.lambda(), sqs: r.clients.sqs, sfn: r.clients.sfn, stateMachineArn: d.stateMachineArn });
+    const control = new JobControl({ job: d.job, port, pointers: r.pointers, queues: d.queues, owner: restoreLeaseOwner(Date.now()), log });
+    const result = await whileStopped(control, () => install());
+    log(`restored ${point.what} in job "${d.job}": restore epoch ${result.restoreEpoch}, ${Object.keys(result.versions).length} partitions, ${Object.values(result.sources).reduce((n, s) => n + s.replayed, 0)} logged records to replay; consumers and coordinator running again`);
   });
 }
 
