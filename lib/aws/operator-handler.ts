@@ -62,7 +62,7 @@ import { AwsInputLog } from './input-log.ts';
 import { replayEnvelopes } from './restore-replay.ts';
 import { stageOfQueue, stateTableName } from './naming.ts';
 import { RecordAttempts } from './record-attempts.ts';
-import type { DeadLetterMessage } from './sqs-codec.ts';
+import { type DeadLetterMessage, WAKE_BODY } from './sqs-codec.ts';
 import { NamedQueues, type QueueResolver } from './sqs-queues.ts';
 import { SqsTransport } from './sqs-transport.ts';
 
@@ -241,6 +241,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     const all = () => records.map((r) => r.messageId);
     const groupId = records[0].attributes.MessageGroupId ?? '';
     const partition = Number(groupId);
+    // Empty messages (sqs-codec.ts WAKE_BODY) need no partition: a local poll flush uses a group that is none.
+    if (records.every((r) => r.body === WAKE_BODY) && !/^(0|[1-9]\d*)$/.test(groupId)) return [];
     if (!/^(0|[1-9]\d*)$/.test(groupId) || partition >= plan.stages[stage].parallelism) {
       log?.error('message group is not a partition of the stage', { stage, groupId, parallelism: plan.stages[stage].parallelism });
       return all();

@@ -69,6 +69,7 @@ import { replayEnvelopes } from './restore-replay.ts';
 import { S3BlobStore } from './s3-blob-store.ts';
 import { bindAwsSinks } from './sink-options.ts';
 import type { QueueResolver } from './sqs-queues.ts';
+import { WAKE_BODY } from './sqs-codec.ts';
 import { SqsTransport } from './sqs-transport.ts';
 import { mapSqsError } from './transport-errors.ts';
 
@@ -237,7 +238,7 @@ export async function restoreInPlace(o: RestoreInPlaceOptions): Promise<RestoreI
   const woken: string[] = [];
   for (const { scope, progress } of planned) {
     if (!progress.replay) continue;
-    const body = '{"v":1,"k":"e","e":[]}';
+    const body = WAKE_BODY;
     await transport.sendAll(await o.queues.queueUrl(scope.stage), [{ groupId: String(scope.partition), body, bytes: body.length, dedupId: `${job}/restore/${restoreEpoch}/${scope.stage}/${scope.partition}`.slice(-128) }], true);
     woken.push(participantKey(scope));
   }

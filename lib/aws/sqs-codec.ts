@@ -126,6 +126,13 @@ export function probeBody(source: string, at: number): string {
   return sqsSafeJson(JSON.stringify({ v: 1, k: 'i', s: source, at, r: [], probe: true }));
 }
 
+/**
+ * A message without envelopes: it only invokes the partition of its group (an in-place
+ * restore wakes source partitions that replay the input log, restore.ts), or, in a group
+ * that is no partition, releases abandoned local polls (local/queues.ts). Always accepted.
+ */
+export const WAKE_BODY = '{"v":1,"k":"e","e":[]}';
+
 export function spillBody(key: string): string {
   return JSON.stringify({ v: 1, k: 's', key, n: 1 });
 }

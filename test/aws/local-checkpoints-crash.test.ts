@@ -3,9 +3,10 @@
  * it, in child processes against the test setup's DynamoDB Local and fauxqs (servers that
  * outlive the killed process, as AWS does): `--crash-after` kills the process abruptly
  * (exit 137, no cleanup), `--resume` restores the last completed checkpoint from the S3
- * snapshots its manifest names, replays the records the input log (S3 segments named by
- * the source partitions' commits) holds after its positions, and feeds the input file
- * from where the log ends. The output
+ * snapshots its manifest names, in place (the same table and queues: lib/aws/restore.ts),
+ * the source partitions replay the records the input log (S3 segments named by their
+ * commits) holds after its positions, and the input file is fed again from where each
+ * partition had consumed. The output
  * file holds only committed epochs at every point (a sub-multiset of the final output),
  * and after the resume equals the uninterrupted run's, sorted: no duplicates, no gaps.
  * Crash points are drawn from seeded generators, once and twice per run.
@@ -86,7 +87,7 @@ async function crashAndResume(name: string, crashes: readonly number[]): Promise
 describe('sluice run --target local-aws --checkpoint-interval --crash-after / --resume', () => {
   it('a killed run resumes from its last checkpoint; the output equals the uninterrupted run (sorted)', async () => {
     const { partials, resumed } = await crashAndResume('once', [8000]);
-    expect(resumed).toMatch(/restored checkpoint \d+ from .* \(run r\w+, generation 1\); replaying \d+ logged input records/);
+    expect(resumed).toMatch(/restored checkpoint \d+ from .* in place \(run r\w+, restore epoch \d+\); replaying \d+ logged input records/);
     expect(resumed).toMatch(/checkpoints: \d+ completed in this run/);
     // Before the resume the file showed committed epochs only: part of the final output, never more.
     expect(partials[0].length).toBeLessThan(expected.length);

@@ -45,6 +45,7 @@ import { createBucket, S3BlobStore } from '../s3-blob-store.ts';
 import type { QueueResolver } from '../sqs-queues.ts';
 import type { LocalAwsEnvironment } from './endpoints.ts';
 import { LocalCheckpointLoop } from './checkpoint-loop.ts';
+import { flushAbandonedPolls } from './queues.ts';
 
 export interface LocalAwsCheckpointOptions {
   /** The run's identity file and the transactional sinks' staging live here. */
@@ -221,6 +222,9 @@ export class LocalAwsCheckpointing {
         manifest = initialManifest(this.plan);
       }
       const { clients } = this.env;
+      // The crashed process's pollers may still wait on the queues: they would take what the restore sends.
+      const flushId = `${this.plan.job.name}/flush/${Date.now()}-${randomBytes(4).toString('hex')}`;
+      for (const stage of this.plan.stages) await flushAbandonedPolls(clients.sqs, await this.r.queues.queueUrl(stage.id), `${flushId}/${stage.id}`);
       this.restore = await restoreInPlace({
         job: this.job,
         plan: this.plan,

@@ -3,7 +3,8 @@
  * its FIFO dead-letter queue (RedrivePolicy: after maxReceiveCount receives SQS moves
  * a message there), and the depth check the runner uses to see that a run is over.
  */
-import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { CreateQueueCommand, GetQueueAttributesCommand, SendMessageCommand, SetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { WAKE_BODY } from '../sqs-codec.ts';
 import type { AwsAccounting } from '../accounting.ts';
 
 export interface FifoQueueOptions {
@@ -64,3 +65,29 @@ export async function queueDepth(sqs: SQSClient, url: string): Promise<QueueDept
   const n = (k: string) => Number(out.Attributes?.[k as 'ApproximateNumberOfMessages'] ?? 0);
   return { visible: n('ApproximateNumberOfMessages'), inFlight: n('ApproximateNumberOfMessagesNotVisible'), delayed: n('ApproximateNumberOfMessagesDelayed') };
 }
+
+/**
+ * Release the long polls a local poller left on the server (a killed process, a stopped
+ * SqsEventSource: aborting a poll on the client leaves it waiting on fauxqs for up to
+ * 20 s). Such a poll takes the next message sent to the queue and keeps it invisible for
+ * the whole visibility timeout, holding its group back. Lambda's pollers belong to AWS and
+ * never leave one behind; a local restore must, before it sends anything.
+ *
+ * How: with the queue's visibility timeout at 0, one empty message (WAKE_BODY) in a group
+ * no partition uses wakes every waiting poll at once; each takes what it finds, once (one
+ * of them this message, visible again at once; the others nothing). Then the visibility
+ * timeout is put back. The operator function accepts the message whenever a live poller
+ * receives it (an empty message needs no partition).
+ */
+export async function flushAbandonedPolls(sqs: SQSClient, url: string, flushId: string): Promise<void> {
+  const vt = (await sqs.send(new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['VisibilityTimeout'] }))).Attributes?.VisibilityTimeout ?? '30';
+  await sqs.send(new SetQueueAttributesCommand({ QueueUrl: url, Attributes: { VisibilityTimeout: '0' } }));
+  try {
+    await sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: WAKE_BODY, MessageGroupId: FLUSH_GROUP, MessageDeduplicationId: flushId.slice(-128) }));
+  } finally {
+    await sqs.send(new SetQueueAttributesCommand({ QueueUrl: url, Attributes: { VisibilityTimeout: vt } }));
+  }
+}
+
+/** The group of flush messages: not a partition, so no partition ever waits behind one. */
+export const FLUSH_GROUP = 'sluice-flush';
