@@ -9,6 +9,11 @@
  * its messages; the runtime counts them without moving the channel's offset, so the
  * queue then continues exactly after the last message consumed before the restore.
  *
+ * Replayed records carry no arrival time (the log keeps records, not messages): a
+ * channel's last data time for idle probes stays the checkpoint's until the queue's next
+ * data message, so a probe right after a restore may find the partition idle a little
+ * early (idleness is decided in processing time anyway, as the probes are sent).
+ *
  * Why here and not in the restore itself: replaying runs user code and delivers outputs,
  * and only the operator function has what that needs (retries, dead letters, the sinks,
  * the outbox delivery); and the log cannot be sent back to the queue, which would put it

@@ -129,6 +129,12 @@ export interface RestoreInPlaceResult {
   readonly sources: Readonly<Record<string, RestoredSource>>;
   /** Queue URLs purged. */
   readonly purged: readonly string[];
+  /**
+   * When the purges were asked for (epoch ms; undefined: none). SQS takes up to 60 s to
+   * purge and may delete what is sent meanwhile: on AWS start the consumers 60 s after
+   * this (fauxqs purges at once). Nothing else is sent to a purged queue before then.
+   */
+  readonly purgedAt?: number;
   /** Source partitions sent an empty message to wake them for their replay (`stage/partition`). */
   readonly woken: readonly string[];
 }
@@ -207,6 +213,7 @@ export async function restoreInPlace(o: RestoreInPlaceOptions): Promise<RestoreI
 
   // 4. Queues.
   const purged: string[] = [];
+  const purgedAt = purge.length ? (o.now ?? Date.now)() : undefined;
   for (const stage of purge) {
     const url = await o.queues.queueUrl(stage);
     await purgeQueue(o.clients.sqs, url, accounting);
@@ -243,7 +250,7 @@ export async function restoreInPlace(o: RestoreInPlaceOptions): Promise<RestoreI
     woken.push(participantKey(scope));
   }
   o.log?.(`restored ${what} in place as restore epoch ${restoreEpoch}: ${planned.length} partitions, ${Object.values(sources).reduce((n, s) => n + s.replayed, 0)} logged records to replay, ${purged.length} queues purged`);
-  return { epoch: m.epoch, restoreEpoch, versions, sources, purged, woken };
+  return { epoch: m.epoch, restoreEpoch, versions, sources, purged, ...(purgedAt !== undefined ? { purgedAt } : {}), woken };
 }
 
 /** The start of a job (epoch 0): a manifest with no partitions, which restoreInPlace installs as empty ones. */

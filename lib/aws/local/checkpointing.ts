@@ -67,6 +67,8 @@ export interface LocalAwsCheckpointResources {
   readonly sinks: readonly TransactionalSink[];
   /** Source stages the runner feeds again on resume (replayable inputs): restore empties their queues. */
   readonly refedSourceStages: readonly number[];
+  /** Where the restore's requests are counted: a one-off, like setup, not a cost per event. */
+  readonly overhead: AwsAccounting;
 }
 
 export interface Identity {
@@ -236,7 +238,7 @@ export class LocalAwsCheckpointing {
         manifestKey: ptr?.epoch ? ptr.manifestKey : '',
         refedSourceStages: this.r.refedSourceStages,
         sinks: this.r.sinks,
-        accounting: this.accounting,
+        accounting: this.r.overhead,
         log: this.o.log,
       });
       this.restoredEpoch = manifest.epoch;

@@ -172,7 +172,7 @@ export class LocalAwsRuntime {
     this.ingest = createIngestHandler({ job: this.job, sqs: clients.sqs, queues, clock: this.clock, accounting: this.accounting, maxMessageBytes: o.maxMessageBytes });
     // One set of transactional sinks (the CLI's output file, the job's S3 file sinks), committed with the checkpoints.
     const transactional = [...new Set([...(o.checkpoints?.sinks ?? []), ...[...this.sinks.values()].flatMap((x) => (isTransactional(x) ? [x] : []))])];
-    const cp = o.checkpoints ? await LocalAwsCheckpointing.create(this.job, this.plan, this.options.env, this.identity!, o.checkpoints, { queues, sinks: transactional, refedSourceStages: this.refedSourceStages() }, this.accounting) : undefined;
+    const cp = o.checkpoints ? await LocalAwsCheckpointing.create(this.job, this.plan, this.options.env, this.identity!, o.checkpoints, { queues, sinks: transactional, refedSourceStages: this.refedSourceStages(), overhead: this.overhead }, this.accounting) : undefined;
     this.checkpointing = cp;
     for (const stage of this.plan.stages) {
       const handler = createOperatorHandler({
