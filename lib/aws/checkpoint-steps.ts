@@ -32,7 +32,7 @@ import { participantKey, sourcePartitionKey, type Ack, type CommitPointer, type 
 import { resume } from '../checkpoint/resume.ts';
 import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
 import { SluiceError } from '../errors.ts';
-import { finishSavepoint, type PlanDescription, readSavepointRequest } from './savepoints.ts';
+import { finishSavepoint, type PlanDescription, readSavepointRequest, savepointMetaKey } from './savepoints.ts';
 import { acquireLease, checkTaskInput, childName, CoordinatorNotStartedError, type Carry, type Limits, LEASE_NAME, type Lease, taskError, updateLease } from './checkpoint-task.ts';
 
 export interface AckSource {
@@ -67,6 +67,8 @@ export class CheckpointSteps {
   private readonly now: () => number;
   /** The plan's setup with the epoch timeout the state machine passes (one source for its timing). */
   private setup: CoordinatorSetup;
+  /** Savepoint manifests' source positions (immutable objects, read once per container). */
+  private readonly savepointPositions = new Map<string, Manifest['positions']>();
 
   constructor(private readonly o: CheckpointStepsOptions) {
     this.now = o.now ?? Date.now;
@@ -270,7 +272,7 @@ export class CheckpointSteps {
       case 'commit-sinks':
         return this.o.sinks?.commit(d.epoch);
       case 'truncate':
-        await this.o.truncateLogs?.(d);
+        await this.o.truncateLogs?.(await this.keepingSavepointInput(s.state, d));
         await this.finishSavepoints(s.state);
         return this.collectGarbage(s.state);
       case 'abort':
@@ -329,6 +331,27 @@ export class CheckpointSteps {
     }
     // One savepoint at a time: a pending one (an aborted attempt) is opened again by openEpoch.
     return state.pendingSavepoint && state.pendingSavepoint.label !== req.label ? null : req.label;
+  }
+
+  /**
+   * The truncation, lowered to keep the logged input after every savepoint's positions: a
+   * restore from a savepoint replays it (restore.ts), as a restore from a checkpoint does.
+   */
+  private async keepingSavepointInput(state: CoordinatorState, d: TruncateDecision): Promise<TruncateDecision> {
+    if (!d.logs || !this.o.savepoints || !state.savepoints.length) return d;
+    const below = { ...d.logs.belowPositions };
+    for (const sp of state.savepoints) {
+      let positions = this.savepointPositions.get(sp.manifestKey);
+      if (!positions) {
+        // The chain's manifest (pinned by collectGarbage), else the copy's meta.
+        const body = (await this.o.blobs.get(sp.manifestKey)) ?? (await this.o.blobs.get(savepointMetaKey(state.job, sp.label)));
+        if (!body) continue;
+        positions = fromBytes<{ positions: Manifest['positions'] }>(body).positions;
+        this.savepointPositions.set(sp.manifestKey, positions);
+      }
+      for (const [key, n] of Object.entries(positions)) below[key] = Math.min(below[key] ?? n, n);
+    }
+    return { ...d, logs: { ...d.logs, belowPositions: below } };
   }
 
   /** Copy a committed, requested savepoint out of the chain (idempotent). */

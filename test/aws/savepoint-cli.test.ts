@@ -90,9 +90,21 @@ describe('sluice savepoint / checkpoints / restore --target local-aws', () => {
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/savepoint "before-change" does not fit this job's state \(1 problem\)/);
     expect(bad.stderr).toMatch(/operator "per-user": state "total" \(value\) is no longer declared/);
-    // A compatible change (parallelism) passes the check.
-    const ok = await run(['restore', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--from', 'before-change', '--param', 'parallelism=3']);
-    expect(ok.stderr).toMatch(/savepoint "before-change" \(epoch \d+\) fits job "counts" after its change/);
+    // A compatible change (parallelism) passes the check; installing into a changed plan is not built on AWS.
+    const changed = await run(['restore', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--from', 'before-change', '--param', 'parallelism=3']);
+    expect(changed.code).toBe(1);
+    expect(changed.stderr).toMatch(/savepoint "before-change" \(epoch \d+\) fits job "counts" after its change/);
+    expect(changed.stderr).toMatch(/RESTORE_NOT_AVAILABLE|built for the embedded runtime only/);
+
+    // The same job: rolled back in place to the savepoint; the next --resume replays the input log
+    // after it and feeds the rest of the file, so the committed output is the uninterrupted run's again.
+    const restored = await run(['restore', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--from', 'before-change']);
+    expect(restored.code, restored.stderr).toBe(0);
+    expect(restored.stderr).toMatch(/restored savepoint "before-change": restore epoch \d+; continue with: sluice run/);
+    const after = await run([...args, '--resume']);
+    expect(after.code, after.stderr).toBe(0);
+    expect(after.stderr).toMatch(/restored checkpoint \d+ from .* in place/);
+    expect(lines(out)).toEqual(expected);
     const unknown = await run(['restore', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--from', 'nope']);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/--from: expected a retained checkpoint's epoch or a savepoint label of job "counts".*"nope"/);

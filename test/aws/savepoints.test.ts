@@ -13,7 +13,10 @@ import { CollectSink } from '../../lib/api/sinks.ts';
 import { valueState } from '../../lib/api/state.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { WatermarkStrategies } from '../../lib/api/types.ts';
+import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { createCheckpointHandler } from '../../lib/aws/checkpoint-handler.ts';
+import { DynamoDbTable } from '../../lib/aws/dynamodb-table.ts';
+import { AwsInputLog, loggingPartitions } from '../../lib/aws/input-log.ts';
 import { type Carry, INITIAL_CARRY, type Limits } from '../../lib/aws/checkpoint-task.ts';
 import { DynamoDbPointerStore } from '../../lib/aws/dynamodb-pointers.ts';
 import { createStateTable } from '../../lib/aws/dynamodb-state.ts';
@@ -107,7 +110,7 @@ async function world(hook?: (point: string) => void) {
   };
   /** What the savepoint functions take: the job's control items and bucket. */
   const at = { pointers, blobs, job: name };
-  return { name, job, plan, step, blobs, pointers, at, send, drain, epoch, out };
+  return { name, job, plan, table, step, blobs, pointers, at, send, drain, epoch, out };
 }
 
 /** Counts per user in a restored manifest. */
@@ -158,6 +161,15 @@ describe('savepoints through the AWS checkpoint steps', () => {
     await w.drain();
     c = await w.epoch(c, true);
     expect((await listAwsCheckpoints(w.at)).checkpoints.find((k) => k.latest)?.epoch).toBe(4);
+    // Epoch 4's truncation kept the input logged after the savepoint: a restore from it replays that.
+    const inputLog = new AwsInputLog(new DynamoDbTable(clients.dynamodb, w.table, new AwsAccounting()), w.blobs);
+    let replayable = 0;
+    for (const scope of loggingPartitions(w.plan)) {
+      const runs = await inputLog.replay(scope, sp.positions);
+      if (runs.length) expect(runs[0].from).toBe(sp.positions[runs[0].source]);
+      replayable += runs.reduce((n, r) => n + r.records.length, 0);
+    }
+    expect(replayable).toBe(30);
     // A retained checkpoint (not a savepoint) only restores into the same plan.
     const ck = await loadRestorePoint(w.at, '4');
     expect(await countsOf(ck)).toBe(90);
