@@ -21,9 +21,11 @@ import { LOCAL_AWS_PROCESS, localAwsControl, readLocalAwsIdentity } from '../aws
 import { S3BlobStore } from '../aws/s3-blob-store.ts';
 import { AwsJobControlPort, JobControl, restoreLeaseOwner, whileStopped } from '../aws/job-control.ts';
 import { NamedQueues } from '../aws/sqs-queues.ts';
+import { DynamoDbTable } from '../aws/dynamodb-table.ts';
+import { adoptPlan, remapSavepoint } from '../aws/savepoint-remap.ts';
 import { type AwsRestorePoint, installableManifest, listAwsCheckpoints, loadRestorePoint, requestSavepoint, savepointFit, savepointMetaKey, type AwsSavepointMeta } from '../aws/savepoints.ts';
 import { fromBytes } from '../checkpoint/codec.ts';
-import { ConfigError, SluiceError } from '../errors.ts';
+import { ConfigError } from '../errors.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
 import { defaultCheckpointDir } from '../local/checkpointing.ts';
 import { existsSync, readFileSync } from 'node:fs';
@@ -39,19 +41,6 @@ export interface AwsTargetFlags extends DeploymentFlags {
   readonly target: AwsTarget;
   readonly checkpointDir?: string;
   readonly param?: string[];
-}
-
-/** A restore the AWS path cannot do yet: what was checked, and what is missing. */
-export class RestoreNotAvailableError extends SluiceError {
-  readonly code = 'RESTORE_NOT_AVAILABLE';
-  readonly retryable = false;
-  constructor(
-    readonly target: AwsTarget,
-    readonly checked: string,
-    readonly missing: string,
-  ) {
-    super(`restore --target ${target}: ${checked}; ${missing}. Nothing was changed.`);
-  }
 }
 
 interface Resolved {
@@ -216,15 +205,14 @@ export async function restoreAwsCommand(jobPath: string, flags: AwsTargetFlags &
     const fit = savepointFit(point, r.plan);
     const checked = `${point.what} (epoch ${point.manifest.epoch}) fits job "${r.plan.job.name}" ${fit === 'same' ? 'as it is (same plan)' : 'after its change (state names and kinds compatible)'}`;
     log(checked);
-    if (fit === 'changed') {
-      throw new RestoreNotAvailableError(flags.target, checked, 'installing state into a changed plan (keyed state moved by operator name and key group, channels fresh) is built for the embedded runtime only; the in-place restore keeps the plan');
-    }
     const pid = r.running?.();
     if (pid !== undefined) throw new ConfigError('--checkpoint-dir', 'no local-aws run going on in it (stop it first: the restore rolls its partitions back)', `the run of pid ${pid}`);
-    const { manifest, manifestKey } = await installableManifest(r.blobs, point);
+    // A changed plan: the savepoint rewritten as a manifest of the plan as it is now (savepoint-remap.ts).
+    const { manifest, manifestKey } =
+      fit === 'same' ? await installableManifest(r.blobs, point) : await remapSavepoint({ blobs: r.blobs, db: new DynamoDbTable(r.clients.dynamodb, r.table, new AwsAccounting()), plan: r.plan, point });
     const { restoreInPlace } = await import('../aws/restore.ts');
-    const install = () =>
-      restoreInPlace({
+    const install = async () => {
+      const result = await restoreInPlace({
         job: r.job,
         plan: r.plan,
         clients: r.clients,
@@ -235,6 +223,9 @@ export async function restoreAwsCommand(jobPath: string, flags: AwsTargetFlags &
         manifestKey,
         log,
       });
+      if (fit === 'changed') await adoptPlan(r.pointers, r.plan);
+      return result;
+    };
     if (!r.deployed) {
       const result = await install();
       log(`restored ${point.what}: restore epoch ${result.restoreEpoch}; continue with: sluice run ${jobPath} --target local-aws --checkpoint-dir ${flags.checkpointDir ?? defaultCheckpointDir(r.plan.job.name)} --resume ...`);

@@ -25,6 +25,8 @@ import { apiEvent } from '../../lib/aws/local/feeder.ts';
 import { createOperatorHandler } from '../../lib/aws/operator-handler.ts';
 import { createBucket, S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
 import { listAwsCheckpoints, loadRestorePoint, readSavepointRequest, requestSavepoint, SavepointExistsError, savepointFit } from '../../lib/aws/savepoints.ts';
+import { restoreInPlace } from '../../lib/aws/restore.ts';
+import { adoptPlan, remapSavepoint } from '../../lib/aws/savepoint-remap.ts';
 import { createStageQueues, StaticQueues } from '../../lib/aws/sqs-queues.ts';
 import { RestoreError, StateCompatibilityError } from '../../lib/checkpoint/driver-errors.ts';
 import { SavepointPendingError } from '../../lib/checkpoint/errors.ts';
@@ -42,7 +44,7 @@ const USERS = ['ann', 'bob', 'cy', 'dee', 'eve', 'fay', 'gus'];
 const clicks: Click[] = Array.from({ length: 90 }, (_, i) => ({ user: USERS[(i * 5) % 7], ts: 1000 + i * 10 }));
 
 /** Running counts per user; `change` alters it the way a new version of the job might. */
-function countJob(name: string, change: { parallelism?: number; stateKind?: 'value' | 'map'; operator?: string } = {}): Job {
+function countJob(name: string, change: { parallelism?: number; keyedParallelism?: number; stateKind?: 'value' | 'map'; operator?: string; sink?: CollectSink<Running> } = {}): Job {
   const job = new Job(name, { parallelism: change.parallelism ?? 2, maxParallelism: 8 });
   const watermark = WatermarkStrategies.boundedOutOfOrderness(0, { idleTimeoutMs: 600_000 });
   const keyed = job.ingest<Click>('clicks', { timestamp: (c) => c.ts, watermark }).keyBy((c) => c.user);
@@ -68,17 +70,18 @@ function countJob(name: string, change: { parallelism?: number; stateKind?: 'val
       },
     })
     .name(change.operator ?? 'running')
-    .sinkTo(new CollectSink<Running>(), 'out');
+    .parallelism(change.keyedParallelism ?? change.parallelism ?? 2)
+    .sinkTo(change.sink ?? new CollectSink<Running>(), 'out');
   return job;
 }
 
 async function world(hook?: (point: string) => void) {
   const name = unique('svp');
+  const prefix = `${unique('p')}-`;
   const job = countJob(name);
   const plan = compile(job.graph);
   const table = unique('sluice-svp');
   const bucket = unique('svp').toLowerCase();
-  const prefix = `${unique('p')}-`;
   const [, , queues] = await Promise.all([createStateTable(clients.dynamodb, table), createBucket(clients.s3, bucket), createStageQueues(clients.sqs, plan, { prefix, visibilityTimeoutSeconds: 300 })]);
   const staticQueues = new StaticQueues(queues);
   const ingest = createIngestHandler({ job, sqs: clients.sqs, queues: staticQueues });
@@ -110,7 +113,7 @@ async function world(hook?: (point: string) => void) {
   };
   /** What the savepoint functions take: the job's control items and bucket. */
   const at = { pointers, blobs, job: name };
-  return { name, job, plan, table, step, blobs, pointers, at, send, drain, epoch, out };
+  return { name, job, plan, table, bucket, prefix, queues, staticQueues, step, blobs, pointers, at, send, drain, epoch, out };
 }
 
 /** Counts per user in a restored manifest. */
@@ -205,6 +208,67 @@ describe('savepoints through the AWS checkpoint steps', () => {
     })() as StateCompatibilityError;
     expect(renamed.problems).toEqual(['stateful operator "running" (keyedProcess) has no operator of that name in this job']);
   }, 120_000);
+
+  it('a changed job (the keyed operator on 3 partitions) restores from the savepoint in place: state moved by key group, the logged input after it replayed', async () => {
+    const w = await world();
+    await w.send(0, 40);
+    let c = await w.step('resume', INITIAL_CARRY);
+    c = await w.epoch(c, true);
+    await requestSavepoint(w.at, 'v1', Date.now());
+    c = await w.epoch(c, false); // the savepoint: 40 clicks
+    await w.send(40, 60); // consumed after the savepoint: in the input log
+    await w.drain();
+
+    // Version 2 of the job, deployed over the same resources: the keyed stage on 3 partitions.
+    const out = new CollectSink<Running>();
+    const v2 = countJob(w.name, { keyedParallelism: 3, sink: out });
+    const plan2 = compile(v2.graph);
+    expect(plan2.stages.map((s) => s.parallelism)).toEqual([2, 3]);
+    const point = await loadRestorePoint(w.at, 'v1');
+    expect(savepointFit(point, plan2)).toBe('changed');
+    const { manifest, manifestKey } = await remapSavepoint({ blobs: w.blobs, db: new DynamoDbTable(clients.dynamodb, w.table, new AwsAccounting()), plan: plan2, point });
+    expect(Object.keys(manifest.partitions).sort()).toEqual(['0/0', '0/1', '1/0', '1/1', '1/2']);
+    const result = await restoreInPlace({ job: v2, plan: plan2, clients, tableName: w.table, bucket: w.bucket, queues: w.staticQueues, manifest, manifestKey });
+    expect(Object.values(result.sources).reduce((n, s) => n + s.replayed, 0)).toBe(20);
+    await adoptPlan(w.pointers, plan2);
+
+    const coordinator = createCheckpointHandler({ job: v2, ...clients, bucket: w.bucket, tableName: w.table, queues: w.staticQueues });
+    const ingest = createIngestHandler({ job: v2, sqs: clients.sqs, queues: w.staticQueues });
+    const drain = () =>
+      runUntilDrained({
+        sqs: clients.sqs,
+        queues: w.queues,
+        container: () => ({ invoke: createOperatorHandler({ job: v2, ...clients, tableName: w.table, queues: w.staticQueues, queuePrefix: w.prefix, sinks: { out }, checkpointStore: w.blobs }) }),
+        maxInvocations: 2000,
+      });
+    await drain();
+    for (let i = 60; i < 90; i += 10) expect((await ingest(apiEvent('clicks', JSON.stringify(clicks.slice(i, i + 10))))).statusCode).toBe(202);
+    await drain();
+    // Every count continues from the savepoint's: the last count per user is its clicks in 0..90.
+    const last = new Map(out.records.map((r) => [r.user, r.n]));
+    const expected = new Map<string, number>();
+    for (const k of clicks) expected.set(k.user, (expected.get(k.user) ?? 0) + 1);
+    expect(last).toEqual(expected);
+    // Each user's counts after the restore are consecutive from its count at the savepoint (40 clicks).
+    for (const user of USERS) {
+      const ns = out.records.filter((r) => r.user === user).map((r) => r.n);
+      const before = clicks.slice(0, 40).filter((k) => k.user === user).length;
+      expect(ns).toEqual(Array.from({ length: expected.get(user)! - before }, (_, i) => before + i + 1));
+    }
+    // The coordinator continues under the new plan: its next checkpoint holds all 90.
+    const step = (action: string, carry: Partial<Carry>) => coordinator({ action, execution: 'test', carry, limits: LIMITS });
+    let k = await step('resume', INITIAL_CARRY);
+    await coordinator.acks.touch(Date.now());
+    k = await step('open', k);
+    expect(k.next).toBe('inject');
+    k = await step('inject', k);
+    await drain();
+    k = await step('decide', k);
+    expect(k.next).toBe('commit');
+    await step('commit', k);
+    const latest = (await listAwsCheckpoints(w.at)).checkpoints.find((x) => x.latest)!;
+    expect(await countsOf(await loadRestorePoint(w.at, String(latest.epoch)))).toBe(90);
+  }, 180_000);
 
   it('a coordinator that dies between the commit and the copy finishes the savepoint at its next open', async () => {
     let crash = true;
