@@ -59,7 +59,7 @@ import { bindAwsSinks, SinkRecordsRejectedError } from './sink-options.ts';
 import { DynamoDbStateBackend } from './dynamodb-state.ts';
 import { DynamoDbTable } from './dynamodb-table.ts';
 import { AwsInputLog } from './input-log.ts';
-import { replayEnvelopes } from './restore-replay.ts';
+import { replayChunks, replayEnvelopes } from './restore-replay.ts';
 import { stageOfQueue, stateTableName } from './naming.ts';
 import { RecordAttempts } from './record-attempts.ts';
 import { type DeadLetterMessage, WAKE_BODY } from './sqs-codec.ts';
@@ -177,14 +177,14 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   }
 
   let inputLog: AwsInputLog | undefined;
-  async function replayFor(rt: PartitionRuntime): Promise<Envelope[]> {
+  async function replayFor(rt: PartitionRuntime): Promise<Envelope[][]> {
     const pending = rt.pendingReplay;
     if (!pending.length) return [];
     if (!checkpointStore) throw new ConfigError('checkpointStore', `the bucket of the input log, to replay what an in-place restore left on ${rt.scope.stage}#${rt.scope.partition}`, 'none');
     inputLog ??= new AwsInputLog(new DynamoDbTable(config.dynamodb, tableName, accounting), checkpointStore);
     const envelopes = await replayEnvelopes(plan, rt.scope, pending, inputLog);
     log?.info('replaying the input log after an in-place restore', { stage: rt.scope.stage, partition: rt.scope.partition, records: envelopes.reduce((n, e) => n + e.records.length, 0) });
-    return envelopes;
+    return replayChunks(envelopes);
   }
 
   async function deliver(scope: PartitionScope, outbox: readonly OutboxEntry[]): Promise<void> {
@@ -269,10 +269,15 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       try {
         const got = await runtimeFor(stage, partition);
         cached = got.cached;
-        // After an in-place restore: the input log's records first (restore-replay.ts); they count as the first message's.
-        const replay = await replayFor(got.rt);
-        for (const e of replay) messageOf.set(`${e.channel}#${e.seq}`, 0);
-        const result = await got.rt.process([...replay, ...decoded.slice(0, end).flat()], skip.size ? skip : undefined);
+        // After an in-place restore: the input log's records first (restore-replay.ts), committed in chunks, so a
+        // replay longer than one invocation still progresses; they count as the first message's.
+        for (const chunk of await replayFor(got.rt)) {
+          for (const e of chunk) messageOf.set(`${e.channel}#${e.seq}`, 0);
+          const replayed = await got.rt.process(chunk, skip.size ? skip : undefined);
+          await deliver(scope, replayed.outbox);
+          if (replayed.outbox.length) await got.rt.outboxDelivered(replayed.version);
+        }
+        const result = await got.rt.process(decoded.slice(0, end).flat(), skip.size ? skip : undefined);
         await deliver(scope, result.outbox);
         if (result.outbox.length) await got.rt.outboxDelivered(result.version);
         metrics?.addMetric('recordsIn', MetricUnit.Count, result.recordsIn);

@@ -5,9 +5,11 @@
  * what the partition consumed after it: those records are in the input log
  * (input-log.ts), and the partition's installed progress says which ones
  * (PartitionProgress.replay: per channel, the record count to reach). The first batch the
- * partition processes after the restore puts them, as replayed envelopes, in front of
- * its messages; the runtime counts them without moving the channel's offset, so the
- * queue then continues exactly after the last message consumed before the restore.
+ * partition processes after the restore commits them first, as replayed envelopes, in
+ * commits of REPLAY_CHUNK_RECORDS (each moves the marker, so a replay longer than one
+ * invocation resumes where the last commit left it), then its messages; the runtime counts
+ * replayed records without moving the channel's offset, so the queue then continues
+ * exactly after the last message consumed before the restore.
  *
  * Replayed records carry no arrival time (the log keeps records, not messages): a
  * channel's last data time for idle probes stays the checkpoint's until the queue's next
@@ -68,5 +70,26 @@ export async function replayEnvelopes(plan: PhysicalPlan, scope: PartitionScope,
   for (const p of pending) {
     if (next.get(p.channel) !== p.upTo) throw new InvariantError(`input log of ${scope.job}/${scope.stage}#${scope.partition}, channel ${p.channel}: records ${next.get(p.channel)}..${p.upTo - 1} are missing; they cannot be replayed`);
   }
+  return out;
+}
+
+/** Records per commit of a replay: a bounded transaction, and progress that survives an invocation's timeout. */
+export const REPLAY_CHUNK_RECORDS = 2048;
+
+/** The replayed envelopes in commits of about REPLAY_CHUNK_RECORDS records (an envelope is never split). */
+export function replayChunks(envelopes: readonly Envelope[], records = REPLAY_CHUNK_RECORDS): Envelope[][] {
+  const out: Envelope[][] = [];
+  let cur: Envelope[] = [];
+  let n = 0;
+  for (const e of envelopes) {
+    if (cur.length && n + e.records.length > records) {
+      out.push(cur);
+      cur = [];
+      n = 0;
+    }
+    cur.push(e);
+    n += e.records.length;
+  }
+  if (cur.length) out.push(cur);
   return out;
 }

@@ -12,6 +12,7 @@ import { Job } from '../../lib/api/stream.ts';
 import { ManualClock, MIN_WATERMARK, WatermarkStrategies } from '../../lib/api/types.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { InvariantError } from '../../lib/errors.ts';
+import { replayChunks } from '../../lib/aws/restore-replay.ts';
 import { PartitionRuntime } from '../../lib/runtime/partition.ts';
 import { emptyProgress } from '../../lib/state/backend.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';
@@ -68,5 +69,14 @@ describe('replayed input after an in-place restore', () => {
     await expect(rt.process([replayed(-1, 1, 2)])).rejects.toThrow(InvariantError);
     const none = await restored();
     await expect(none.rt.process([replayed(-1, 1)])).rejects.toThrow(/no replay/);
+  });
+});
+
+describe('replayChunks', () => {
+  it('cuts a replay into commits of about the given size, never splitting an envelope', () => {
+    const envs = [replayed(-1, 1, 2, 3), replayed(-2, 4), replayed(-3, 5, 6), replayed(-4, 7, 8, 9, 10, 11)];
+    expect(replayChunks(envs, 4).map((c) => c.map((e) => e.seq))).toEqual([[-1, -2], [-3], [-4]]);
+    expect(replayChunks(envs, 100)).toHaveLength(1);
+    expect(replayChunks([], 4)).toEqual([]);
   });
 });

@@ -260,6 +260,12 @@ export class LocalAwsRuntime {
 
   /** Start feeding every source that has something to read (all but unbound ingestion streams). */
   feed(): void {
+    // A resume's replay (the operator functions take it from the input log) counts as input taken in, as --crash-after counts.
+    const replayed = this.checkpointing?.replayedRecords ?? 0;
+    if (replayed > 0) {
+      this.fed += replayed;
+      this.options.onSourceRecords?.(this.fed);
+    }
     const ctx: FeederContext = {
       plan: this.plan,
       sqs: this.options.env.clients.sqs,
