@@ -1,7 +1,8 @@
 /**
- * A savepoint installed into a changed plan on AWS (its state descriptors fit: savepointFit
- * returned 'changed'). The in-place restore (restore.ts) installs a manifest of the plan it
- * runs, so the savepoint is rewritten into one:
+ * A savepoint installed on AWS, into the plan that took it or a changed one (its state
+ * descriptors fit: savepointFit). The in-place restore (restore.ts) installs a manifest of
+ * the plan it runs, so the savepoint is rewritten into one (for the same plan too, for the
+ * sequence numbers below):
  *
  *   - keyed state and timers move by operator name and key group to the partition of the
  *     new plan that owns them (as the embedded restore does, lib/local/restore.ts); timers

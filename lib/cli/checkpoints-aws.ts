@@ -207,9 +207,11 @@ export async function restoreAwsCommand(jobPath: string, flags: AwsTargetFlags &
     log(checked);
     const pid = r.running?.();
     if (pid !== undefined) throw new ConfigError('--checkpoint-dir', 'no local-aws run going on in it (stop it first: the restore rolls its partitions back)', `the run of pid ${pid}`);
-    // A changed plan: the savepoint rewritten as a manifest of the plan as it is now (savepoint-remap.ts).
-    const { manifest, manifestKey } =
-      fit === 'same' ? await installableManifest(r.blobs, point) : await remapSavepoint({ blobs: r.blobs, db: new DynamoDbTable(r.clients.dynamodb, r.table, new AwsAccounting()), plan: r.plan, point });
+    // A savepoint is rewritten as a manifest of the plan as it is now (savepoint-remap.ts: a
+    // changed plan, and inter-stage sequences continued above what the job sent since).
+    const { manifest, manifestKey } = point.meta
+      ? await remapSavepoint({ blobs: r.blobs, db: new DynamoDbTable(r.clients.dynamodb, r.table, new AwsAccounting()), plan: r.plan, point })
+      : await installableManifest(r.blobs, point);
     const { restoreInPlace } = await import('../aws/restore.ts');
     const install = async () => {
       const result = await restoreInPlace({
