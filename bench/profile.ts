@@ -1,7 +1,11 @@
 /**
  * CPU profile of one query's runtime side only (no generation, no floor):
  *
- *   npx tsx bench/profile.ts --query q5 [--events 500000] [--parallelism N] [--checkpoint-interval MS] [--out q5.cpuprofile] [--top 40]
+ *   npx tsx bench/profile.ts --query q5 [--events 500000] [--parallelism N] [--checkpoint-interval MS] [--runs N] [--out q5.cpuprofile] [--top 40]
+ *
+ * `--runs N`: N full runs in this process, the last one profiled (default 1, after a
+ * 50 000-event warm-up). V8 is still optimising the runtime during its first 1 M-event
+ * runs, so later runs show the steady state (see BENCHMARKS.md, Method).
  *
  * Prints the functions with the most self time and the most total (inclusive) time,
  * and self time summed per source file;
@@ -37,6 +41,7 @@ const { values } = parseArgs({
     out: { type: 'string' },
     top: { type: 'string', default: '40' },
     'checkpoint-interval': { type: 'string' },
+    runs: { type: 'string', default: '1' },
   },
 });
 const q = QUERIES.find((x) => x.name === values.query);
@@ -60,6 +65,9 @@ const run = async (count: number) => {
   return ms;
 };
 await run(Math.min(50_000, events.length)); // warm-up
+const runs = Number(values.runs);
+if (!Number.isSafeInteger(runs) || runs < 1) throw new Error(`--runs: expected an integer >= 1, received "${values.runs}"`);
+for (let i = 1; i < runs; i++) await run(events.length);
 
 const session = new Session();
 session.connect();

@@ -201,7 +201,7 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
       this.finalEpoch = await d.forceEpoch(now);
       return true;
     }
-    const openNew = !drained && !d.state.inFlight && now >= this.nextWakeAt();
+    const openNew = !drained && !d.state.inFlight && this.openingDue(now);
     const due = d.state.inFlight !== null && now >= d.state.inFlight.deadline;
     if (!openNew && !due && !this.hasAcks()) return false;
     return d.tick(now, { heads: this.runtime?.sourceHeads() ?? {} }, openNew);
@@ -218,6 +218,18 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     // Zero traffic, zero epochs (and no polling): new input wakes the scheduler anyway.
     if (this.options.intervalMs === 0 || !this.hasActivity()) return Number.POSITIVE_INFINITY;
     return d.nextWakeAt(this.options.intervalMs);
+  }
+
+  /**
+   * nextWakeAt() <= now, without nextWakeAt's activity check (a walk over every source
+   * partition's head) on the scheduler's every round: only once the interval is up.
+   */
+  private openingDue(now: number): boolean {
+    const d = this.driver;
+    if (d.state.inFlight) return now >= d.state.inFlight.deadline;
+    if (d.state.pendingSavepoint) return true;
+    if (this.options.intervalMs === 0 || now < d.nextWakeAt(this.options.intervalMs)) return false;
+    return this.hasActivity();
   }
 
   /** Input arrived that the last completed checkpoint does not cover. */

@@ -14,16 +14,17 @@ import { type Clock, MAX_WATERMARK, systemClock } from '../api/types.ts';
 import type { Job } from '../api/stream.ts';
 import { BackPressureError, InjectedCrash, SluiceError } from '../errors.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
-import { channelId, compile, type PhysicalPlan } from '../graph/compile.ts';
+import { compile, type PhysicalPlan } from '../graph/compile.ts';
 import { locationId, type ParkedFailure, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
 import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
 import type { StateBackend } from '../state/backend.ts';
-import { type Barrier, type DeadLetter, deadLetterId, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
+import { type Barrier, type DeadLetter, type Envelope, type OutboxEntry, recordCount } from '../transport/envelope.ts';
+import { OutboxDelivery } from './outbox-delivery.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 import type { IngestTarget, OfferResult } from './ingest-target.ts';
-import { type FeedHost, SourceFeed } from './source-feed.ts';
-import { createReader, IngestBuffer, type RejectedInput, SourcePartitioner, toRecord } from './sources.ts';
+import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
+import { IngestBuffer, type RejectedInput, toRecord } from './sources.ts';
 
 export type { EmbeddedCheckpointHooks, EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 
@@ -42,12 +43,11 @@ export class EmbeddedRuntime implements IngestTarget {
   readonly plan: PhysicalPlan;
   readonly backend: StateBackend;
   readonly clock: Clock;
-  readonly deadLetters: DeadLetter[] = [];
   readonly rejectedInputs: RejectedInput[] = [];
   private readonly slots: Slot[][] = [];
   private readonly sources: SourceFeed[] = [];
   private readonly sinks = new Map<string, Sink<any>>();
-  private readonly deadLetterIds = new Set<string>();
+  private readonly delivery: OutboxDelivery;
   private readonly opts: Required<Pick<EmbeddedOptions, 'sourceBatchSize' | 'maxEnvelopesPerBatch' | 'batchRecords' | 'queueCapacity' | 'maxAttempts'>>;
   private started = false;
   private stopping = false;
@@ -72,6 +72,12 @@ export class EmbeddedRuntime implements IngestTarget {
       if (node.spec.kind !== 'sink') continue;
       this.sinks.set(node.name, options.sinks?.[node.name] ?? node.spec.sink);
     }
+    this.delivery = new OutboxDelivery(this.sinks, (env) => this.enqueue(env), options);
+  }
+
+  /** Dead letters delivered so far (each once). */
+  get deadLetters(): readonly DeadLetter[] {
+    return this.delivery.deadLetters;
   }
 
   /** Open partitions (recovering committed state), sinks and sources. */
@@ -89,28 +95,9 @@ export class EmbeddedRuntime implements IngestTarget {
       this.slots.push(row);
     }
     for (const row of this.slots) for (const slot of row) await this.deliver(slot.runtime.recoveredOutbox);
-    const hooks = this.options.checkpoints;
     for (const edge of this.plan.edges) {
-      if (edge.from.kind !== 'source') continue;
-      const node = this.plan.job.nodes[edge.toNode];
-      if (node.spec.kind !== 'source') continue;
-      const def = node.spec.source;
-      const binding = this.options.sources?.[def.name] ?? def.binding;
-      const reader = createReader(binding, def.name, this.clock);
-      const logging = hooks?.logFor(def.name, reader.seek !== undefined);
-      const feed = new SourceFeed(def, reader, new SourcePartitioner(def, edge.id, this.plan.stages[edge.toStage].parallelism, this.clock), edge.toStage, logging?.log, logging?.logRecords);
-      const r = this.options.restore;
-      if (r) {
-        const at = r.sources[def.name] ?? { positions: [] };
-        const states = r.sameTopology
-          ? this.slots[edge.toStage].map((slot, p) => {
-              const ch = r.partitions.get(`${edge.toStage}/${p}`)?.progress.inputs[channelId(edge.id, p)];
-              return { seq: ch?.seq ?? 0, watermark: ch?.watermark ?? Number.NEGATIVE_INFINITY, idle: ch?.idle ?? false, records: at.positions[p] ?? 0 };
-            })
-          : undefined;
-        feed.restore(at.entry, at.positions, states, r.epoch);
-      }
-      this.sources.push(feed);
+      const feed = openSourceFeed(this.plan, edge, this.options, this.clock);
+      if (feed) this.sources.push(feed);
     }
   }
 
@@ -277,13 +264,13 @@ export class EmbeddedRuntime implements IngestTarget {
   private enqueue(env: Envelope): void {
     const slot = this.slots[this.plan.edges[env.edge].toStage][env.toPartition];
     slot.queue.push(env);
-    slot.queuedRecords += env.records.length;
+    slot.queuedRecords += recordCount(env);
   }
 
   private async processSlot(slot: Slot): Promise<void> {
     const last = Math.min(slot.queue.length, slot.head + this.opts.maxEnvelopesPerBatch);
     let end = slot.head;
-    for (let records = 0; end < last && records < this.opts.batchRecords; end++) records += slot.queue[end].records.length;
+    for (let records = 0; end < last && records < this.opts.batchRecords; end++) records += recordCount(slot.queue[end]);
     const batch = slot.queue.slice(slot.head, end);
     const skip = slot.skip.size ? slot.skip : undefined;
     await this.runBatch(slot, () => slot.runtime.process(batch, skip), end - slot.head);
@@ -321,7 +308,7 @@ export class EmbeddedRuntime implements IngestTarget {
   }
 
   private ack(slot: Slot, envelopes: number): void {
-    for (let i = 0; i < envelopes; i++) slot.queuedRecords -= slot.queue[slot.head + i].records.length;
+    for (let i = 0; i < envelopes; i++) slot.queuedRecords -= recordCount(slot.queue[slot.head + i]);
     slot.head += envelopes;
     if (slot.head === slot.queue.length) {
       slot.queue = [];
@@ -352,33 +339,8 @@ export class EmbeddedRuntime implements IngestTarget {
     });
   }
 
-  private async deliver(outbox: readonly OutboxEntry[]): Promise<void> {
-    const faults = this.options.faults;
-    for (const entry of outbox) {
-      const times = faults?.duplicate() ? 2 : 1;
-      for (let i = 0; i < times; i++) {
-        switch (entry.kind) {
-          case 'channel':
-            this.enqueue(entry.envelope);
-            break;
-          case 'sink':
-            await this.sinks.get(entry.delivery.sink)!.write(entry.delivery);
-            break;
-          case 'deadLetter': {
-            const d = entry.deadLetter;
-            const id = deadLetterId(d);
-            if (!this.deadLetterIds.has(id)) {
-              this.deadLetterIds.add(id);
-              this.deadLetters.push(d);
-            }
-            break;
-          }
-          case 'ack':
-            this.options.checkpoints?.onAck(entry.ack);
-            break;
-        }
-      }
-    }
+  private deliver(outbox: readonly OutboxEntry[]): Promise<void> {
+    return this.delivery.deliver(outbox);
   }
 
   // ---- ingestion (IngestTarget) ----

@@ -9,7 +9,9 @@ import type { Clock, StreamRecord } from '../api/types.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import type { Barrier, Envelope } from '../transport/envelope.ts';
 import type { BarrierEntry, SourceLog } from './input-log.ts';
-import { type PartitionCursorState, recordMaker, type RejectedInput, type SourceReader, SourcePartitioner } from './sources.ts';
+import { createReader, type PartitionCursorState, type RejectedInput, type SourceReader, SourcePartitioner, timestampReader } from './sources.ts';
+import { channelId, type PhysicalPlan, type StageEdge } from '../graph/compile.ts';
+import type { EmbeddedOptions } from './embedded-options.ts';
 
 export interface FeedHost {
   readonly clock: Clock;
@@ -28,7 +30,7 @@ export class SourceFeed {
   read = 0;
   /** Logged records still to replay after a restore, per partition. */
   private replay = new Map<number, { records: StreamRecord[]; i: number }>();
-  private toRecord: ((event: unknown) => StreamRecord | string) | undefined;
+  private timestampOf: ((event: unknown) => number | string) | undefined;
 
   constructor(
     readonly def: SourceDef<any>,
@@ -83,23 +85,35 @@ export class SourceFeed {
    */
   accept(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost): void {
     const batch = host.batchSize;
-    const toRecord = (this.toRecord ??= recordMaker(this.def, host.clock));
+    const timestampOf = (this.timestampOf ??= timestampReader(this.def, host.clock));
     for (let i = 0; i < events.length; i += batch) {
       const end = Math.min(i + batch, events.length);
-      // Sized once: growing by push would copy the array several times per chunk.
-      const records: StreamRecord[] = new Array(end - i);
+      // Columns, not a record object per event (the envelope builds records only if asked).
+      const values = events.slice(i, end);
+      const timestamps: number[] = new Array(end - i);
+      let max = Number.NEGATIVE_INFINITY;
       let n = 0;
       for (let j = i; j < end; j++) {
-        const r = toRecord(events[j]);
-        if (typeof r === 'string') host.rejected({ source: this.def.name, position: positions?.[j] ?? `event ${this.read + j}`, error: r });
-        else records[n++] = r;
+        const t = timestampOf(events[j]);
+        if (typeof t === 'string') {
+          host.rejected({ source: this.def.name, position: positions?.[j] ?? `event ${this.read + j}`, error: t });
+          continue;
+        }
+        if (n !== j - i) values[n] = events[j];
+        timestamps[n++] = t;
+        if (t > max) max = t;
       }
-      if (n < records.length) records.length = n;
-      host.accepted(records.length);
-      if (!records.length) continue;
+      if (n < end - i) {
+        values.length = n;
+        timestamps.length = n;
+      }
+      host.accepted(n);
+      if (n === 0) continue;
       const p = this.partitioner.nextPartition;
-      if (this.logRecords) this.log!.append(p, this.partitioner.positions()[p], records);
-      host.enqueue(this.partitioner.envelopeFor(records));
+      const at = this.logRecords ? this.partitioner.positions()[p] : 0;
+      const env = this.partitioner.envelopeOfColumns({ values, timestamps, maxTimestamp: max });
+      if (this.logRecords) this.log!.append(p, at, env.records);
+      host.enqueue(env);
     }
     this.read += events.length;
   }
@@ -144,4 +158,31 @@ export class SourceFeed {
   get replaying(): boolean {
     return this.replay.size > 0;
   }
+}
+
+/**
+ * The feed of a source edge (undefined for other edges): its reader from the binding
+ * (or its override), its log in checkpointed runs, and its positions after a restore.
+ */
+export function openSourceFeed(plan: PhysicalPlan, edge: StageEdge, options: Pick<EmbeddedOptions, 'checkpoints' | 'restore' | 'sources'>, clock: Clock): SourceFeed | undefined {
+  if (edge.from.kind !== 'source') return undefined;
+  const node = plan.job.nodes[edge.toNode];
+  if (node.spec.kind !== 'source') return undefined;
+  const def = node.spec.source;
+  const parallelism = plan.stages[edge.toStage].parallelism;
+  const reader = createReader(options.sources?.[def.name] ?? def.binding, def.name, clock);
+  const logging = options.checkpoints?.logFor(def.name, reader.seek !== undefined);
+  const feed = new SourceFeed(def, reader, new SourcePartitioner(def, edge.id, parallelism, clock), edge.toStage, logging?.log, logging?.logRecords);
+  const r = options.restore;
+  if (r) {
+    const at = r.sources[def.name] ?? { positions: [] };
+    const states = r.sameTopology
+      ? Array.from({ length: parallelism }, (_, p) => {
+          const ch = r.partitions.get(`${edge.toStage}/${p}`)?.progress.inputs[channelId(edge.id, p)];
+          return { seq: ch?.seq ?? 0, watermark: ch?.watermark ?? Number.NEGATIVE_INFINITY, idle: ch?.idle ?? false, records: at.positions[p] ?? 0 };
+        })
+      : undefined;
+    feed.restore(at.entry, at.positions, states, r.epoch);
+  }
+  return feed;
 }

@@ -8,7 +8,7 @@ import { createInterface } from 'node:readline';
 import { validateWithSchema, type SourceBinding, type SourceDef } from '../api/sources.ts';
 import { type Clock, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import { channelId } from '../graph/compile.ts';
-import type { Barrier, Envelope } from '../transport/envelope.ts';
+import { type Barrier, columnarEnvelope, type Envelope, type RecordColumns } from '../transport/envelope.ts';
 
 /** An event a source could not turn into a record (bad line, bad timestamp). Counted and reported, never dropped silently. */
 export interface RejectedInput {
@@ -73,9 +73,9 @@ class GeneratorReader implements SourceReader {
       this.startedAt ??= this.clock.now();
       limit = Math.min(limit, Math.floor(((this.clock.now() - this.startedAt) * this.gen.ratePerSec) / 1000));
     }
-    const end = Math.min(limit, this.n + max);
-    const events: unknown[] = [];
-    for (; this.n < end; this.n++) events.push(this.gen.generate(this.n));
+    const end = Math.max(this.n, Math.min(limit, this.n + max));
+    const events: unknown[] = new Array(end - this.n);
+    for (let i = 0; this.n < end; this.n++) events[i++] = this.gen.generate(this.n);
     return { events, done: this.gen.count !== undefined && this.n >= this.gen.count };
   }
 }
@@ -172,22 +172,26 @@ export function toRecord(def: SourceDef<any>, event: unknown, clock: Clock): Str
 }
 
 /**
- * toRecord as a function of the event alone, specialised for the common case (no
- * schema, a timestamp extractor): one call and a type check per event; anything
- * unusual goes through toRecord for its error message.
+ * An event's timestamp (or the error message of toRecord when it cannot become a
+ * record), specialised for the common case (no schema, a timestamp extractor): one
+ * call and a type check per event; anything unusual goes through toRecord.
  */
-export function recordMaker(def: SourceDef<any>, clock: Clock): (event: unknown) => StreamRecord | string {
+export function timestampReader(def: SourceDef<any>, clock: Clock): (event: unknown) => number | string {
   const extract = def.timestamp;
-  if (def.schema || !extract) return (event) => toRecord(def, event, clock);
+  const viaRecord = (event: unknown) => {
+    const r = toRecord(def, event, clock);
+    return typeof r === 'string' ? r : r.timestamp;
+  };
+  if (def.schema || !extract) return viaRecord;
   return (event) => {
     let timestamp: unknown;
     try {
       timestamp = extract(event);
     } catch {
-      return toRecord(def, event, clock);
+      return viaRecord(event);
     }
-    if (typeof timestamp === 'number' && timestamp - timestamp === 0) return { value: event, timestamp };
-    return toRecord(def, event, clock);
+    if (typeof timestamp === 'number' && timestamp - timestamp === 0) return timestamp;
+    return viaRecord(event);
   };
 }
 
@@ -240,16 +244,32 @@ export class SourcePartitioner {
     return this.envelopeTo(p, records);
   }
 
+  /** One envelope of columns (at least one record) for the next partition in turn. */
+  envelopeOfColumns(columns: RecordColumns): Envelope {
+    const p = this.next;
+    this.next = (this.next + 1) % this.partitions;
+    const c = this.advance(p, columns.maxTimestamp, columns.values.length);
+    return columnarEnvelope({ channel: channelId(this.edge, p), edge: this.edge, toPartition: p, seq: ++c.seq, watermark: c.watermark, idle: c.idle || undefined }, columns);
+  }
+
   /** One envelope for partition p (a replay of its logged records). */
   envelopeTo(p: number, records: StreamRecord[]): Envelope {
+    let max = MIN_WATERMARK;
+    for (const r of records) if (r.timestamp > max) max = r.timestamp;
+    this.advance(p, max, records.length);
+    return this.make(p, records);
+  }
+
+  /** Partition p's cursor after `count` more records whose largest timestamp is `max`. */
+  private advance(p: number, max: number, count: number): PartitionCursor {
     const c = this.cursors[p];
-    for (const r of records) if (r.timestamp > c.maxTimestamp) c.maxTimestamp = r.timestamp;
+    if (max > c.maxTimestamp) c.maxTimestamp = max;
     const wm = c.maxTimestamp - this.def.watermark.maxOutOfOrdernessMs - 1;
     if (wm > c.watermark) c.watermark = wm;
     c.lastDataAt = this.clock.now();
     c.idle = false;
-    c.records += records.length;
-    return this.make(p, records);
+    c.records += count;
+    return c;
   }
 
   /** Records sent to each partition so far (the positions a barrier carries). */

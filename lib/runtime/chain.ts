@@ -41,9 +41,9 @@ export function buildChains(plan: PhysicalPlan, order: readonly NodeRuntime[], n
     const spec = n.node.spec;
     n.emitters.clear();
     if (spec.kind === 'sink') {
-      const name = n.node.name;
       const outputs = host.outputs;
-      n.emitMain = (value) => outputs.toSink(name, value);
+      const slot = outputs.sinkSlot(n.node.name);
+      n.emitMain = (value) => outputs.pushTo(slot, value);
     } else {
       for (const [port, succ] of n.routes) {
         const targets = succ.map((s): Push => {

@@ -1,13 +1,14 @@
 /** The operator context: binds an operator to its partition, current key, state and timers. */
 import { type Clock, type Key, keyFromString, keyToString } from '../api/types.ts';
 import { InvariantError } from '../errors.ts';
-import type { Successor } from '../graph/compile.ts';
+import type { PhysicalPlan, Successor } from '../graph/compile.ts';
+import { createOperator } from '../operators/registry.ts';
 import { keyGroupOfString } from '../graph/keygroups.ts';
 import { type LogicalNode, MAIN_PORT } from '../graph/logical.ts';
 import type { StateTxn } from '../state/txn.ts';
 import type { OperatorContext, StreamOperator, TimeDomain } from './operator.ts';
 import type { Push } from './chain.ts';
-import type { TimerQueue } from './timers.ts';
+import { TimerQueue } from './timers.ts';
 
 export interface NodeRuntime {
   readonly node: LogicalNode;
@@ -30,6 +31,30 @@ export interface ContextHost {
   readonly clock: Clock;
   readonly watermark: number;
   readonly stateTxn: StateTxn;
+}
+
+/** A node of a partition: its context, operator, routes and timers (entries are set by buildChains). */
+export function newNodeRuntime(plan: PhysicalPlan, node: LogicalNode, host: ContextHost): NodeRuntime {
+  const routes = new Map<string, Successor[]>();
+  for (const s of plan.successors[node.id]) {
+    const list = routes.get(s.port) ?? [];
+    list.push(s);
+    routes.set(s.port, list);
+  }
+  const rt: NodeRuntime = {
+    node,
+    ctx: undefined as unknown as NodeContext,
+    op: undefined as unknown as StreamOperator,
+    routes,
+    timers: { event: new TimerQueue(), processing: new TimerQueue() },
+    recordsIn: 0,
+    emitters: new Map(),
+    emitMain: () => {},
+    entry: undefined,
+  };
+  (rt as { ctx: NodeContext }).ctx = new NodeContext(host, rt, plan.job.maxParallelism);
+  rt.op = createOperator(rt.ctx);
+  return rt;
 }
 
 export function entityId(operator: string, keyString: string): string {

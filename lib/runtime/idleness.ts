@@ -32,7 +32,7 @@ export function sourceIdlenessAfter(ch: Readonly<Pick<ChannelProgress, 'idle' | 
     if (ch.lastDataAt === undefined) return { idle: ch.idle, lastDataAt: env.arrivedAt };
     return { idle: ch.idle || env.arrivedAt - ch.lastDataAt >= timeoutMs, lastDataAt: ch.lastDataAt };
   }
-  const lastDataAt = env.records.length > 0 && env.arrivedAt !== undefined ? Math.max(env.arrivedAt, ch.lastDataAt ?? env.arrivedAt) : ch.lastDataAt;
+  const lastDataAt = env.arrivedAt !== undefined && env.records.length > 0 ? Math.max(env.arrivedAt, ch.lastDataAt ?? env.arrivedAt) : ch.lastDataAt;
   // The producer's own word (embedded partitioner); data or an end marker re-activates.
   return { idle: env.idle === true, lastDataAt };
 }

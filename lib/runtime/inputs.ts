@@ -72,11 +72,16 @@ export function entitiesToPrefetch(plan: PhysicalPlan, envelopes: readonly Envel
 /** Bounded out-of-orderness over the records of a source envelope. */
 export function sourceWatermark(plan: PhysicalPlan, edge: StageEdge, records: readonly StreamRecord[]): number {
   if (records.length === 0) return MIN_WATERMARK;
-  const spec = plan.job.nodes[edge.toNode].spec;
-  const delay = spec.kind === 'source' ? spec.source.watermark.maxOutOfOrdernessMs : 0;
   let max = MIN_WATERMARK;
   for (const r of records) if (r.timestamp > max) max = r.timestamp;
-  return max - delay - 1;
+  return sourceWatermarkAt(plan, edge, max);
+}
+
+/** The same from the records' largest timestamp (columnar envelopes carry it). */
+export function sourceWatermarkAt(plan: PhysicalPlan, edge: StageEdge, maxTimestamp: number): number {
+  const spec = plan.job.nodes[edge.toNode].spec;
+  const delay = spec.kind === 'source' ? spec.source.watermark.maxOutOfOrdernessMs : 0;
+  return maxTimestamp - delay - 1;
 }
 
 /** The minimum over the expected channels, idle ones excluded (all idle: `current` stays). */

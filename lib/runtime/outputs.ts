@@ -9,10 +9,19 @@ import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
 import type { OutboxEntry } from '../transport/envelope.ts';
 import type { MutableProgress } from './checkpoints.ts';
 
+/** A sink's records between two seals. */
+export interface SinkSlot {
+  readonly sink: string;
+  records: unknown[];
+}
+
 export class Outputs {
   /** Per edge, per target partition: records to send. */
   private buffers = new Map<number, StreamRecord[][]>();
-  private sinks = new Map<string, unknown[]>();
+  /** Per sink, its records since the last seal (a slot bound once by the chain: no lookup per record). */
+  private readonly sinkSlots = new Map<string, SinkSlot>();
+  /** Slots with records, in the order of their first record since the last seal. */
+  private activeSinks: SinkSlot[] = [];
   /** The output watermark or idleness changed: every channel must hear of it. */
   watermarkMoved = false;
 
@@ -26,10 +35,20 @@ export class Outputs {
     private readonly tagged: () => boolean,
   ) {}
 
+  /** The slot a sink's records are buffered in (stable for the life of this object). */
+  sinkSlot(sink: string): SinkSlot {
+    let slot = this.sinkSlots.get(sink);
+    if (!slot) this.sinkSlots.set(sink, (slot = { sink, records: [] }));
+    return slot;
+  }
+
   toSink(sink: string, value: unknown): void {
-    let buf = this.sinks.get(sink);
-    if (!buf) this.sinks.set(sink, (buf = []));
-    buf.push(value);
+    this.pushTo(this.sinkSlot(sink), value);
+  }
+
+  pushTo(slot: SinkSlot, value: unknown): void {
+    if (slot.records.length === 0) this.activeSinks.push(slot);
+    slot.records.push(value);
   }
 
   send(edge: StageEdge, value: unknown, timestamp: number): void {
@@ -74,28 +93,30 @@ export class Outputs {
         });
       }
     }
-    this.buffers = new Map();
+    if (this.buffers.size) this.buffers = new Map();
     this.watermarkMoved = false;
   }
 
   /** One delivery per sink with what was emitted so far. */
   sealSinks(): void {
     const progress = this.progress();
-    for (const [sink, records] of this.sinks) {
-      if (!records.length) continue;
+    for (const slot of this.activeSinks) {
+      const { sink, records } = slot;
+      slot.records = [];
       const id = `sink:${sink}`;
       const seq = (progress.outputs[id] ?? 0) + 1;
       progress.outputs[id] = seq;
       const tag = this.tagged() ? { afterBarrier: progress.lastBarrier ?? 0 } : {};
       this.push({ kind: 'sink', delivery: { sink, producer: `${this.stage.id}:${this.partition}`, seq, records, ...tag } });
     }
-    this.sinks = new Map();
+    if (this.activeSinks.length) this.activeSinks = [];
   }
 
   /** Drop what was not sealed (after a commit everything was). */
   reset(): void {
-    this.buffers = new Map();
-    this.sinks = new Map();
+    if (this.buffers.size) this.buffers = new Map();
+    for (const slot of this.activeSinks) slot.records = [];
+    if (this.activeSinks.length) this.activeSinks = [];
     this.watermarkMoved = false;
   }
 }

@@ -12,65 +12,28 @@
  * commits on its own (snapshot handle, forwarded barriers and the ack with the state
  * they describe), then the batch goes on with the envelopes that waited behind it.
  */
-import { type Clock, type Key, keyFromString, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
-import type { BlobStore } from '../checkpoint/storage.ts';
-import { sourcePartitionKey } from '../checkpoint/protocol.ts';
+import { type Clock, type Key, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
-import { channelsInto, type PhysicalPlan, type StagePlan, type Successor } from '../graph/compile.ts';
+import { channelsInto, type StagePlan } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
-import { createOperator } from '../operators/registry.ts';
-import type { ChannelProgress, InputLogAppend, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
+import type { ChannelProgress, PartitionScope, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
-import type { DeadLetter, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import { columnsOf, type Envelope, type OutboxEntry, type RecordColumns, toPlainEnvelope } from '../transport/envelope.ts';
 import { buildChains } from './chain.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
-import { entityId, NodeContext, type NodeRuntime } from './context.ts';
-import { type CallbackLocation, type FailureLocation, locationId, type ParkedFailure, RecordFailedError, type RecordLocation } from './failures.ts';
+import { entityId, newNodeRuntime, type NodeRuntime } from './context.ts';
+import { ConsumedInput } from './consumed-input.ts';
+import { type ParkedFailure, RecordFailedError } from './failures.ts';
+import { BatchPosition } from './position.ts';
+import type { BatchResult, OperatorStats, PartitionDeps } from './partition-deps.ts';
 import { sourceIdlenessAfter } from './idleness.ts';
-import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark } from './inputs.ts';
+import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark, sourceWatermarkAt } from './inputs.ts';
 import { Outputs } from './outputs.ts';
 import { allTimerEntities, changedTimerEntities, timerChanges, timersOfEntity } from './snapshots.ts';
-import { TimerQueue } from './timers.ts';
 
 export { entityId };
+export type { BatchResult, OperatorStats, PartitionDeps } from './partition-deps.ts';
 export { type CallbackLocation, failedEnvelope, type FailureLocation, isRecordLocation, locationId, type ParkedFailure, RecordFailedError, type RecordLocation } from './failures.ts';
-
-export interface PartitionDeps {
-  readonly plan: PhysicalPlan;
-  readonly stage: number;
-  readonly partition: number;
-  readonly backend: StateBackend;
-  readonly clock: Clock;
-  /** Fault-injection hook: runs after processing, before the commit. */
-  readonly beforeCommit?: () => void;
-  /**
-   * Checkpointed runs: where snapshot objects go. With it the partition tracks changed
-   * keys durably (the backend must have tracksChanges) and handles barriers; without
-   * it a barrier is an InvariantError.
-   */
-  readonly checkpointStore?: BlobStore;
-  /**
-   * Log the records consumed on source log channels (those with offsets: SQS) with each
-   * commit (CommitBatch.inputLog), so a restore can replay what the queue no longer holds.
-   */
-  readonly logInput?: boolean;
-}
-
-export interface BatchResult {
-  /** Outputs committed with this batch; deliver them, then call outboxDelivered(version). */
-  readonly outbox: OutboxEntry[];
-  readonly version: number;
-  readonly recordsIn: number;
-  readonly duplicatesDropped: number;
-  readonly committed: boolean;
-  /** Location ids of the records and callbacks parked as dead letters in this commit. */
-  readonly parked: readonly string[];
-}
-
-export interface OperatorStats {
-  readonly name: string;
-  readonly recordsIn: number;
-}
 
 export class PartitionRuntime {
   readonly scope: PartitionScope;
@@ -83,24 +46,14 @@ export class PartitionRuntime {
   private readonly expectedChannels: string[] = [];
   private inputWatermark = MIN_WATERMARK;
   private readonly outputs: Outputs;
-  private deadLetters: DeadLetter[] = [];
   /** Outbox entries sealed during this commit, in order. */
   private pendingOutbox: OutboxEntry[] = [];
   /** Source records consumed since the last commit (logInput). */
-  private pendingInput: InputLogAppend[] = [];
+  private readonly consumed = new ConsumedInput();
   /** Outbox committed before a crash, to deliver again first. */
   recoveredOutbox: OutboxEntry[] = [];
-  /** The input record being applied (fields, not an object per record; see location()). */
-  private curChannel: string | undefined;
-  private curSeq = 0;
-  private curIndex = 0;
-  private curOffset: string | undefined;
-  /** The envelope being applied, whose watermark may fire timers. */
-  private applying: Envelope | undefined;
-  /** The callback running (timer, or watermark), for attributing a throw; built into a location only when needed. */
-  private firing: { node: NodeRuntime | undefined; timer: TimerEntry | undefined; watermark: number } = { node: undefined, timer: undefined, watermark: 0 };
-  private skip: ReadonlyMap<string, ParkedFailure> | undefined;
-  private parked: string[] = [];
+  /** The record or callback being applied, and the failures this batch parks. */
+  private readonly at = new BatchPosition();
   /** What this process() call committed so far (an aligned barrier commits mid-batch). */
   private acc = { outbox: [] as OutboxEntry[], recordsIn: 0, committed: false };
   /** Checkpointed runs: commits mark the entities they changed (incremental snapshots). */
@@ -133,7 +86,7 @@ export class PartitionRuntime {
     buildChains(this.deps.plan, this.order, this.nodes, {
       outputs: this.outputs,
       dispatch: (n, rec, input) => this.dispatch(n, rec, input),
-      failure: (n, value, cause) => new RecordFailedError(n.node.name, value, cause, this.location()),
+      failure: (n, value, cause) => new RecordFailedError(n.node.name, value, cause, this.at.location()),
     });
     for (const t of rec.timers) this.nodes.get(t.node)?.timers[t.domain].load(t);
     this.inputWatermark = this.computeInputWatermark();
@@ -161,25 +114,7 @@ export class PartitionRuntime {
   }
 
   private createNode(node: LogicalNode): void {
-    const routes = new Map<string, Successor[]>();
-    for (const s of this.deps.plan.successors[node.id]) {
-      const list = routes.get(s.port) ?? [];
-      list.push(s);
-      routes.set(s.port, list);
-    }
-    const rt: NodeRuntime = {
-      node,
-      ctx: undefined as unknown as NodeContext,
-      op: undefined as unknown as NodeRuntime['op'],
-      routes,
-      timers: { event: new TimerQueue(), processing: new TimerQueue() },
-      recordsIn: 0,
-      emitters: new Map(),
-      emitMain: () => {},
-      entry: undefined,
-    };
-    (rt as { ctx: NodeContext }).ctx = new NodeContext(this, rt, this.deps.plan.job.maxParallelism);
-    rt.op = createOperator(rt.ctx);
+    const rt = newNodeRuntime(this.deps.plan, node, this);
     this.nodes.set(node.id, rt);
     this.byName.set(node.name, rt);
     this.order.push(rt);
@@ -219,15 +154,14 @@ export class PartitionRuntime {
       return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false, parked: [] };
     }
     this.acc = { outbox: [], recordsIn: 0, committed: false };
-    this.skip = skip;
-    this.parked = [];
+    this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
     this.unchangedProbes.clear();
     for (const env of fresh) await this.take(env, true);
     this.fireProcessingTimers();
     await this.commitPart(fresh.some((e) => !this.unchangedProbes.has(e)));
-    this.skip = undefined;
-    return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups, parked: this.parked };
+    const parked = this.at.end();
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups, parked };
   }
 
   /**
@@ -244,11 +178,12 @@ export class PartitionRuntime {
         const from = ch.records ?? 0;
         ch.offset = env.offset;
         ch.records = from + env.records.length;
-        if (this.deps.logInput && env.records.length) this.logInput(env, from, a && a.arrived[env.channel] ? a.barrier.epoch : (this.progress.lastBarrier ?? 0));
+        if (this.deps.logInput && env.records.length) this.consumed.append(this.deps.plan, this.scope.partition, env, from, a && a.arrived[env.channel] ? a.barrier.epoch : (this.progress.lastBarrier ?? 0));
       }
     }
     if (a && a.arrived[env.channel]) {
-      (this.progress.held ??= []).push(env);
+      // Held envelopes are committed with the progress (cloned, snapshotted): a plain copy.
+      (this.progress.held ??= []).push(toPlainEnvelope(env));
       return;
     }
     if (env.barrier) {
@@ -280,17 +215,6 @@ export class PartitionRuntime {
     }
   }
 
-  private logInput(env: Envelope, from: number, after: number): void {
-    const last = this.pendingInput[this.pendingInput.length - 1];
-    if (last && last.channel === env.channel && last.after === after && last.from + last.records.length === from) {
-      (last.records as StreamRecord[]).push(...env.records);
-      return;
-    }
-    const edge = this.deps.plan.edges[env.edge];
-    const source = edge.from.kind === 'source' ? sourcePartitionKey(edge.from.source, this.scope.partition) : env.channel;
-    this.pendingInput.push({ channel: env.channel, source, from, after, records: [...env.records] });
-  }
-
   private channel(id: string): ChannelProgress {
     return (this.progress.inputs[id] ??= { seq: 0, watermark: MIN_WATERMARK, idle: false });
   }
@@ -300,23 +224,18 @@ export class PartitionRuntime {
     const target = this.nodes.get(edge.toNode)!;
     const keyed = KEYED_KINDS.has(target.node.spec.kind);
     const entry = target.entry;
+    const at = this.at;
+    at.enter(env);
+    const columns = columnsOf(env);
+    if (columns && target.node.spec.kind === 'source' && !at.skip) {
+      this.applyColumns(env, ch, columns, target);
+      return;
+    }
     const records = env.records;
-    this.curChannel = env.channel;
-    this.curSeq = env.seq;
-    this.curOffset = env.offset;
     for (let i = 0; i < records.length; i++) {
       const rec = records[i];
-      this.curIndex = i;
-      if (this.skip) {
-        const here = this.recordLocation();
-        const id = locationId(here);
-        const parked = this.skip.get(id);
-        if (parked) {
-          this.deadLetters.push({ operator: parked.operator ?? target.node.name, ...here, record: rec, error: parked.error, attempts: parked.attempts });
-          this.parked.push(id);
-          continue;
-        }
-      }
+      at.index = i;
+      if (at.skip && at.parkRecord(target.node.name, rec)) continue;
       if (entry) {
         entry(rec.value, rec.timestamp);
         continue;
@@ -325,9 +244,43 @@ export class PartitionRuntime {
       this.dispatch(target, rec, edge.toInput);
     }
     this.acc.recordsIn += records.length;
-    this.curChannel = undefined;
+    at.leave();
     const source = edge.partitioning === 'source';
-    const wm = source ? Math.max(env.watermark, sourceWatermark(this.deps.plan, edge, records)) : env.watermark;
+    this.afterRecords(env, ch, source ? sourceWatermark(this.deps.plan, edge, records) : MIN_WATERMARK);
+  }
+
+  /**
+   * A columnar source envelope (no dead letters to skip): values and timestamps straight
+   * into what the source node emits to, its pass-through entry inlined here (one
+   * try/catch and one count for the envelope, the same attribution of a throw).
+   */
+  private applyColumns(env: Envelope, ch: ChannelProgress, columns: RecordColumns, source: NodeRuntime): void {
+    const { values, timestamps } = columns;
+    const n = values.length;
+    const at = this.at;
+    const emit = source.emitMain;
+    let i = 0;
+    try {
+      for (; i < n; i++) {
+        at.index = i;
+        emit(values[i], timestamps[i]);
+      }
+    } catch (e) {
+      source.recordsIn += i + 1;
+      throw e instanceof UserCodeError ? e : new RecordFailedError(source.node.name, values[i], e, at.location());
+    }
+    source.recordsIn += n;
+    this.acc.recordsIn += n;
+    at.leave();
+    this.afterRecords(env, ch, sourceWatermarkAt(this.deps.plan, this.deps.plan.edges[env.edge], columns.maxTimestamp));
+  }
+
+  /** After an envelope's records: its watermark (at least `derived` on source channels), idleness, timers. */
+  private afterRecords(env: Envelope, ch: ChannelProgress, derived: number): void {
+    const edge = this.deps.plan.edges[env.edge];
+    const target = this.nodes.get(edge.toNode)!;
+    const source = edge.partitioning === 'source';
+    const wm = Math.max(env.watermark, derived);
     if (wm > ch.watermark) ch.watermark = wm;
     if (source) {
       const spec = target.node.spec;
@@ -337,21 +290,20 @@ export class PartitionRuntime {
       ch.idle = next.idle;
       if (next.lastDataAt !== undefined) ch.lastDataAt = next.lastDataAt;
     } else ch.idle = env.idle === true;
-    this.applying = env;
+    this.at.applying = env;
     this.advanceWatermark();
-    this.applying = undefined;
+    this.at.applying = undefined;
   }
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */
   async tick(skip?: ReadonlyMap<string, ParkedFailure>): Promise<BatchResult> {
     this.acc = { outbox: [], recordsIn: 0, committed: false };
-    this.skip = skip;
-    this.parked = [];
+    this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
     this.fireProcessingTimers();
     await this.commitPart(false);
-    this.skip = undefined;
-    return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0, parked: this.parked };
+    const parked = this.at.end();
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0, parked };
   }
 
   /** The earliest pending processing-time timer (for scheduling ticks). */
@@ -384,7 +336,7 @@ export class PartitionRuntime {
     this.inputWatermark = wm;
     for (const n of this.order) {
       for (let t = n.timers.event.pollUpTo(wm); t; t = n.timers.event.pollUpTo(wm)) this.fireTimer(n, t);
-      if (n.op.onWatermark) this.callback(n, undefined, wm, () => n.op.onWatermark!(wm));
+      if (n.op.onWatermark) this.at.callback(n, undefined, wm, () => n.op.onWatermark!(wm));
     }
     this.progress.outputWatermark = wm;
     this.outputs.watermarkMoved = true;
@@ -401,57 +353,7 @@ export class PartitionRuntime {
   private fireTimer(n: NodeRuntime, t: TimerEntry): void {
     if (!n.op.onTimer) return;
     n.ctx.setCurrentKeyString(t.key, t.kg);
-    this.callback(n, t, 0, () => n.op.onTimer!(t.domain, t.time, t.ns));
-  }
-
-  /**
-   * Run a timer or watermark callback. A throw (there or in an operator fed what it
-   * emitted) names the callback, so a retry can park it; a parked one is not run: the
-   * timer counts as consumed, as its dead letter says.
-   */
-  private callback(n: NodeRuntime, t: TimerEntry | undefined, watermark: number, f: () => void): void {
-    if (this.skip) {
-      const id = locationId(this.callbackLocation(n, t, watermark));
-      const parked = this.skip.get(id);
-      if (parked) {
-        const what = t ? { timer: { operator: n.node.name, domain: t.domain, time: t.time, key: keyFromString(t.key), namespace: t.ns, consumed: true as const } } : { watermark };
-        this.deadLetters.push({ operator: parked.operator ?? n.node.name, ...what, error: parked.error, attempts: parked.attempts });
-        this.parked.push(id);
-        return;
-      }
-    }
-    const firing = this.firing;
-    firing.node = n;
-    firing.timer = t;
-    firing.watermark = watermark;
-    try {
-      f();
-    } catch (e) {
-      if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, undefined, e, this.location());
-    } finally {
-      firing.node = undefined;
-      firing.timer = undefined;
-    }
-  }
-
-  /** Where a callback is (timers fire in bulk: built only for a skip check or a throw). */
-  private callbackLocation(n: NodeRuntime, timer: TimerEntry | undefined, watermark: number): CallbackLocation {
-    const env = timer?.domain === 'processing' ? undefined : this.applying;
-    const at = env ? { at: { channel: env.channel, seq: env.seq } } : {};
-    return timer ? { operator: n.node.name, timer, ...at } : { operator: n.node.name, watermark, ...at };
-  }
-
-  /** The input record being applied, or the timer or watermark callback running (built only when needed). */
-  private location(): FailureLocation | undefined {
-    if (this.curChannel !== undefined) return this.recordLocation();
-    const f = this.firing;
-    return f.node ? this.callbackLocation(f.node, f.timer, f.watermark) : undefined;
-  }
-
-  private recordLocation(): RecordLocation {
-    const l = { channel: this.curChannel!, seq: this.curSeq, index: this.curIndex };
-    return this.curOffset === undefined ? l : { ...l, offset: this.curOffset };
+    this.at.callback(n, t, 0, () => n.op.onTimer!(t.domain, t.time, t.ns));
   }
 
   /** @internal Deliver a record to a node of this stage. */
@@ -461,7 +363,7 @@ export class PartitionRuntime {
       n.op.processElement(rec, input);
     } catch (e) {
       if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, rec.value, e, this.location());
+      throw new RecordFailedError(n.node.name, rec.value, e, this.at.location());
     }
   }
 
@@ -490,9 +392,8 @@ export class PartitionRuntime {
     this.outputs.sealSinks();
     const outbox = this.pendingOutbox;
     this.pendingOutbox = [];
-    for (const d of this.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
-    const inputLog = this.pendingInput;
-    this.pendingInput = [];
+    for (const d of this.at.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
+    const inputLog = this.consumed.take();
 
     const writes = this.txn.writes();
     const { adds: timerAdds, deletes: timerDeletes } = timerChanges(this.order);
@@ -519,7 +420,7 @@ export class PartitionRuntime {
       n.timers.processing.clearChanges();
     }
     this.outputs.reset();
-    this.deadLetters = [];
+    this.at.deadLetters = [];
     this.acc.outbox.push(...outbox);
     this.acc.committed ||= changed;
   }

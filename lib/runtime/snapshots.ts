@@ -108,10 +108,11 @@ export function timerChanges(order: readonly NodeRuntime[]): { adds: TimerEntry[
   const adds: TimerEntry[] = [];
   const deletes: TimerEntry[] = [];
   for (const n of order) {
-    for (const q of [n.timers.event, n.timers.processing]) {
-      if (q.added.size) adds.push(...q.added.values());
-      if (q.deleted.size) deletes.push(...q.deleted.values());
-    }
+    const { event, processing } = n.timers;
+    if (event.added.size) adds.push(...event.added.values());
+    if (event.deleted.size) deletes.push(...event.deleted.values());
+    if (processing.added.size) adds.push(...processing.added.values());
+    if (processing.deleted.size) deletes.push(...processing.deleted.values());
   }
   return { adds, deletes };
 }

@@ -136,6 +136,9 @@ export class TimerQueue {
   }
 
   clearChanges(): void {
+    // Nothing added or deleted (added and deleted hold changed nodes only): nothing to clear,
+    // and Map/Set clear() would allocate fresh tables for every queue at every commit.
+    if (this.changed.length === 0) return;
     for (const n of this.changed) {
       if (n.live) n.committed = true;
       else if (n.committed) {
