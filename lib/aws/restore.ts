@@ -40,6 +40,9 @@
  *     message consumed before the restore (the queue continues right after it), and
  *     `replay[channel]` = the records consumed before the restore: the records between
  *     are replayed from the input log first (restore-replay.ts, in the operator function);
+ *   - inter-stage channels continue above the highest sequence number the abandoned
+ *     timeline used on them (sender and receiver alike): SQS FIFO would drop a reused
+ *     number's message as a duplicate for 5 minutes, purge or not;
  *   - sink sequence numbers continue above the highest the abandoned timeline used, so
  *     the upsert sink's `sluice_seq <` condition and the sinks' in-memory high-water marks
  *     (in containers that stayed warm) accept the restored timeline's deliveries.
@@ -55,7 +58,7 @@ import { RestoreError } from '../checkpoint/driver-errors.ts';
 import { participantsOf, planFingerprint } from '../checkpoint/fingerprint.ts';
 import { participantKey, sourcePartitionKey, type CommitPointer, type CoordinatorRecord, type Manifest } from '../checkpoint/protocol.ts';
 import { type RestoredPartition, restoreManifest } from '../checkpoint/snapshot.ts';
-import { channelsInto, compile, type PhysicalPlan } from '../graph/compile.ts';
+import { channelId, channelsInto, compile, type PhysicalPlan } from '../graph/compile.ts';
 import { isTransactional, type TransactionalSink } from '../local/committed-sink.ts';
 import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { type ChannelProgress, emptyProgress, type PartitionProgress, type PartitionScope } from '../state/backend.ts';
@@ -186,6 +189,7 @@ export async function restoreInPlace(o: RestoreInPlaceOptions): Promise<RestoreI
     const head = heads.get(key)!;
     planned.push({ scope, head, restored, progress: installedProgress(plan, scope, restored.progress, head.progress, restoreEpoch, sources, what) });
   }
+  continueChannels(plan, planned);
   const log = new AwsInputLog(db, blobs);
   await pool(planned, 4, async ({ scope, progress }) => {
     const pending = Object.entries(progress.replay ?? {}).map(([channel, upTo]) => ({ channel, from: progress.inputs[channel]?.records ?? 0, upTo }));
@@ -260,6 +264,33 @@ export function initialManifest(plan: PhysicalPlan): Manifest {
 
 function emptyPartition(p: { stage: number; partition: number }): RestoredPartition {
   return { stage: p.stage, partition: p.partition, epoch: 0, progress: emptyProgress(), entities: new Map(), timers: new Map(), bytes: 0 };
+}
+
+/**
+ * Inter-stage channels continue above the highest sequence number the abandoned timeline
+ * used on them, on both ends: SQS FIFO drops a message whose deduplication id (a hash of
+ * channel and sequence numbers) it saw in the last 5 minutes, even after a purge, so the
+ * restored timeline must never send a channel's old numbers again.
+ */
+function continueChannels(plan: PhysicalPlan, planned: Planned[]): void {
+  const byKey = new Map(planned.map((x) => [participantKey(x.scope), x]));
+  for (const up of planned) {
+    for (const eId of plan.stages[up.scope.stage].outputs) {
+      const edge = plan.edges[eId];
+      for (let t = 0; t < plan.stages[edge.toStage].parallelism; t++) {
+        const out = `${eId}>${t}`;
+        const down = byKey.get(participantKey({ stage: edge.toStage, partition: t }));
+        const channel = channelId(eId, up.scope.partition);
+        const seq = Math.max(up.progress.outputs[out] ?? 0, up.head.progress?.outputs[out] ?? 0, down?.head.progress?.inputs[channel]?.seq ?? 0);
+        if (seq === 0) continue;
+        (up.progress.outputs as Record<string, number>)[out] = seq;
+        if (down) {
+          const ch = down.progress.inputs[channel];
+          (down.progress.inputs as Record<string, ChannelProgress>)[channel] = { ...(ch ?? { watermark: MIN_WATERMARK, idle: false }), seq };
+        }
+      }
+    }
+  }
 }
 
 /** Inter-stage queues, and the source queues the caller feeds again. A queue holding both accepted input and envelopes cannot be purged. */
