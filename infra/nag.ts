@@ -8,7 +8,7 @@ import { NagSuppressions } from 'cdk-nag';
 import type { SluiceFunction } from './function.ts';
 
 /** Object ARNs under one of the job's bucket prefixes (permissions.ts bucketPrefixes). */
-const PREFIX_OBJECTS = /^Resource::<[A-Za-z0-9]+\.Arn>\/[A-Za-z0-9_-]+\/(spill|snapshots|manifests|checkpoints|input-log)\/\*$/;
+const PREFIX_OBJECTS = /^Resource::<[A-Za-z0-9]+\.Arn>\/[A-Za-z0-9_-]+\/(spill|snapshots|manifests|checkpoints|input-log|savepoints)\/\*$/;
 
 export function suppressFunctionFindings(functions: readonly SluiceFunction[]): void {
   for (const f of functions) {
@@ -23,7 +23,7 @@ export function suppressFunctionFindings(functions: readonly SluiceFunction[]): 
       [
         {
           id: 'AwsSolutions-IAM5',
-          reason: 'Object keys are generated per envelope, snapshot, epoch and input log segment, so object access is granted on the job\'s key prefix (`<bucket>/<job>/<kind>/*`), not on the whole bucket.',
+          reason: 'Object keys are generated per envelope, snapshot, epoch, input log segment and savepoint, so object access is granted on the job\'s key prefix (`<bucket>/<job>/<kind>/*`), not on the whole bucket.',
           appliesTo: [{ regex: `/${PREFIX_OBJECTS.source}/g` }],
         },
       ],

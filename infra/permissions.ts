@@ -74,6 +74,8 @@ export function bucketPrefixes(job: string) {
     inputLog: `${job}/input-log/`,
     manifests: `${job}/manifests/`,
     checkpoints: `${job}/checkpoints/`,
+    /** Savepoints copied out of the chain (lib/aws/savepoints.ts): written by the coordinator, never deleted by it. */
+    savepoints: `${job}/savepoints/`,
   } as const;
 }
 

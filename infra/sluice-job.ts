@@ -124,6 +124,8 @@ export class SluiceJob extends Construct {
       suppressStateMachineFindings(this.stateMachine);
       // Input arriving wakes the coordinator (it ends itself at zero traffic): lib/aws/checkpoint-wakeup.ts.
       this.ingestion.function.fn.addEnvironment(HANDLER_ENV.stateMachineArn, this.stateMachine.stateMachineArn);
+      // Not read by the stage handlers: `sluice savepoint|restore --target aws` finds the machine through a stage queue's function.
+      for (const s of this.stages) s.operator.fn.addEnvironment(HANDLER_ENV.stateMachineArn, this.stateMachine.stateMachineArn);
       grantWakeUp(this.ingestion.function.fn, this.table, this.stateMachine, p.job.name, p.encryptionKey);
     }
     this.functions = functions;
@@ -155,7 +157,7 @@ export class SluiceJob extends Construct {
 
   /**
    * Checkpoint storage: pointer items, snapshots, manifests and stats (read, write,
-   * delete), the S3 file sinks the commit step prepares and commits, and input log
+   * delete), savepoint copies (read, write: never deleted), the S3 file sinks the commit step prepares and commits, and input log
    * truncation (the source partitions' segment items and objects).
    */
   grantCoordinator(grantee: iam.IGrantable): iam.Grant {
@@ -164,6 +166,7 @@ export class SluiceJob extends Construct {
     const sourceStages = loggingPartitions(this.plan).filter((s) => s.partition === 0).map((s) => s.stage);
     const storage = grantTable(grantee, this.table, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys(p.job.name), p.encryptionKey)
       .combine(grantObjects(grantee, this.bucket, [prefixes.snapshots, prefixes.manifests, prefixes.checkpoints], { read: true, write: true, delete: true }, p.encryptionKey))
+      .combine(grantObjects(grantee, this.bucket, [prefixes.savepoints], { read: true, write: true }, p.encryptionKey))
       .combine(grantObjects(grantee, this.bucket, [prefixes.inputLog], { delete: true }, p.encryptionKey))
       .combine(grantTable(grantee, this.table, INPUT_LOG_TRUNCATE_ACTIONS, sourceStages.flatMap((s) => partitionControlKeys(p.job.name, s)), p.encryptionKey));
     const sinks = this.sinkGrants.grantCommit(grantee);

@@ -23,6 +23,7 @@ import { DynamoDbTable } from './dynamodb-table.ts';
 import { AwsInputLog, inputLogTruncation } from './input-log.ts';
 import { stateTableName } from './naming.ts';
 import { S3BlobStore } from './s3-blob-store.ts';
+import { describePlan } from './savepoints.ts';
 import { bindAwsSinks } from './sink-options.ts';
 import { NamedQueues, type QueueResolver } from './sqs-queues.ts';
 import { SqsTransport } from './sqs-transport.ts';
@@ -88,6 +89,8 @@ export function createCheckpointHandler(config: CheckpointHandlerConfig): Checkp
     sinks,
     injectBarriers: (d) => injectBarriers(transport, queues, job, d.sources, { epoch: d.epoch, baseEpoch: d.baseEpoch, full: d.fullSnapshot, savepoint: d.savepoint !== null }),
     // The operator functions log source input to the same bucket (input-log.ts).
+    // Savepoints asked for by `sluice savepoint` (savepoints.ts), with what restoring them checks.
+    savepoints: { plan: describePlan(plan) },
     truncateLogs: inputLogTruncation(plan, new AwsInputLog(new DynamoDbTable(config.dynamodb, config.inputLogTableName ?? tableName, accounting), blobs)),
     ...config.overrides,
   });

@@ -14,12 +14,16 @@
  *   commit  manifest, stats, pointer compare-and-set, onCommitted, sinks, truncation
  *   abort   abort the timed-out epoch (its number is burned), delete its snapshots
  *
+ * Savepoints (savepoints.ts): open turns a pending request item into a labelled, full
+ * epoch at once; after it commits, the truncate follow-up (or the next open, for a
+ * coordinator that died in between) copies it under `${job}/savepoints/<label>/`.
+ *
  * The coordinator record and pointer live in the PointerStore (DynamoDbPointerStore:
  * `${job}#c`), manifests and stats in the BlobStore (S3), acks and activity in
  * checkpoint-acks.ts. Same persistence as lib/checkpoint/driver.ts, one step per call.
  */
 import { fromBytes, toBytes } from '../checkpoint/codec.ts';
-import { abort, createCoordinator, decide, onCommitted, openEpoch, recordAck, toRecord } from '../checkpoint/coordinator.ts';
+import { abort, createCoordinator, decide, onCommitted, openEpoch, recordAck, requestSavepoint, toRecord } from '../checkpoint/coordinator.ts';
 import { checkpointStats, CoordinatorFencedError, POINTER_NAME, RECORD_NAME, statsKey, type InjectDecision, type TruncateDecision } from '../checkpoint/driver.ts';
 import { PointerConflictError, RestoreError } from '../checkpoint/driver-errors.ts';
 import { PlanMismatchError } from '../checkpoint/errors.ts';
@@ -28,6 +32,7 @@ import { participantKey, sourcePartitionKey, type Ack, type CommitPointer, type 
 import { resume } from '../checkpoint/resume.ts';
 import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
 import { SluiceError } from '../errors.ts';
+import { finishSavepoint, type PlanDescription, readSavepointRequest, savepointMetaKey } from './savepoints.ts';
 import { acquireLease, checkTaskInput, childName, CoordinatorNotStartedError, type Carry, type Limits, LEASE_NAME, type Lease, taskError, updateLease } from './checkpoint-task.ts';
 
 export interface AckSource {
@@ -46,6 +51,8 @@ export interface CheckpointStepsOptions {
   readonly sinks?: { prepare(epoch: number): Promise<void>; commit(epoch: number): Promise<void> };
   /** Release logged input no retained checkpoint needs (input-log.ts inputLogTruncation). @default nothing */
   truncateLogs?(d: TruncateDecision): Promise<void>;
+  /** The plan as a savepoint records it; set: the steps take savepoints asked for by request item. @default none */
+  readonly savepoints?: { readonly plan: PlanDescription };
   readonly now?: () => number;
   /** Fault injection for tests: called at named points inside actions. */
   readonly hook?: (point: string) => void | Promise<void>;
@@ -60,6 +67,8 @@ export class CheckpointSteps {
   private readonly now: () => number;
   /** The plan's setup with the epoch timeout the state machine passes (one source for its timing). */
   private setup: CoordinatorSetup;
+  /** Savepoint manifests' source positions (immutable objects, read once per container). */
+  private readonly savepointPositions = new Map<string, Manifest['positions']>();
 
   constructor(private readonly o: CheckpointStepsOptions) {
     this.now = o.now ?? Date.now;
@@ -126,9 +135,15 @@ export class CheckpointSteps {
     const s = await this.load();
     const f = s.state.inFlight;
     if (f) return { ...c, next: f.committing ? 'commit' : 'decide', epoch: f.epoch };
-    const active = await this.active(lease.lease, limits);
-    const touched = active ? this.setup.participants.flatMap((p) => p.sources.map((src) => sourcePartitionKey(src, p.partition))) : [];
-    const r = openEpoch(s.state, now, { touched });
+    const label = await this.savepointToOpen(s.state);
+    let r: StepResult;
+    if (label !== null) {
+      r = requestSavepoint(s.state, now, label);
+    } else {
+      const active = await this.active(lease.lease, limits);
+      const touched = active ? this.setup.participants.flatMap((p) => p.sources.map((src) => sourcePartitionKey(src, p.partition))) : [];
+      r = openEpoch(s.state, now, { touched });
+    }
     const d = r.decisions[0];
     if (d?.kind === 'inject-barriers') {
       await this.persist(s, r.state);
@@ -257,7 +272,8 @@ export class CheckpointSteps {
       case 'commit-sinks':
         return this.o.sinks?.commit(d.epoch);
       case 'truncate':
-        await this.o.truncateLogs?.(d);
+        await this.o.truncateLogs?.(await this.keepingSavepointInput(s.state, d));
+        await this.finishSavepoints(s.state);
         return this.collectGarbage(s.state);
       case 'abort':
         if (d.discardSnapshots.length) await this.o.blobs.delete(d.discardSnapshots);
@@ -296,7 +312,59 @@ export class CheckpointSteps {
 
   private async followUps(state: CoordinatorState, epoch: number): Promise<void> {
     await this.o.sinks?.commit(epoch);
+    await this.finishSavepoints(state);
     await this.collectGarbage(state);
+  }
+
+  /**
+   * The label of a requested savepoint the coordinator has not taken yet, or null. A
+   * request whose epoch already committed is finished here (its copy may have been cut
+   * short), so a quiet job woken for it completes it without another epoch.
+   */
+  private async savepointToOpen(state: CoordinatorState): Promise<string | null> {
+    if (!this.o.savepoints) return null;
+    const req = await readSavepointRequest(this.o.pointers);
+    if (req?.status !== 'pending') return null;
+    if (state.savepoints.some((p) => p.label === req.label)) {
+      await this.finishSavepoints(state);
+      return null;
+    }
+    // One savepoint at a time: a pending one (an aborted attempt) is opened again by openEpoch.
+    return state.pendingSavepoint && state.pendingSavepoint.label !== req.label ? null : req.label;
+  }
+
+  /**
+   * The truncation, lowered to keep the logged input after every savepoint's positions: a
+   * restore from a savepoint replays it (restore.ts), as a restore from a checkpoint does.
+   */
+  private async keepingSavepointInput(state: CoordinatorState, d: TruncateDecision): Promise<TruncateDecision> {
+    if (!d.logs || !this.o.savepoints || !state.savepoints.length) return d;
+    const below = { ...d.logs.belowPositions };
+    for (const sp of state.savepoints) {
+      let positions = this.savepointPositions.get(sp.manifestKey);
+      if (!positions) {
+        // The chain's manifest (pinned by collectGarbage), else the copy's meta.
+        const body = (await this.o.blobs.get(sp.manifestKey)) ?? (await this.o.blobs.get(savepointMetaKey(state.job, sp.label)));
+        if (!body) continue;
+        positions = fromBytes<{ positions: Manifest['positions'] }>(body).positions;
+        this.savepointPositions.set(sp.manifestKey, positions);
+      }
+      for (const [key, n] of Object.entries(positions)) below[key] = Math.min(below[key] ?? n, n);
+    }
+    return { ...d, logs: { ...d.logs, belowPositions: below } };
+  }
+
+  /** Copy a committed, requested savepoint out of the chain (idempotent). */
+  private async finishSavepoints(state: CoordinatorState): Promise<void> {
+    if (!this.o.savepoints) return;
+    const req = await readSavepointRequest(this.o.pointers);
+    if (req?.status !== 'pending') return;
+    const sp = state.savepoints.find((p) => p.label === req.label);
+    if (!sp) return;
+    await this.o.hook?.('savepoint:before-copy');
+    const manifest = await this.readManifest(sp.manifestKey);
+    await finishSavepoint({ pointers: this.o.pointers, blobs: this.o.blobs, job: state.job, plan: this.o.savepoints.plan }, manifest, sp.manifestKey, { completedAt: sp.completedAt });
+    await this.o.hook?.('savepoint:written');
   }
 
   /** Delete manifests, stats and snapshots no retained checkpoint needs (as driver.ts; only with nothing in flight). */

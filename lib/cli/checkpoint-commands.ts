@@ -1,9 +1,10 @@
 /**
  * Wiring of the checkpoint flags and commands into the `sluice` program (main.ts calls
  * registerCheckpointCommands once): flags on `run` and `dev`, and the `checkpoints`,
- * `savepoint` and `restore` commands. The logic lives in checkpoints.ts.
+ * `savepoint` and `restore` commands. The logic lives in checkpoints.ts (embedded) and
+ * checkpoints-aws.ts (`--target local-aws|aws`, loaded only then: the AWS SDK is slow to load).
  */
-import type { Command } from 'commander';
+import { type Command, Option } from 'commander';
 import { ConfigError } from '../errors.ts';
 import { addDevCheckpointOptions, addRunCheckpointOptions, checkpointsCommand, savepointCommand } from './checkpoints.ts';
 import { devCommand } from './dev.ts';
@@ -12,6 +13,33 @@ import { runCommand } from './run.ts';
 type Action = <A extends unknown[]>(command: string, fn: (...args: A) => Promise<void>) => (...args: A) => Promise<void>;
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
+
+const CHECKPOINT_TARGETS = ['embedded', 'local-aws', 'aws'] as const;
+type CheckpointTarget = (typeof CHECKPOINT_TARGETS)[number];
+
+interface AwsFlags {
+  target: CheckpointTarget;
+  table?: string;
+  bucket?: string;
+  stateMachine?: string;
+  queuePrefix?: string;
+}
+
+/** --target and what --target aws cannot derive from the job's name. */
+function addTargetOptions(cmd: Command): Command {
+  return cmd
+    .addOption(
+      new Option('--target <target>', "embedded (the checkpoint directory), local-aws (a `sluice run --target local-aws` run's servers, from AWS_ENDPOINT_URL*), or aws (the deployed job)")
+        .choices(CHECKPOINT_TARGETS)
+        .default('embedded'),
+    )
+    .option('--table <name>', 'aws: the state table (default sluice-<job>)')
+    .option('--bucket <name>', "aws: the snapshot bucket (default: SLUICE_BUCKET of the job's stage functions)")
+    .option('--state-machine <arn>', "aws: the checkpoint state machine (default: SLUICE_STATE_MACHINE_ARN of the job's stage functions)")
+    .option('--queue-prefix <prefix>', 'aws: the stage queues\' name prefix (default none)');
+}
+
+const awsCommands = () => import('./checkpoints-aws.ts');
 const err = (l: string) => process.stderr.write(l + '\n');
 
 export function registerCheckpointCommands(program: Command, action: Action): void {
@@ -21,32 +49,35 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
   const dev = byName('dev');
   if (dev) addDevCheckpointOptions(dev);
 
-  program
+  const checkpoints = program
     .command('checkpoints')
     .description("list a job's retained checkpoints (epoch, time, size, duration) and savepoints")
     .argument('<job>', 'job module (.ts or .js)')
     .option('--checkpoint-dir <dir>', 'default .sluice/<job>/')
     .option('--param <key=value>', 'job parameter, repeatable', collect, [])
-    .option('--json', 'print JSON')
-    .action(
-      action('checkpoints', async (job: string, opts: { checkpointDir?: string; param: string[]; json?: boolean }) => {
-        await checkpointsCommand(job, opts, (l) => process.stdout.write(l + '\n'));
-      }),
-    );
+    .option('--json', 'print JSON');
+  addTargetOptions(checkpoints).action(
+    action('checkpoints', async (job: string, opts: { checkpointDir?: string; param: string[]; json?: boolean } & AwsFlags) => {
+      const out = (l: string) => process.stdout.write(l + '\n');
+      if (opts.target === 'embedded') await checkpointsCommand(job, opts, out);
+      else await (await awsCommands()).checkpointsAwsCommand(job, { ...opts, target: opts.target }, out);
+    }),
+  );
 
-  program
+  const savepoint = program
     .command('savepoint')
-    .description('take a savepoint of a job running under `sluice dev` and wait until it is written')
+    .description('take a savepoint (of a job running under `sluice dev`, a local-aws run or a deployed job) and wait until it is written')
     .argument('<job>', 'job module (.ts or .js)')
     .option('--label <label>', 'savepoint name (default sp-<time>)')
     .option('--checkpoint-dir <dir>', 'default .sluice/<job>/')
     .option('--param <key=value>', 'job parameter, repeatable', collect, [])
-    .option('--timeout <ms>', 'how long to wait', '120000')
-    .action(
-      action('savepoint', async (job: string, opts: { label?: string; checkpointDir?: string; param: string[]; timeout: string }) => {
-        await savepointCommand(job, opts, err);
-      }),
-    );
+    .option('--timeout <ms>', 'how long to wait', '120000');
+  addTargetOptions(savepoint).action(
+    action('savepoint', async (job: string, opts: { label?: string; checkpointDir?: string; param: string[]; timeout: string } & AwsFlags) => {
+      if (opts.target === 'embedded') await savepointCommand(job, opts, err);
+      else await (await awsCommands()).savepointAwsCommand(job, { ...opts, target: opts.target }, err);
+    }),
+  );
 
   const restore = program
     .command('restore')
@@ -61,14 +92,19 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
     .option('--port <port>', 'dev: ingestion endpoint port', '8080')
     .option('--host <host>', 'dev: interface to listen on', '127.0.0.1')
     .option('--param <key=value>', 'job parameter, repeatable', collect, []);
-  addDevCheckpointOptions(restore).action(
-    action('restore', async (job: string, opts: { from: string; input?: string; output?: string; param: string[]; port: string; host: string }) => {
-      if (opts.input !== undefined || opts.output !== undefined) {
-        if (opts.input === undefined || opts.output === undefined) throw new ConfigError(opts.input === undefined ? '--input' : '--output', '--input and --output together (a bounded run), or neither (dev)', 'only one of them');
-        await runCommand(job, { ...opts, input: opts.input, output: opts.output, checkpointInterval: (opts as { checkpointInterval?: string }).checkpointInterval ?? '0' });
+  addTargetOptions(addDevCheckpointOptions(restore)).action(
+    action('restore', async (job: string, opts: { from: string; input?: string; output?: string; param: string[]; port: string; host: string } & AwsFlags) => {
+      if (opts.target !== 'embedded') {
+        if (opts.input !== undefined || opts.output !== undefined) throw new ConfigError(opts.input !== undefined ? '--input' : '--output', `no --input/--output with --target ${opts.target} (the job restores in place and keeps consuming its queues)`, 'given');
+        await (await awsCommands()).restoreAwsCommand(job, { ...opts, target: opts.target }, err);
         return;
       }
-      await devCommand(job, opts);
+      if (opts.input !== undefined || opts.output !== undefined) {
+        if (opts.input === undefined || opts.output === undefined) throw new ConfigError(opts.input === undefined ? '--input' : '--output', '--input and --output together (a bounded run), or neither (dev)', 'only one of them');
+        await runCommand(job, { ...opts, target: 'embedded', input: opts.input, output: opts.output, checkpointInterval: (opts as { checkpointInterval?: string }).checkpointInterval ?? '0' });
+        return;
+      }
+      await devCommand(job, { ...opts, target: 'embedded' });
       process.exit(process.exitCode ?? 0);
     }),
   );

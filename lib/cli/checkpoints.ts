@@ -124,7 +124,9 @@ export interface LocalAwsRunCheckpoints {
 }
 
 function localAwsCheckpoints(sink: CommittedFileSink<unknown>, ck: CheckpointingOptions, crashAfter: number | undefined, log: Log) {
-  if (typeof ck.start === 'object') throw new ConfigError('--from', '--target embedded (savepoints and --from are built for the embedded runtime only)', `--from ${ck.start.from} with --target local-aws`);
+  if (typeof ck.start === 'object') {
+    throw new ConfigError('--from', `--target embedded; for local-aws, restore in place first (sluice restore <job> --target local-aws --from ${ck.start.from}), then run with --resume`, `--from ${ck.start.from} with --target local-aws`);
+  }
   let finished: LocalAwsCheckpointing | undefined;
   const localAws: LocalAwsRunCheckpoints = {
     checkpoints: { dir: ck.dir, intervalMs: ck.intervalMs, start: ck.start === 'resume' ? 'resume' : 'fresh', sinks: [sink], log },

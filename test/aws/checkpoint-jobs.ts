@@ -12,25 +12,30 @@ interface Ev {
   t: number;
 }
 
-/** Per user: a sum per second of event time (timers) and a final total (value state). */
-export function countsJob(p: { parallelism?: number } = {}): Job {
+/**
+ * Per user: a sum per second of event time (timers) and a final total (value state).
+ * `renamedState`: the total kept under another state name (a change a savepoint does not fit).
+ */
+export function countsJob(p: { parallelism?: number; renamedState?: boolean } = {}): Job {
   const job = new Job('counts', { parallelism: p.parallelism ?? 2, maxParallelism: 8 });
+  const totalName = p.renamedState ? 'grandTotal' : 'total';
+  const total = (s: Record<string, unknown>) => s[totalName] as ReturnType<typeof valueState<number>> & { get(): number | undefined; set(v: number): void };
   job
     .ingest<Ev>('events', { timestamp: (e) => e.t, watermark: WatermarkStrategies.boundedOutOfOrderness(100) })
     .keyBy((e) => e.user)
     .process({
-      state: { total: valueState<number>(), perSecond: mapState<number, number>() },
+      state: { [totalName]: valueState<number>(), perSecond: mapState<number, number>() } as { total: ReturnType<typeof valueState<number>>; perSecond: ReturnType<typeof mapState<number, number>> },
       processElement(e, ctx) {
         const s = ctx.state;
         const second = Math.floor(e.t / 1000);
         s.perSecond.set(second, (s.perSecond.get(second) ?? 0) + e.amount);
         ctx.timers.registerEventTimeTimer(second * 1000 + 999);
         ctx.timers.registerEventTimeTimer(Number.MAX_SAFE_INTEGER);
-        s.total.set((s.total.get() ?? 0) + e.amount);
+        total(s).set((total(s).get() ?? 0) + e.amount);
       },
       onTimer(t, ctx) {
         const s = ctx.state;
-        if (t === Number.MAX_SAFE_INTEGER) return ctx.emit({ user: ctx.key, total: s.total.get() });
+        if (t === Number.MAX_SAFE_INTEGER) return ctx.emit({ user: ctx.key, total: total(s).get() });
         const second = Math.floor(t / 1000);
         ctx.emit({ user: ctx.key, second, sum: s.perSecond.get(second) });
         s.perSecond.delete(second);

@@ -41,6 +41,9 @@ describe('SluiceJob with the checkpoint state machine', () => {
     // Input log truncation: the source stage's segment items, and deleting their objects.
     expect(statements.find((s) => s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys']?.toString() === 'nexmark-q5#p#0#*')!.Action).toEqual(['dynamodb:Query', 'dynamodb:BatchWriteItem']);
     expect(JSON.stringify(statements.find((s) => actions(s).length === 1 && actions(s)[0] === 's3:DeleteObject')!.Resource)).toContain('nexmark-q5/input-log/*');
+    // Savepoints are copied out of the chain: written and read, never deleted by the task.
+    const savepoints = statements.filter((s) => JSON.stringify(s.Resource).includes('nexmark-q5/savepoints/*'));
+    expect(savepoints.flatMap(actions).sort()).toEqual(['s3:GetObject', 's3:PutObject']);
     expect(statements.find((s) => actions(s).includes('sqs:SendMessage'))!.Resource).toEqual({ 'Fn::GetAtt': [logicalId(stack, job.stages[0].queue), 'Arn'] });
     const machineStatements = roleStatements(resources, logicalId(stack, machine.role));
     const start = machineStatements.find((s) => actions(s).includes('states:StartExecution'))!;
@@ -58,6 +61,9 @@ describe('SluiceJob with the checkpoint state machine', () => {
     expect(JSON.stringify(roleStatements(resources, logicalId(stack, job.stages[1].operator.role)))).not.toContain('input-log');
     const fn = (f: { fn: unknown }) => resources[logicalId(stack, f.fn)];
     expect(fn(job.stages[0].operator).Properties!.Environment.Variables.SLUICE_CHECKPOINTS).toBe('1');
+    // What `sluice savepoint|restore --target aws` reads from a stage queue's function (lib/aws/deployment.ts).
+    expect(fn(job.stages[0].operator).Properties!.Environment.Variables.SLUICE_STATE_MACHINE_ARN).toEqual({ Ref: logicalId(stack, machine) });
+    expect(fn(job.stages[0].operator).Properties!.Environment.Variables.SLUICE_BUCKET).toEqual({ Ref: logicalId(stack, job.bucket) });
     const ingest = job.ingestion.function;
     expect(fn(ingest).Properties!.Environment.Variables.SLUICE_STATE_MACHINE_ARN).toEqual({ Ref: logicalId(stack, machine) });
     const wake = roleStatements(resources, logicalId(stack, ingest.role));

@@ -11,7 +11,8 @@
  *               no AWS_ENDPOINT_URL. Costs cents; everything is destroyed at the end.
  *
  * SLUICE_E2E_ENDPOINT=httpApi|functionUrl overrides the endpoint; SLUICE_E2E_KEEP=1
- * keeps the stack for inspection.
+ * keeps the stack for inspection. After the results, the checkpoint commands run against
+ * the deployed job (`--target aws`: listed, a savepoint taken, the job restored from it).
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
@@ -27,6 +28,7 @@ import { keyGroupOfString, partitionOfKeyGroup } from '../../lib/graph/keygroups
 import { REPO_ROOT } from '../../infra/function.ts';
 import { stackNameFor } from '../../infra/stack.ts';
 import { type AwsCredentials, signRequest } from './support/sigv4.ts';
+import { sluice } from '../cli/helpers.ts';
 
 async function isLocalStack(endpoint: string): Promise<boolean> {
   try {
@@ -143,4 +145,17 @@ describe.skipIf(!LOCALSTACK && !REAL_AWS)(`deploy ${STACK} (${LOCALSTACK ? 'Loca
     // A stdout sink's duplicate filter is per container, so a redelivery may repeat a line: compare as a set.
     expect([...found.values()].sort((a, b) => (a as { windowStart: number }).windowStart - (b as { windowStart: number }).windowStart)).toEqual(expected);
   }, 600_000);
+
+  it('lists checkpoints, takes a savepoint and restores the deployed job from it (--target aws)', async () => {
+    const cli = (...args: string[]) => sluice([...args, 'examples/nexmark/q5.ts', '--target', 'aws'], { env, timeoutMs: 900_000 });
+    const savepoint = await cli('savepoint', '--label', 'e2e', '--timeout', '600000');
+    expect(savepoint.code, savepoint.stderr).toBe(0);
+    expect(savepoint.stderr).toMatch(/savepoint "e2e" of job "nexmark-q5": epoch \d+/);
+    const listed = await cli('checkpoints', '--json');
+    expect(listed.code, listed.stderr).toBe(0);
+    expect((JSON.parse(listed.stdout) as { savepoints: { label: string }[] }).savepoints.map((s) => s.label)).toContain('e2e');
+    const restored = await cli('restore', '--from', 'e2e');
+    expect(restored.code, restored.stderr).toBe(0);
+    expect(restored.stderr).toMatch(/consumers and coordinator running again/);
+  }, 1_800_000);
 });

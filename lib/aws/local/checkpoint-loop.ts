@@ -167,6 +167,11 @@ export class LocalCheckpointLoop {
     if (this.failure) throw this.failure;
   }
 
+  /** Open the next epoch now rather than after the interval (a savepoint request arrived). */
+  nudge(): void {
+    this.wake?.();
+  }
+
   /** Stop without a final epoch (idempotent). */
   async stop(): Promise<void> {
     this.running = false;

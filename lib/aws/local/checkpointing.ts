@@ -76,6 +76,18 @@ export interface Identity {
 }
 
 const IDENTITY = 'local-aws.json';
+/** `{pid}` of the process running this checkpoint directory's job: `sluice savepoint --target local-aws` signals it (SIGUSR2). */
+export const LOCAL_AWS_PROCESS = 'local-aws.pid.json';
+/** The control table and bucket of a local-AWS checkpointed run (what `sluice checkpoints|savepoint --target local-aws` read). */
+export function localAwsControl(runId: string, job: string): { table: string; bucket: string } {
+  return { table: stateTableName(`${runId}-${job}`), bucket: `sluice-${runId}-ckpt`.toLowerCase() };
+}
+
+/** The identity of the last local-AWS checkpointed run in `dir`, or undefined. */
+export function readLocalAwsIdentity(dir: string): Identity | undefined {
+  const file = join(dir, IDENTITY);
+  return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as Identity) : undefined;
+}
 
 /** What the runner asks of the checkpoints (runner.ts). */
 export class LocalAwsCheckpointing {
@@ -101,8 +113,7 @@ export class LocalAwsCheckpointing {
     private readonly accounting: AwsAccounting,
   ) {
     const { clients } = env;
-    this.tableName = LocalAwsCheckpointing.tableName(identity, plan);
-    this.bucket = `sluice-${identity.runId}-ckpt`.toLowerCase();
+    ({ table: this.tableName, bucket: this.bucket } = localAwsControl(identity.runId, plan.job.name));
     this.store = new S3BlobStore({ s3: clients.s3, bucket: this.bucket, accounting });
     this.pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: this.tableName, job: plan.job.name, accounting });
     const sinks = r.sinks;
@@ -155,7 +166,7 @@ export class LocalAwsCheckpointing {
 
   /** The run's one state table. */
   static tableName(id: Identity, plan: PhysicalPlan): string {
-    return stateTableName(`${id.runId}-${plan.job.name}`);
+    return localAwsControl(id.runId, plan.job.name).table;
   }
 
   static async create(job: Job, plan: PhysicalPlan, env: LocalAwsEnvironment, identity: Identity, o: LocalAwsCheckpointOptions, r: LocalAwsCheckpointResources, accounting: AwsAccounting): Promise<LocalAwsCheckpointing> {
@@ -235,15 +246,27 @@ export class LocalAwsCheckpointing {
       for (const s of this.r.sinks) await s.recover(0);
     }
     this.loop.start(await this.loop.resume());
+    // A savepoint request (savepoints.ts) is taken at the next open; the signal makes that now.
+    process.on('SIGUSR2', this.nudge);
+    writeFileAtomic(join(this.o.dir, LOCAL_AWS_PROCESS), JSON.stringify({ pid: process.pid }));
+  }
+
+  private readonly nudge = () => this.loop.nudge();
+
+  private released(): void {
+    process.off('SIGUSR2', this.nudge);
+    rmSync(join(this.o.dir, LOCAL_AWS_PROCESS), { force: true });
   }
 
   /** After the last input was processed: one more checkpoint, so all output is committed. */
   async finish(): Promise<void> {
     await this.touch();
     await this.loop.finish();
+    this.released();
   }
 
   async stop(): Promise<void> {
     await this.loop.stop();
+    this.released();
   }
 }
