@@ -31,6 +31,7 @@ import { defaultCheckpointDir } from '../local/checkpointing.ts';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadJob, parseParams } from './load-job.ts';
+import { printCheckpointList } from './checkpoints.ts';
 import { fmt } from './options.ts';
 
 type Log = (line: string) => void;
@@ -151,21 +152,7 @@ export async function checkpointsAwsCommand(jobPath: string, flags: AwsTargetFla
   await withTarget(jobPath, flags, async (r) => {
     const l = await listAwsCheckpoints(at(r));
     if (flags.json) return out(JSON.stringify(l, null, 2));
-    out(`checkpoints of job "${r.plan.job.name}" in ${r.where}`);
-    if (!l.checkpoints.length) out('  (none retained)');
-    else {
-      out(`  ${'epoch'.padStart(7)}  ${'completed (UTC)'.padEnd(24)} ${'duration'.padStart(9)} ${'size'.padStart(10)} ${'restore'.padStart(10)} ${'keys'.padStart(8)}`);
-      for (const c of l.checkpoints) {
-        out(
-          `  ${String(c.epoch).padStart(7)}  ${new Date(c.completedAt).toISOString().padEnd(24)} ${`${c.durationMs} ms`.padStart(9)} ${bytes(c.bytes).padStart(10)} ${bytes(c.restoreBytes).padStart(10)} ${fmt.int(c.entities).padStart(8)}` +
-            `${c.latest ? '  latest' : ''}${c.savepoint ? `  savepoint "${c.savepoint}"` : ''}`,
-        );
-      }
-    }
-    out('savepoints');
-    if (!l.savepoints.length) out('  (none)');
-    for (const s of l.savepoints) out(`  ${s.label.padEnd(28)} epoch ${s.epoch}, ${new Date(s.createdAt).toISOString()}, ${bytes(s.bytes)}`);
-    if (l.pending) out(`  (pending: "${l.pending.label}", requested ${new Date(l.pending.requestedAt).toISOString()})`);
+    printCheckpointList(`checkpoints of job "${r.plan.job.name}" in ${r.where}`, l, out);
   });
 }
 
@@ -239,8 +226,4 @@ export async function restoreAwsCommand(jobPath: string, flags: AwsTargetFlags &
     const result = await whileStopped(control, () => install());
     log(`restored ${point.what} in job "${d.job}": restore epoch ${result.restoreEpoch}, ${Object.keys(result.versions).length} partitions, ${Object.values(result.sources).reduce((n, s) => n + s.replayed, 0)} logged records to replay; consumers and coordinator running again`);
   });
-}
-
-function bytes(n: number): string {
-  return n < 1024 ? `${n} B` : n < 1024 * 1024 ? `${(n / 1024).toFixed(1)} KB` : `${(n / 1024 / 1024).toFixed(1)} MB`;
 }

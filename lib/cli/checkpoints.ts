@@ -245,7 +245,18 @@ export async function checkpointsCommand(jobPath: string, opts: { checkpointDir?
     out(JSON.stringify(l, null, 2));
     return;
   }
-  out(`checkpoints of job "${job.name}" in ${dir}`);
+  printCheckpointList(`checkpoints of job "${job.name}" in ${dir}`, l, out);
+}
+
+/** What `sluice checkpoints` prints, for every target (the AWS target adds a pending savepoint request). */
+export interface PrintableCheckpoints {
+  readonly checkpoints: readonly { epoch: number; completedAt: number; durationMs: number; bytes: number; restoreBytes: number; entities: number; latest?: boolean; savepoint?: string | null }[];
+  readonly savepoints: readonly { label: string; epoch: number; createdAt: number; bytes: number }[];
+  readonly pending?: { readonly label: string; readonly requestedAt: number } | null;
+}
+
+export function printCheckpointList(title: string, l: PrintableCheckpoints, out: Log): void {
+  out(title);
   if (!l.checkpoints.length) out('  (none retained)');
   else {
     out(`  ${'epoch'.padStart(7)}  ${'completed (UTC)'.padEnd(24)} ${'duration'.padStart(9)} ${'size'.padStart(10)} ${'restore'.padStart(10)} ${'keys'.padStart(8)}`);
@@ -259,6 +270,7 @@ export async function checkpointsCommand(jobPath: string, opts: { checkpointDir?
   out('savepoints');
   if (!l.savepoints.length) out('  (none)');
   for (const s of l.savepoints) out(`  ${s.label.padEnd(28)} epoch ${s.epoch}, ${new Date(s.createdAt).toISOString()}, ${bytes(s.bytes)}`);
+  if (l.pending) out(`  (pending: "${l.pending.label}", requested ${new Date(l.pending.requestedAt).toISOString()})`);
 }
 
 function bytes(n: number): string {
