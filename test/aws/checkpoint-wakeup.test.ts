@@ -7,9 +7,8 @@
  * nothing while an execution holds the lease, a duplicate name counted as success, and
  * the ingest handler answering 202 whether or not the wake-up worked.
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { SFNClient } from '@aws-sdk/client-sfn';
+import type { SFNClient } from '@aws-sdk/client-sfn';
+import { type LoopbackStepFunctions, loopbackStepFunctions } from './loopback-sfn.ts';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
@@ -33,37 +32,20 @@ const GRAIN = 10_000;
 
 /** StartExecution requests received (name, input), and names already taken. */
 const started: { name: string; input: string }[] = [];
-let server: Server;
+let stepFunctions: LoopbackStepFunctions;
 let sfn: SFNClient;
 
 beforeAll(async () => {
-  server = createServer((req, res) => {
-    let body = '';
-    req.on('data', (d) => (body += d));
-    req.on('end', () => {
-      const target = String(req.headers['x-amz-target']);
-      const input = JSON.parse(body) as { stateMachineArn: string; name: string; input: string };
-      res.setHeader('content-type', 'application/x-amz-json-1.0');
-      if (target !== 'AWSStepFunctions.StartExecution' || input.stateMachineArn !== ARN) {
-        res.statusCode = 400;
-        res.end(JSON.stringify({ __type: 'InvalidArn', message: `unexpected ${target} on ${input.stateMachineArn}` }));
-        return;
-      }
-      if (started.some((s) => s.name === input.name)) {
-        res.statusCode = 400;
-        res.end(JSON.stringify({ __type: 'ExecutionAlreadyExists', message: `Execution Already Exists: '${input.name}'` }));
-        return;
-      }
-      started.push({ name: input.name, input: input.input });
-      res.end(JSON.stringify({ executionArn: `${ARN.replace(':stateMachine:', ':execution:')}:${input.name}`, startDate: Date.now() / 1000 }));
-    });
+  stepFunctions = await loopbackStepFunctions((op, input) => {
+    if (op !== 'StartExecution' || input.stateMachineArn !== ARN) return { error: 'InvalidArn', message: `unexpected ${op} on ${input.stateMachineArn}` };
+    if (started.some((s) => s.name === input.name)) return { error: 'ExecutionAlreadyExists', message: `Execution Already Exists: '${input.name}'` };
+    started.push({ name: input.name, input: input.input });
+    return { result: { executionArn: `${ARN.replace(':stateMachine:', ':execution:')}:${input.name}`, startDate: Date.now() / 1000 } };
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  sfn = new SFNClient({ endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, region: inject('awsRegion'), credentials: inject('awsCredentials'), maxAttempts: 1 });
+  sfn = stepFunctions.sfn;
 });
 afterAll(async () => {
-  sfn.destroy();
-  await new Promise((r) => server.close(r));
+  await stepFunctions.close();
   for (const c of Object.values(clients)) c.destroy();
 });
 

@@ -7,10 +7,9 @@
  * protocol (no local server exists for either). Time is a fake clock advanced by the
  * injected sleep, so waits are counted, never timed.
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { GetEventSourceMappingCommand, LambdaClient, ListEventSourceMappingsCommand, UpdateEventSourceMappingCommand } from '@aws-sdk/client-lambda';
-import { SFNClient } from '@aws-sdk/client-sfn';
+import type { SFNClient } from '@aws-sdk/client-sfn';
+import { type LoopbackStepFunctions, loopbackStepFunctions } from './loopback-sfn.ts';
 import { DeleteMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -32,48 +31,35 @@ const MACHINE = 'arn:aws:states:us-east-1:123456789012:stateMachine:sluice-ck';
 /** Step Functions executions by ARN, and every call in order. */
 const executions = new Map<string, { name: string; status: string }>();
 const calls: string[] = [];
-let server: Server;
+let stepFunctions: LoopbackStepFunctions;
 let sfn: SFNClient;
 
 beforeAll(async () => {
-  server = createServer((req, res) => {
-    let body = '';
-    req.on('data', (d) => (body += d));
-    req.on('end', () => {
-      const op = String(req.headers['x-amz-target']).replace('AWSStepFunctions.', '');
-      const input = JSON.parse(body) as Record<string, string>;
-      calls.push(`sfn:${op}`);
-      res.setHeader('content-type', 'application/x-amz-json-1.0');
-      const fail = (type: string) => {
-        res.statusCode = 400;
-        res.end(JSON.stringify({ __type: type, message: type }));
-      };
-      if (op === 'ListExecutions') {
-        if (input.stateMachineArn !== MACHINE) return fail('StateMachineDoesNotExist');
-        const list = [...executions].filter(([, e]) => !input.statusFilter || e.status === input.statusFilter);
-        return res.end(JSON.stringify({ executions: list.map(([arn, e]) => ({ executionArn: arn, stateMachineArn: MACHINE, name: e.name, status: e.status, startDate: 0 })) }));
-      }
-      if (op === 'StopExecution') {
-        const e = executions.get(input.executionArn);
-        if (!e) return fail('ExecutionDoesNotExist');
-        e.status = 'ABORTED';
-        return res.end(JSON.stringify({ stopDate: Date.now() / 1000 }));
-      }
-      if (op === 'StartExecution') {
-        const arn = `${MACHINE.replace(':stateMachine:', ':execution:')}:${input.name}`;
-        if (executions.has(arn)) return fail('ExecutionAlreadyExists');
-        executions.set(arn, { name: input.name, status: 'RUNNING' });
-        return res.end(JSON.stringify({ executionArn: arn, startDate: Date.now() / 1000 }));
-      }
-      fail('UnknownOperation');
-    });
+  stepFunctions = await loopbackStepFunctions((op, input) => {
+    calls.push(`sfn:${op}`);
+    if (op === 'ListExecutions') {
+      if (input.stateMachineArn !== MACHINE) return { error: 'StateMachineDoesNotExist' };
+      const list = [...executions].filter(([, e]) => !input.statusFilter || e.status === input.statusFilter);
+      return { result: { executions: list.map(([arn, e]) => ({ executionArn: arn, stateMachineArn: MACHINE, name: e.name, status: e.status, startDate: 0 })) } };
+    }
+    if (op === 'StopExecution') {
+      const e = executions.get(input.executionArn);
+      if (!e) return { error: 'ExecutionDoesNotExist' };
+      e.status = 'ABORTED';
+      return { result: { stopDate: Date.now() / 1000 } };
+    }
+    if (op === 'StartExecution') {
+      const arn = `${MACHINE.replace(':stateMachine:', ':execution:')}:${input.name}`;
+      if (executions.has(arn)) return { error: 'ExecutionAlreadyExists' };
+      executions.set(arn, { name: input.name, status: 'RUNNING' });
+      return { result: { executionArn: arn, startDate: Date.now() / 1000 } };
+    }
+    return { error: 'UnknownOperation' };
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  sfn = new SFNClient({ endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, region: inject('awsRegion'), credentials: inject('awsCredentials'), maxAttempts: 1 });
+  sfn = stepFunctions.sfn;
 });
 afterAll(async () => {
-  sfn.destroy();
-  await new Promise((r) => server.close(r));
+  await stepFunctions.close();
   for (const c of Object.values(clients)) c.destroy();
 });
 
