@@ -1,4 +1,4 @@
-/** A small stateful job and its input for the local-AWS checkpoint tests (as test/cli/checkpoints.test.ts's). */
+/** A small stateful job and its input for the checkpoint tests (local-AWS, and the embedded CLI in test/cli/checkpoints.test.ts). */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Sinks } from '../../lib/api/sinks.ts';
@@ -14,28 +14,30 @@ interface Ev {
 
 /**
  * Per user: a sum per second of event time (timers) and a final total (value state).
- * `renamedState`: the total kept under another state name (a change a savepoint does not fit).
+ * Changes a savepoint does not fit: `renamedState` keeps the total under another state
+ * name; `totalKind: 'map'` declares it as map state (and leaves it empty).
  */
-export function countsJob(p: { parallelism?: number; renamedState?: boolean } = {}): Job {
-  const job = new Job('counts', { parallelism: p.parallelism ?? 2, maxParallelism: 8 });
+export function countsJob(p: { name?: string; parallelism?: number; maxParallelism?: number; renamedState?: boolean; totalKind?: 'value' | 'map' } = {}): Job {
+  const job = new Job(p.name ?? 'counts', { parallelism: p.parallelism ?? 2, maxParallelism: p.maxParallelism ?? 8 });
   const totalName = p.renamedState ? 'grandTotal' : 'total';
+  const asMap = p.totalKind === 'map';
   const total = (s: Record<string, unknown>) => s[totalName] as ReturnType<typeof valueState<number>> & { get(): number | undefined; set(v: number): void };
   job
     .ingest<Ev>('events', { timestamp: (e) => e.t, watermark: WatermarkStrategies.boundedOutOfOrderness(100) })
     .keyBy((e) => e.user)
     .process({
-      state: { [totalName]: valueState<number>(), perSecond: mapState<number, number>() } as { total: ReturnType<typeof valueState<number>>; perSecond: ReturnType<typeof mapState<number, number>> },
+      state: { [totalName]: asMap ? mapState<string, number>() : valueState<number>(), perSecond: mapState<number, number>() } as { total: ReturnType<typeof valueState<number>>; perSecond: ReturnType<typeof mapState<number, number>> },
       processElement(e, ctx) {
         const s = ctx.state;
         const second = Math.floor(e.t / 1000);
         s.perSecond.set(second, (s.perSecond.get(second) ?? 0) + e.amount);
         ctx.timers.registerEventTimeTimer(second * 1000 + 999);
         ctx.timers.registerEventTimeTimer(Number.MAX_SAFE_INTEGER);
-        total(s).set((total(s).get() ?? 0) + e.amount);
+        if (!asMap) total(s).set((total(s).get() ?? 0) + e.amount);
       },
       onTimer(t, ctx) {
         const s = ctx.state;
-        if (t === Number.MAX_SAFE_INTEGER) return ctx.emit({ user: ctx.key, total: total(s).get() });
+        if (t === Number.MAX_SAFE_INTEGER) return ctx.emit({ user: ctx.key, total: asMap ? undefined : total(s).get() });
         const second = Math.floor(t / 1000);
         ctx.emit({ user: ctx.key, second, sum: s.perSecond.get(second) });
         s.perSecond.delete(second);

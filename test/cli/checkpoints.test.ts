@@ -11,42 +11,12 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventsFile } from '../aws/checkpoint-jobs.ts';
 import { ROOT, sluice } from './helpers.ts';
 
-const JOB = `
-import { Job, Sinks, mapState, valueState, WatermarkStrategies } from '${ROOT}lib/index.ts';
-
-interface Ev { user: string; amount: number; t: number }
-
-/** Per user: a sum per second (event time) and a final total. --param kind=map changes a state's kind. */
-export default function counts(p: { parallelism?: number; kind?: string } = {}) {
-  const job = new Job('cli-counts', { parallelism: p.parallelism ?? 2 });
-  const total = p.kind === 'map' ? mapState<string, number>() : valueState<number>();
-  job
-    .ingest<Ev>('events', { timestamp: (e) => e.t, watermark: WatermarkStrategies.boundedOutOfOrderness(100) })
-    .keyBy((e) => e.user)
-    .process({
-      state: { total, perSecond: mapState<number, number>() },
-      processElement(e, ctx) {
-        const s = ctx.state as any;
-        const second = Math.floor(e.t / 1000);
-        s.perSecond.set(second, (s.perSecond.get(second) ?? 0) + e.amount);
-        ctx.timers.registerEventTimeTimer(second * 1000 + 999);
-        ctx.timers.registerEventTimeTimer(Number.MAX_SAFE_INTEGER);
-        if (p.kind !== 'map') s.total.set((s.total.get() ?? 0) + e.amount);
-      },
-      onTimer(t, ctx) {
-        const s = ctx.state as any;
-        if (t === Number.MAX_SAFE_INTEGER) return ctx.emit({ user: ctx.key, total: s.total.get() });
-        const second = Math.floor(t / 1000);
-        ctx.emit({ user: ctx.key, second, sum: s.perSecond.get(second) });
-        s.perSecond.delete(second);
-      },
-    })
-    .name('per-user')
-    .sinkTo(Sinks.stdout(), 'out');
-  return job;
-}
+// The counts job of the checkpoint tests under its own name; --param kind=map changes a state's kind.
+const JOB = `import { countsJob } from '${ROOT}test/aws/checkpoint-jobs.ts';
+export default (p) => countsJob({ name: 'cli-counts', parallelism: p.parallelism, maxParallelism: 128, totalKind: p.kind === 'map' ? 'map' : 'value' });
 `;
 
 let dir: string;
@@ -59,9 +29,7 @@ beforeAll(async () => {
   await writeFile(join(dir, 'package.json'), '{"type":"module"}');
   job = join(dir, 'counts.ts');
   await writeFile(job, JOB);
-  input = join(dir, 'events.jsonl');
-  const lines = Array.from({ length: 20_000 }, (_, i) => JSON.stringify({ user: `u${(i * 7919) % 50}`, amount: (i * 31) % 97, t: 1_700_000_000_000 + i * 3 }));
-  await writeFile(input, lines.join('\n') + '\n');
+  input = eventsFile(dir, 'events.jsonl', 20_000);
 });
 afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
