@@ -47,11 +47,7 @@ export function buildChains(plan: PhysicalPlan, order: readonly NodeRuntime[], n
     } else {
       for (const [port, succ] of n.routes) {
         const targets = succ.map((s): Push => {
-          if (s.kind === 'edge') {
-            const edge = plan.edges[s.edge];
-            const outputs = host.outputs;
-            return (value, timestamp) => outputs.send(edge, value, timestamp);
-          }
+          if (s.kind === 'edge') return host.outputs.sender(plan.edges[s.edge]);
           return entryOf(nodes.get(s.node)!, s.input, host);
         });
         n.emitters.set(port, fanOut(targets));

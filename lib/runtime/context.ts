@@ -102,6 +102,20 @@ export class NodeContext implements OperatorContext {
     this.entity = entityId(this.node.name, ks);
   }
 
+  /**
+   * @internal From a shuffled record: the sender computed the key's string form and key
+   * group for routing (outputs.ts), and they travel with the record. The same outcome as
+   * setCurrentKey(key), without computing them again.
+   */
+  setRoutedKey(key: Key, ks: string, kg: number): void {
+    if (key === this.key) return;
+    this.key = key;
+    if (ks === this.keyString) return;
+    this.keyString = ks;
+    this.kg = kg;
+    this.entity = entityId(this.node.name, ks);
+  }
+
   /** @internal From a timer: the key's string form and key group are stored with it. */
   setCurrentKeyString(ks: string, kg: number): void {
     if (ks === this.keyString && this.key !== undefined) return;

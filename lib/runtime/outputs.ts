@@ -2,11 +2,18 @@
  * A partition's outputs between two commits: records buffered per edge and target
  * partition, sealed into sequenced channel envelopes (with the output watermark) at each
  * watermark advance and at commit, and one sequenced delivery per sink.
+ *
+ * Channel records are buffered as columns (values, timestamps; on hash edges also the
+ * key, its string form and key group, computed once here) and sealed into columnar
+ * envelopes (lib/transport/envelope.ts): no record object per record, and the receiver
+ * sets its current key from the carried key string and key group.
  */
-import { type Key, keyToString, type StreamRecord } from '../api/types.ts';
+import { type Key, keyToString, MIN_WATERMARK } from '../api/types.ts';
 import { channelId, type PhysicalPlan, type StageEdge, type StagePlan } from '../graph/compile.ts';
 import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
-import type { OutboxEntry } from '../transport/envelope.ts';
+import { columnarEnvelope, type OutboxEntry, type RecordColumns } from '../transport/envelope.ts';
+import { InvariantError } from '../errors.ts';
+import type { Push } from './chain.ts';
 import type { MutableProgress } from './checkpoints.ts';
 
 /** A sink's records between two seals. */
@@ -15,9 +22,48 @@ export interface SinkSlot {
   records: unknown[];
 }
 
+/** The records for one (edge, target partition) since the last seal; sealed as the envelope's columns. */
+class ChannelBuffer implements RecordColumns {
+  readonly values: unknown[] = [];
+  readonly timestamps: number[] = [];
+  maxTimestamp = MIN_WATERMARK;
+  readonly keys: Key[] | undefined;
+  readonly keyStrings: string[] | undefined;
+  readonly keyGroups: number[] | undefined;
+
+  constructor(keyed: boolean) {
+    this.keys = keyed ? [] : undefined;
+    this.keyStrings = keyed ? [] : undefined;
+    this.keyGroups = keyed ? [] : undefined;
+  }
+}
+
+/** One output edge of the stage (bound once): per target partition, its open buffer. */
+class EdgeOutput {
+  readonly keyed: boolean;
+  readonly targetParallelism: number;
+  /** Per target partition (undefined: nothing since the last seal). */
+  readonly buffers: (ChannelBuffer | undefined)[];
+
+  constructor(
+    readonly edge: StageEdge,
+    targetParallelism: number,
+  ) {
+    this.keyed = edge.partitioning === 'hash';
+    this.targetParallelism = targetParallelism;
+    this.buffers = new Array(targetParallelism).fill(undefined);
+  }
+
+  open(p: number): ChannelBuffer {
+    return (this.buffers[p] = new ChannelBuffer(this.keyed));
+  }
+}
+
 export class Outputs {
-  /** Per edge, per target partition: records to send. */
-  private buffers = new Map<number, StreamRecord[][]>();
+  /** Per output edge of the stage, in stage.outputs order: its buffers. */
+  private readonly edgeOutputs: EdgeOutput[];
+  /** Some buffer holds records (reset must clear them). */
+  private buffered = false;
   /** Per sink, its records since the last seal (a slot bound once by the chain: no lookup per record). */
   private readonly sinkSlots = new Map<string, SinkSlot>();
   /** Slots with records, in the order of their first record since the last seal. */
@@ -33,7 +79,9 @@ export class Outputs {
     private readonly push: (e: OutboxEntry) => void,
     /** Checkpointed runs: sink deliveries carry the last barrier they follow. */
     private readonly tagged: () => boolean,
-  ) {}
+  ) {
+    this.edgeOutputs = stage.outputs.map((e) => new EdgeOutput(plan.edges[e], plan.stages[plan.edges[e].toStage].parallelism));
+  }
 
   /** The slot a sink's records are buffered in (stable for the life of this object). */
   sinkSlot(sink: string): SinkSlot {
@@ -51,22 +99,45 @@ export class Outputs {
     slot.records.push(value);
   }
 
-  send(edge: StageEdge, value: unknown, timestamp: number): void {
-    const target = this.plan.stages[edge.toStage];
-    let rec: StreamRecord;
-    let p: number;
-    if (edge.partitioning === 'hash') {
-      const key = edge.key!(value) as Key;
-      const maxP = this.plan.job.maxParallelism;
-      p = partitionOfKeyGroup(keyGroupOfString(keyToString(key), maxP), target.parallelism, maxP);
-      rec = { value, timestamp, key };
-    } else {
-      p = this.partition % target.parallelism;
-      rec = { value, timestamp };
+  /**
+   * Where values emitted on `edge` go (bound once by the chain): into the buffer of the
+   * target partition; on hash edges with the key, key string and key group, computed here
+   * once for routing and for the receiver.
+   */
+  sender(edge: StageEdge): Push {
+    const out = this.edgeOutputs.find((o) => o.edge.id === edge.id);
+    if (!out) throw new InvariantError(`stage ${this.stage.name} has no output edge ${edge.id}`);
+    const buffers = out.buffers;
+    if (!out.keyed) {
+      const p = this.partition % out.targetParallelism;
+      return (value, timestamp) => {
+        const b = buffers[p] ?? this.open(out, p);
+        b.values.push(value);
+        b.timestamps.push(timestamp);
+        if (timestamp > b.maxTimestamp) b.maxTimestamp = timestamp;
+      };
     }
-    let bufs = this.buffers.get(edge.id);
-    if (!bufs) this.buffers.set(edge.id, (bufs = []));
-    (bufs[p] ??= []).push(rec);
+    const keyOf = edge.key!;
+    const maxP = this.plan.job.maxParallelism;
+    const targetP = out.targetParallelism;
+    return (value, timestamp) => {
+      const key = keyOf(value) as Key;
+      const ks = keyToString(key);
+      const kg = keyGroupOfString(ks, maxP);
+      const p = partitionOfKeyGroup(kg, targetP, maxP);
+      const b = buffers[p] ?? this.open(out, p);
+      b.values.push(value);
+      b.timestamps.push(timestamp);
+      if (timestamp > b.maxTimestamp) b.maxTimestamp = timestamp;
+      b.keys!.push(key);
+      b.keyStrings!.push(ks);
+      b.keyGroups!.push(kg);
+    };
+  }
+
+  private open(out: EdgeOutput, p: number): ChannelBuffer {
+    this.buffered = true;
+    return out.open(p);
   }
 
   /**
@@ -75,25 +146,31 @@ export class Outputs {
    * sends depend only on its input, never on how many envelopes one batch held.
    */
   flushChannels(): void {
+    if (!this.buffered && !this.watermarkMoved) return;
     const self = this.partition;
     const progress = this.progress();
-    for (const eId of this.stage.outputs) {
-      const edge = this.plan.edges[eId];
-      const targetP = this.plan.stages[edge.toStage].parallelism;
-      const bufs = this.buffers.get(eId);
+    for (const out of this.edgeOutputs) {
+      const eId = out.edge.id;
+      const targetP = out.targetParallelism;
+      const buffers = out.buffers;
       for (let p = 0; p < targetP; p++) {
-        if (edge.partitioning !== 'hash' && p !== self % targetP) continue;
-        const records = bufs?.[p];
-        if (!records?.length && !this.watermarkMoved) continue;
-        const seq = (progress.outputs[`${eId}>${p}`] ?? 0) + 1;
-        progress.outputs[`${eId}>${p}`] = seq;
-        this.push({
-          kind: 'channel',
-          envelope: { channel: channelId(eId, self), edge: eId, toPartition: p, seq, records: records ?? [], watermark: progress.outputWatermark, idle: progress.outputIdle || undefined },
-        });
+        if (!out.keyed && p !== self % targetP) continue;
+        const b = buffers[p];
+        if (b === undefined && !this.watermarkMoved) continue;
+        const id = `${eId}>${p}`;
+        const seq = (progress.outputs[id] ?? 0) + 1;
+        progress.outputs[id] = seq;
+        const channel = channelId(eId, self);
+        const watermark = progress.outputWatermark;
+        const idle = progress.outputIdle || undefined;
+        if (b === undefined) this.push({ kind: 'channel', envelope: { channel, edge: eId, toPartition: p, seq, records: [], watermark, idle } });
+        else {
+          buffers[p] = undefined;
+          this.push({ kind: 'channel', envelope: columnarEnvelope({ channel, edge: eId, toPartition: p, seq, watermark, idle }, b) });
+        }
       }
     }
-    if (this.buffers.size) this.buffers = new Map();
+    this.buffered = false;
     this.watermarkMoved = false;
   }
 
@@ -114,7 +191,8 @@ export class Outputs {
 
   /** Drop what was not sealed (after a commit everything was). */
   reset(): void {
-    if (this.buffers.size) this.buffers = new Map();
+    if (this.buffered) for (const out of this.edgeOutputs) out.buffers.fill(undefined);
+    this.buffered = false;
     for (const slot of this.activeSinks) slot.records = [];
     if (this.activeSinks.length) this.activeSinks = [];
     this.watermarkMoved = false;

@@ -18,7 +18,8 @@ import { channelsInto, type StagePlan } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
 import type { ChannelProgress, PartitionScope, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
-import { columnsOf, type Envelope, type OutboxEntry, type RecordColumns, toPlainEnvelope } from '../transport/envelope.ts';
+import { columnsOf, type Envelope, type OutboxEntry, toPlainEnvelope } from '../transport/envelope.ts';
+import { applyColumns } from './apply-columns.ts';
 import { buildChains } from './chain.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, newNodeRuntime, type NodeRuntime } from './context.ts';
@@ -222,15 +223,20 @@ export class PartitionRuntime {
   private apply(env: Envelope, ch: ChannelProgress): void {
     const edge = this.deps.plan.edges[env.edge];
     const target = this.nodes.get(edge.toNode)!;
-    const keyed = KEYED_KINDS.has(target.node.spec.kind);
-    const entry = target.entry;
+    const source = edge.partitioning === 'source';
     const at = this.at;
     at.enter(env);
+    // Columns (source chunks, shuffled records) go in without a record object each; with
+    // failures to park, the record path checks each record against them.
     const columns = columnsOf(env);
-    if (columns && target.node.spec.kind === 'source' && !at.skip) {
-      this.applyColumns(env, ch, columns, target);
+    if (columns && !at.skip && applyColumns(columns, target, edge.toInput, at)) {
+      this.acc.recordsIn += columns.values.length;
+      at.leave();
+      this.afterRecords(env, ch, source ? sourceWatermarkAt(this.deps.plan, edge, columns.maxTimestamp) : MIN_WATERMARK);
       return;
     }
+    const keyed = KEYED_KINDS.has(target.node.spec.kind);
+    const entry = target.entry;
     const records = env.records;
     for (let i = 0; i < records.length; i++) {
       const rec = records[i];
@@ -245,34 +251,7 @@ export class PartitionRuntime {
     }
     this.acc.recordsIn += records.length;
     at.leave();
-    const source = edge.partitioning === 'source';
     this.afterRecords(env, ch, source ? sourceWatermark(this.deps.plan, edge, records) : MIN_WATERMARK);
-  }
-
-  /**
-   * A columnar source envelope (no dead letters to skip): values and timestamps straight
-   * into what the source node emits to, its pass-through entry inlined here (one
-   * try/catch and one count for the envelope, the same attribution of a throw).
-   */
-  private applyColumns(env: Envelope, ch: ChannelProgress, columns: RecordColumns, source: NodeRuntime): void {
-    const { values, timestamps } = columns;
-    const n = values.length;
-    const at = this.at;
-    const emit = source.emitMain;
-    let i = 0;
-    try {
-      for (; i < n; i++) {
-        at.index = i;
-        emit(values[i], timestamps[i]);
-      }
-    } catch (e) {
-      source.recordsIn += i + 1;
-      throw e instanceof UserCodeError ? e : new RecordFailedError(source.node.name, values[i], e, at.location());
-    }
-    source.recordsIn += n;
-    this.acc.recordsIn += n;
-    at.leave();
-    this.afterRecords(env, ch, sourceWatermarkAt(this.deps.plan, this.deps.plan.edges[env.edge], columns.maxTimestamp));
   }
 
   /** After an envelope's records: its watermark (at least `derived` on source channels), idleness, timers. */

@@ -138,17 +138,26 @@ export function compareOffsets(a: string, b: string): number {
 }
 
 /**
- * A source envelope's records as columns (embedded sources): the partition applies
- * them without a record object per event. `records` is built on first access (a dead
- * letter, a log) and kept. Columnar envelopes live only between the embedded source
- * feed and its partitions' queues: a partition keeps a plain copy of one it holds
- * (toPlainEnvelope), and JSON sees an ordinary envelope.
+ * An envelope's records as columns: a source chunk (embedded sources), or what a
+ * partition sends on a channel to another stage (lib/runtime/outputs.ts). The partition
+ * applies them without a record object per event; on hash channels the sender's key,
+ * key string and key group go with each record, so the receiver need not compute them
+ * again. `records` is built on first access (a dead letter, a log, a prefetch) and kept.
+ * Columnar envelopes live only inside one process: a partition keeps a plain copy of one
+ * it holds (toPlainEnvelope), and JSON (the outbox in DynamoDB, SQS bodies) sees an
+ * ordinary envelope, so whatever stores, clones or encodes envelopes sees the plain form.
  */
 export interface RecordColumns {
   readonly values: readonly unknown[];
   readonly timestamps: readonly number[];
-  /** The largest timestamp (the source watermark's input). */
+  /** The largest timestamp (on source channels, the source watermark's input). */
   readonly maxTimestamp: number;
+  /** Hash channels: each record's key (absent on other channels, whose records carry none). */
+  readonly keys?: readonly Key[];
+  /** Hash channels: keyToString of each key. */
+  readonly keyStrings?: readonly string[];
+  /** Hash channels: the key group of each key (keyGroupOfString with the job's maxParallelism). */
+  readonly keyGroups?: readonly number[];
 }
 
 type EnvelopeHead = Omit<Envelope, 'records'>;
@@ -174,11 +183,13 @@ class ColumnarEnvelope implements Envelope {
     this.columns = columns;
   }
 
+  /** The records as the record path builds them: `{value, timestamp}`, and `key` (own, even if undefined) on hash channels. */
   get records(): readonly StreamRecord[] {
     if (this.#records === undefined) {
-      const { values, timestamps } = this.columns;
+      const { values, timestamps, keys } = this.columns;
       const records: StreamRecord[] = new Array(values.length);
-      for (let i = 0; i < values.length; i++) records[i] = { value: values[i], timestamp: timestamps[i] };
+      if (keys) for (let i = 0; i < values.length; i++) records[i] = { value: values[i], timestamp: timestamps[i], key: keys[i] };
+      else for (let i = 0; i < values.length; i++) records[i] = { value: values[i], timestamp: timestamps[i] };
       this.#records = records;
     }
     return this.#records;
@@ -189,7 +200,7 @@ class ColumnarEnvelope implements Envelope {
   }
 }
 
-/** An envelope over columns (at least one record). */
+/** An envelope over columns (at least one record; keyed columns all as long as values). */
 export function columnarEnvelope(head: EnvelopeHead, columns: RecordColumns): Envelope {
   return new ColumnarEnvelope(head, columns);
 }

@@ -30,4 +30,18 @@ describe('columnar envelopes', () => {
   it('is not counted as columnar when it is an ordinary envelope', () => {
     expect(columnsOf({ ...head, records: [] })).toBeUndefined();
   });
+
+  it('on hash channels, build records with their key (an own property, even when undefined)', () => {
+    const keys = ['a', undefined as unknown as string, ['x', 1] as const];
+    const env = columnarEnvelope(head, { values: [1, 2, 3], timestamps: [5, 6, 7], maxTimestamp: 7, keys, keyStrings: ['sa', 'u', 'j["x",1]'], keyGroups: [1, 2, 3] });
+    const expectedKeyed = [
+      { value: 1, timestamp: 5, key: 'a' },
+      { value: 2, timestamp: 6, key: undefined },
+      { value: 3, timestamp: 7, key: ['x', 1] },
+    ];
+    expect(env.records).toStrictEqual(expectedKeyed);
+    expect(toPlainEnvelope(env)).toStrictEqual({ ...head, records: expectedKeyed });
+    expect(JSON.parse(JSON.stringify(env))).toEqual(JSON.parse(JSON.stringify({ ...head, records: expectedKeyed })));
+    expect(recordCount(env)).toBe(3);
+  });
 });
