@@ -16,6 +16,9 @@ import { InvariantError } from '../errors.ts';
 import type { Push } from './chain.ts';
 import type { MutableProgress } from './checkpoints.ts';
 
+/** No key seen yet (a key selector may return anything, undefined included). */
+const NO_KEY = Symbol('no key');
+
 /** A sink's records between two seals. */
 export interface SinkSlot {
   readonly sink: string;
@@ -120,11 +123,21 @@ export class Outputs {
     const keyOf = edge.key!;
     const maxP = this.plan.job.maxParallelism;
     const targetP = out.targetParallelism;
+    // Consecutive records often share a key (a window's number, a hot auction): for a
+    // primitive key equal to the last one, its string, key group and partition are the
+    // last ones. (Not for arrays: the same array may hold another key by now.)
+    let lastKey: unknown = NO_KEY;
+    let ks = '';
+    let kg = 0;
+    let p = 0;
     return (value, timestamp) => {
       const key = keyOf(value) as Key;
-      const ks = keyToString(key);
-      const kg = keyGroupOfString(ks, maxP);
-      const p = partitionOfKeyGroup(kg, targetP, maxP);
+      if (key !== lastKey || typeof key === 'object') {
+        ks = keyToString(key);
+        kg = keyGroupOfString(ks, maxP);
+        p = partitionOfKeyGroup(kg, targetP, maxP);
+        lastKey = key;
+      }
       const b = buffers[p] ?? this.open(out, p);
       b.values.push(value);
       b.timestamps.push(timestamp);

@@ -198,6 +198,11 @@ class ColumnarEnvelope implements Envelope {
   toJSON(): Envelope {
     return toPlainEnvelope(this);
   }
+
+  /** console.log and util.inspect (logs, test diffs) show the plain form too. */
+  [Symbol.for('nodejs.util.inspect.custom')](): Envelope {
+    return toPlainEnvelope(this);
+  }
 }
 
 /** An envelope over columns (at least one record; keyed columns all as long as values). */

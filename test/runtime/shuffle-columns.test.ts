@@ -45,7 +45,7 @@ function shuffleJob(sourceParallelism = 1): PhysicalPlan {
     })
     .name('count')
     .parallelism(KEYED_P)
-    .map((o) => ({ ...o, seen: true }))
+    .map((o) => ({ o, seen: true }))
     .name('mark')
     .parallelism(1)
     .sinkTo(Sinks.collect(), 'out');

@@ -1,3 +1,4 @@
+import { inspect } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { columnarEnvelope, columnsOf, type Envelope, recordCount, toPlainEnvelope } from '../../lib/transport/envelope.ts';
 
@@ -43,5 +44,6 @@ describe('columnar envelopes', () => {
     expect(toPlainEnvelope(env)).toStrictEqual({ ...head, records: expectedKeyed });
     expect(JSON.parse(JSON.stringify(env))).toEqual(JSON.parse(JSON.stringify({ ...head, records: expectedKeyed })));
     expect(recordCount(env)).toBe(3);
+    expect(inspect(env)).toBe(inspect({ channel: '0:1', edge: 0, toPartition: 1, seq: 7, records: expectedKeyed, watermark: 42, idle: undefined }));
   });
 });
