@@ -81,10 +81,8 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
 export function changedTimerEntities(order: readonly NodeRuntime[]): DirtyEntity[] {
   const out: DirtyEntity[] = [];
   for (const n of order) {
-    for (const q of [n.timers.event, n.timers.processing]) {
-      for (const t of q.added) out.push({ entity: entityId(n.node.name, t.key), kg: t.kg });
-      for (const t of q.deleted) out.push({ entity: entityId(n.node.name, t.key), kg: t.kg });
-    }
+    n.timers.event.changedEntities(out);
+    n.timers.processing.changedEntities(out);
   }
   return out;
 }
@@ -109,10 +107,8 @@ export function timerChanges(order: readonly NodeRuntime[]): { adds: TimerEntry[
   const deletes: TimerEntry[] = [];
   for (const n of order) {
     const { event, processing } = n.timers;
-    if (event.added.size) adds.push(...event.added.values());
-    if (event.deleted.size) deletes.push(...event.deleted.values());
-    if (processing.added.size) adds.push(...processing.added.values());
-    if (processing.deleted.size) deletes.push(...processing.deleted.values());
+    if (event.hasChanges) event.changesTo(adds, deletes);
+    if (processing.hasChanges) processing.changesTo(adds, deletes);
   }
   return { adds, deletes };
 }

@@ -9,6 +9,8 @@
  * a min-heap of per-time buckets, each with its timers sorted by (key, namespace)
  * once, when its time comes (one sort instead of a heap step per timer). Nodes carry a
  * `live` flag, so a deleted timer is skipped when its turn comes rather than searched for.
+ * A registration allocates its TimerEntry only when the timer is new, and the batch's
+ * changes are one list of nodes (flags say add or delete) rather than sets kept in step.
  */
 import type { TimerEntry } from '../state/backend.ts';
 
@@ -17,10 +19,14 @@ interface Node {
   readonly key: string;
   readonly ns: string;
   readonly entry: TimerEntry;
+  /** The key's timers this node is filed under. */
+  readonly kt: KeyTimers;
   live: boolean;
   inHeap: boolean;
   /** The backend has it (loaded at recovery, or added by an earlier commit). */
   committed: boolean;
+  /** In the list of nodes changed since the last commit. */
+  changed: boolean;
 }
 
 /**
@@ -30,7 +36,20 @@ interface Node {
 interface KeyTimers {
   list: Node[];
   map?: Map<string, Node>;
+  /** The key's entity string, built once for the key's timers (incremental snapshots track it). */
+  entity?: string;
+  /** The last changedEntities() call that reported this key. */
+  reported: number;
 }
+
+/** The owner of a queue: its timers' node id and domain, and how a key names its entity. */
+export interface TimerOwner {
+  readonly node: number;
+  readonly domain: 'event' | 'processing';
+  entityOf(key: string): string;
+}
+
+let reports = 0;
 
 const LIST_MAX = 8;
 
@@ -57,34 +76,85 @@ export class TimerQueue {
   /** Live timers, and committed ones deleted in this batch (so that registering again revives them). */
   private readonly byKey = new Map<string, KeyTimers>();
   private liveCount = 0;
-  /** Nodes added or deleted since the last commit. */
+  /** Nodes added or deleted since the last commit (each once; its flags say which change is left). */
   private changed: Node[] = [];
-  /** Changes since the last commit (entries to add to / delete from the backend). */
-  readonly added = new Set<TimerEntry>();
-  readonly deleted = new Set<TimerEntry>();
+
+  constructor(private readonly owner: TimerOwner = { node: 0, domain: 'event', entityOf: (key) => key }) {}
 
   load(t: TimerEntry): void {
     if (this.find(t.key, t.ns, t.time)) return;
     const n = this.insert(t);
     n.committed = true;
+    n.changed = false;
+    this.changed.pop();
   }
 
   register(t: TimerEntry): void {
     const n = this.find(t.key, t.ns, t.time);
-    if (n === undefined) {
-      this.added.add(this.insert(t).entry);
-    } else if (!n.live) {
-      // Deleted earlier in this batch: the deletion is cancelled.
-      n.live = true;
-      this.liveCount++;
-      this.deleted.delete(n.entry);
-      if (!n.inHeap) this.push(n);
-    }
+    if (n === undefined) this.insert(t);
+    else if (!n.live) this.revive(n);
+  }
+
+  /** register() for this queue's node and domain, the entry built only when the timer is new. */
+  registerAt(time: number, key: string, kg: number, ns: string): void {
+    const n = this.find(key, ns, time);
+    if (n === undefined) this.insert({ node: this.owner.node, domain: this.owner.domain, time, kg, key, ns });
+    else if (!n.live) this.revive(n);
   }
 
   delete(t: TimerEntry): void {
-    const n = this.find(t.key, t.ns, t.time);
+    this.deleteAt(t.time, t.key, t.ns);
+  }
+
+  deleteAt(time: number, key: string, ns: string): void {
+    const n = this.find(key, ns, time);
     if (n !== undefined && n.live) this.kill(n);
+  }
+
+  /** Deleted earlier in this batch: the deletion is cancelled. */
+  private revive(n: Node): void {
+    n.live = true;
+    this.liveCount++;
+    if (!n.inHeap) this.push(n);
+  }
+
+  /** Timers to add to the backend since the last commit. */
+  get added(): TimerEntry[] {
+    const out: TimerEntry[] = [];
+    this.changesTo(out, undefined);
+    return out;
+  }
+
+  /** Timers to delete from the backend since the last commit. */
+  get deleted(): TimerEntry[] {
+    const out: TimerEntry[] = [];
+    this.changesTo(undefined, out);
+    return out;
+  }
+
+  get hasChanges(): boolean {
+    return this.changed.length > 0;
+  }
+
+  /** Append the adds and deletes since the last commit. */
+  changesTo(adds: TimerEntry[] | undefined, deletes: TimerEntry[] | undefined): void {
+    for (const n of this.changed) {
+      if (n.live === n.committed) continue;
+      if (n.live) adds?.push(n.entry);
+      else deletes?.push(n.entry);
+    }
+  }
+
+  /** Append the entities whose timers changed since the last commit, each once. */
+  changedEntities(out: { entity: string; kg: number }[]): void {
+    const call = ++reports;
+    for (const n of this.changed) {
+      if (n.live === n.committed) continue;
+      const kt = n.kt;
+      if (kt.reported === call) continue;
+      kt.reported = call;
+      out.push({ entity: (kt.entity ??= this.owner.entityOf(n.key)), kg: n.entry.kg });
+    }
   }
 
   /** Earliest live timer time, or +Infinity. */
@@ -140,6 +210,7 @@ export class TimerQueue {
     // and Map/Set clear() would allocate fresh tables for every queue at every commit.
     if (this.changed.length === 0) return;
     for (const n of this.changed) {
+      n.changed = false;
       if (n.live) n.committed = true;
       else if (n.committed) {
         n.committed = false;
@@ -147,8 +218,6 @@ export class TimerQueue {
       }
     }
     this.changed = [];
-    this.added.clear();
-    this.deleted.clear();
   }
 
   private find(key: string, ns: string, time: number): Node | undefined {
@@ -160,10 +229,10 @@ export class TimerQueue {
   }
 
   private insert(t: TimerEntry): Node {
-    const n: Node = { time: t.time, key: t.key, ns: t.ns, entry: t, live: true, inHeap: false, committed: false };
-    const kt = this.byKey.get(t.key);
-    if (kt === undefined) this.byKey.set(t.key, { list: [n] });
-    else if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
+    let kt = this.byKey.get(t.key);
+    if (kt === undefined) this.byKey.set(t.key, (kt = { list: [], reported: 0 }));
+    const n: Node = { time: t.time, key: t.key, ns: t.ns, entry: t, kt, live: true, inHeap: false, committed: false, changed: true };
+    if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
     else if (kt.list.length < LIST_MAX) kt.list.push(n);
     else {
       kt.map = new Map(kt.list.map((x) => [slot(x.ns, x.time), x]));
@@ -181,26 +250,30 @@ export class TimerQueue {
     n.live = false;
     this.liveCount--;
     if (n.committed) {
-      this.deleted.add(n.entry);
-      this.changed.push(n);
-    } else {
-      this.added.delete(n.entry);
-      this.remove(n);
-    }
+      if (!n.changed) {
+        n.changed = true;
+        this.changed.push(n);
+      }
+    } else this.remove(n);
   }
 
+  /** Unfile a node from its key (a key whose last timer goes is forgotten). */
   private remove(n: Node): void {
-    const kt = this.byKey.get(n.key);
-    if (kt === undefined) return;
+    const kt = n.kt;
     if (kt.map !== undefined) {
-      if (kt.map.get(slot(n.ns, n.time)) === n) kt.map.delete(slot(n.ns, n.time));
+      const s = slot(n.ns, n.time);
+      if (kt.map.get(s) !== n) return;
+      kt.map.delete(s);
       if (kt.map.size === 0) this.byKey.delete(n.key);
       return;
     }
+    // A node is filed once, and a key's entry leaves byKey only with its last node.
     const i = kt.list.indexOf(n);
     if (i < 0) return;
-    if (kt.list.length === 1) this.byKey.delete(n.key);
-    else kt.list.splice(i, 1);
+    if (kt.list.length === 1) {
+      kt.list.pop();
+      this.byKey.delete(n.key);
+    } else kt.list.splice(i, 1);
   }
 
   /** The bucket of the earliest time with a live timer, positioned on it (dead ones skipped, empty buckets dropped). */
