@@ -9,24 +9,69 @@
  * a min-heap of per-time buckets, each with its timers sorted by (key, namespace)
  * once, when its time comes (one sort instead of a heap step per timer). Nodes carry a
  * `live` flag, so a deleted timer is skipped when its turn comes rather than searched for.
- * A registration allocates its TimerEntry only when the timer is new, and the batch's
- * changes are one list of nodes (flags say add or delete) rather than sets kept in step.
+ * A registration allocates only when the timer is new, one object that is both the
+ * queue's node and the backend's TimerEntry, and the batch's changes are one list of
+ * nodes (flags say add or delete) rather than sets kept in step.
  */
 import type { TimerEntry } from '../state/backend.ts';
 
-interface Node {
+/**
+ * A timer: the entry the backend stores (its public fields, as a TimerEntry) and the queue's
+ * bookkeeping in private fields, which JSON and object spreads leave out: one object per timer.
+ */
+class Node implements TimerEntry {
+  readonly node: number;
+  readonly domain: 'event' | 'processing';
   readonly time: number;
+  readonly kg: number;
   readonly key: string;
   readonly ns: string;
-  readonly entry: TimerEntry;
   /** The key's timers this node is filed under. */
-  readonly kt: KeyTimers;
-  live: boolean;
-  inHeap: boolean;
+  #kt: KeyTimers;
+  #live = true;
+  #inHeap = false;
   /** The backend has it (loaded at recovery, or added by an earlier commit). */
-  committed: boolean;
+  #committed = false;
   /** In the list of nodes changed since the last commit. */
-  changed: boolean;
+  #changed = true;
+
+  constructor(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, kt: KeyTimers) {
+    this.node = node;
+    this.domain = domain;
+    this.time = time;
+    this.kg = kg;
+    this.key = key;
+    this.ns = ns;
+    this.#kt = kt;
+  }
+
+  get kt(): KeyTimers {
+    return this.#kt;
+  }
+  get live(): boolean {
+    return this.#live;
+  }
+  set live(v: boolean) {
+    this.#live = v;
+  }
+  get inHeap(): boolean {
+    return this.#inHeap;
+  }
+  set inHeap(v: boolean) {
+    this.#inHeap = v;
+  }
+  get committed(): boolean {
+    return this.#committed;
+  }
+  set committed(v: boolean) {
+    this.#committed = v;
+  }
+  get changed(): boolean {
+    return this.#changed;
+  }
+  set changed(v: boolean) {
+    this.#changed = v;
+  }
 }
 
 /**
@@ -54,6 +99,12 @@ let reports = 0;
 const LIST_MAX = 8;
 
 const slot = (ns: string, time: number) => ns + '\u0001' + time;
+
+/** Remove list[i], keeping the order (splice would allocate the array of what it removes). */
+function removeAt<T>(list: T[], i: number): void {
+  for (let j = i + 1; j < list.length; j++) list[j - 1] = list[j];
+  list.pop();
+}
 
 /** (key, namespace) order within one time. */
 function compare(a: Node, b: Node): number {
@@ -83,7 +134,7 @@ export class TimerQueue {
 
   load(t: TimerEntry): void {
     if (this.find(t.key, t.ns, t.time)) return;
-    const n = this.insert(t);
+    const n = this.insert(t.node, t.domain, t.time, t.kg, t.key, t.ns);
     n.committed = true;
     n.changed = false;
     this.changed.pop();
@@ -91,14 +142,14 @@ export class TimerQueue {
 
   register(t: TimerEntry): void {
     const n = this.find(t.key, t.ns, t.time);
-    if (n === undefined) this.insert(t);
+    if (n === undefined) this.insert(t.node, t.domain, t.time, t.kg, t.key, t.ns);
     else if (!n.live) this.revive(n);
   }
 
   /** register() for this queue's node and domain, the entry built only when the timer is new. */
   registerAt(time: number, key: string, kg: number, ns: string): void {
     const n = this.find(key, ns, time);
-    if (n === undefined) this.insert({ node: this.owner.node, domain: this.owner.domain, time, kg, key, ns });
+    if (n === undefined) this.insert(this.owner.node, this.owner.domain, time, kg, key, ns);
     else if (!n.live) this.revive(n);
   }
 
@@ -140,8 +191,8 @@ export class TimerQueue {
   changesTo(adds: TimerEntry[] | undefined, deletes: TimerEntry[] | undefined): void {
     for (const n of this.changed) {
       if (n.live === n.committed) continue;
-      if (n.live) adds?.push(n.entry);
-      else deletes?.push(n.entry);
+      if (n.live) adds?.push(n);
+      else deletes?.push(n);
     }
   }
 
@@ -153,7 +204,7 @@ export class TimerQueue {
       const kt = n.kt;
       if (kt.reported === call) continue;
       kt.reported = call;
-      out.push({ entity: (kt.entity ??= this.owner.entityOf(n.key)), kg: n.entry.kg });
+      out.push({ entity: (kt.entity ??= this.owner.entityOf(n.key)), kg: n.kg });
     }
   }
 
@@ -176,14 +227,14 @@ export class TimerQueue {
     const n = b.nodes[b.next++];
     n.inHeap = false;
     this.kill(n);
-    return n.entry;
+    return n;
   }
 
   /** Live timers at or before `upTo` without removing them (for prefetching their keys). */
   liveUpTo(upTo: number): TimerEntry[] {
     const out: TimerEntry[] = [];
     const take = (n: Node) => {
-      if (n.live && n.time <= upTo) out.push(n.entry);
+      if (n.live && n.time <= upTo) out.push(n);
     };
     for (const kt of this.byKey.values()) {
       if (kt.map !== undefined) for (const n of kt.map.values()) take(n);
@@ -197,7 +248,7 @@ export class TimerQueue {
     const kt = this.byKey.get(key);
     if (kt === undefined) return [];
     const out: TimerEntry[] = [];
-    for (const n of kt.map !== undefined ? kt.map.values() : kt.list) if (n.live) out.push(n.entry);
+    for (const n of kt.map !== undefined ? kt.map.values() : kt.list) if (n.live) out.push(n);
     return out;
   }
 
@@ -228,10 +279,10 @@ export class TimerQueue {
     return undefined;
   }
 
-  private insert(t: TimerEntry): Node {
-    let kt = this.byKey.get(t.key);
-    if (kt === undefined) this.byKey.set(t.key, (kt = { list: [], reported: 0 }));
-    const n: Node = { time: t.time, key: t.key, ns: t.ns, entry: t, kt, live: true, inHeap: false, committed: false, changed: true };
+  private insert(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string): Node {
+    let kt = this.byKey.get(key);
+    if (kt === undefined) this.byKey.set(key, (kt = { list: [], reported: 0 }));
+    const n = new Node(node, domain, time, kg, key, ns, kt);
     if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
     else if (kt.list.length < LIST_MAX) kt.list.push(n);
     else {
@@ -270,10 +321,8 @@ export class TimerQueue {
     // A node is filed once, and a key's entry leaves byKey only with its last node.
     const i = kt.list.indexOf(n);
     if (i < 0) return;
-    if (kt.list.length === 1) {
-      kt.list.pop();
-      this.byKey.delete(n.key);
-    } else kt.list.splice(i, 1);
+    removeAt(kt.list, i);
+    if (kt.list.length === 0) this.byKey.delete(n.key);
   }
 
   /** The bucket of the earliest time with a live timer, positioned on it (dead ones skipped, empty buckets dropped). */
