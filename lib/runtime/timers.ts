@@ -245,11 +245,18 @@ export class TimerQueue {
 
   /** Live timers of one key (incremental snapshots: a changed key's timers travel with its state). */
   liveOf(key: string): TimerEntry[] {
-    const kt = this.byKey.get(key);
-    if (kt === undefined) return [];
     const out: TimerEntry[] = [];
-    for (const n of kt.map !== undefined ? kt.map.values() : kt.list) if (n.live) out.push(n);
+    this.liveInto(key, out);
     return out;
+  }
+
+  /** liveOf, appended to `out`. */
+  liveInto(key: string, out: TimerEntry[]): void {
+    const kt = this.byKey.get(key);
+    if (kt === undefined) return;
+    if (kt.map !== undefined) {
+      for (const n of kt.map.values()) if (n.live) out.push(n);
+    } else for (const n of kt.list) if (n.live) out.push(n);
   }
 
   get size(): number {
