@@ -138,7 +138,8 @@ export class NodeContext implements OperatorContext {
   }
 
   registerTimer(domain: TimeDomain, time: number, ns = ''): void {
-    this.n.timers[domain].registerAt(time, this.keyString, this.kg, ns);
+    // The current key's entry, when state was used, names the entity: the timer queue keeps it.
+    this.n.timers[domain].registerAt(time, this.keyString, this.kg, ns, this.entry?.entity);
   }
   deleteTimer(domain: TimeDomain, time: number, ns = ''): void {
     this.n.timers[domain].deleteAt(time, this.keyString, ns);

@@ -83,8 +83,16 @@ interface KeyTimers {
   map?: Map<string, Node>;
   /** The key's entity string, built once for the key's timers (incremental snapshots track it). */
   entity?: string;
+  /** The key as a changed entity, reported as is by every commit that changes the key's timers. */
+  dirty?: ChangedEntity;
   /** The last changedEntities() call that reported this key. */
   reported: number;
+}
+
+/** An entity whose timers changed (TrackingUpdate.entities); never changed once built. */
+export interface ChangedEntity {
+  readonly entity: string;
+  readonly kg: number;
 }
 
 /** The owner of a queue: its timers' node id and domain, and how a key names its entity. */
@@ -146,11 +154,16 @@ export class TimerQueue {
     else if (!n.live) this.revive(n);
   }
 
-  /** register() for this queue's node and domain, the entry built only when the timer is new. */
-  registerAt(time: number, key: string, kg: number, ns: string): void {
+  /**
+   * register() for this queue's node and domain, the entry built only when the timer is new.
+   * `entity`: the key's entity string when the caller has it (spares a lookup when the key's changes are reported).
+   */
+  registerAt(time: number, key: string, kg: number, ns: string, entity?: string): void {
     const n = this.find(key, ns, time);
-    if (n === undefined) this.insert(this.owner.node, this.owner.domain, time, kg, key, ns);
-    else if (!n.live) this.revive(n);
+    if (n === undefined) {
+      const kt = this.insert(this.owner.node, this.owner.domain, time, kg, key, ns).kt;
+      if (entity !== undefined && kt.entity === undefined) kt.entity = entity;
+    } else if (!n.live) this.revive(n);
   }
 
   delete(t: TimerEntry): void {
@@ -197,14 +210,14 @@ export class TimerQueue {
   }
 
   /** Append the entities whose timers changed since the last commit, each once. */
-  changedEntities(out: { entity: string; kg: number }[]): void {
+  changedEntities(out: ChangedEntity[]): void {
     const call = ++reports;
     for (const n of this.changed) {
       if (n.live === n.committed) continue;
       const kt = n.kt;
       if (kt.reported === call) continue;
       kt.reported = call;
-      out.push({ entity: (kt.entity ??= this.owner.entityOf(n.key)), kg: n.kg });
+      out.push((kt.dirty ??= { entity: (kt.entity ??= this.owner.entityOf(n.key)), kg: n.kg }));
     }
   }
 

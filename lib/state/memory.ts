@@ -52,9 +52,18 @@ export class InMemoryStateBackend implements StateBackend {
   /** Commits applied (for tests and metrics). */
   commits = 0;
 
+  /** The last scope asked for: a batch's peeks and its commit come from one partition in a row. */
+  private lastScope: PartitionScope | undefined;
+  private lastStage: Map<number, Map<string, Map<string, unknown>>> | undefined;
+
   private stageState(scope: PartitionScope): Map<number, Map<string, Map<string, unknown>>> {
+    if (scope === this.lastScope) return this.lastStage!;
     let s = this.stageOfScope.get(scope);
-    if (s) return s;
+    if (s) {
+      this.lastScope = scope;
+      this.lastStage = s;
+      return s;
+    }
     // State belongs to the stage, not the partition: a rescale reassigns key groups.
     const id = `${scope.job}/${scope.stage}`;
     s = this.state.get(id);
