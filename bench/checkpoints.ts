@@ -98,7 +98,6 @@ async function runOnce(o: CheckpointBenchOptions, events: readonly NexmarkEvent[
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
 
 /** Throughput with checkpoints off and on (alternating rounds, same events), checkpoint durations and snapshot sizes. */
 export async function benchCheckpoints(o: CheckpointBenchOptions): Promise<CheckpointBenchResult> {
@@ -108,15 +107,14 @@ export async function benchCheckpoints(o: CheckpointBenchOptions): Promise<Check
   }
   const count = o.events;
   const events: NexmarkEvent[] = Array.from({ length: count }, (_, n) => generateEvent(n, { seed: 42 }));
-  // Warm-up of both paths, so neither pays for the JIT alone.
-  await runOnce(o, events, Math.min(50_000, count), false);
-  await runOnce(o, events, Math.min(50_000, count), true);
+  // Warm-up of both paths over all the events, so neither pays for the JIT alone. No
+  // forced GC between rounds: after one, the next run took several times the CPU (BENCHMARKS.md, Method).
+  await runOnce(o, events, count, false);
+  await runOnce(o, events, count, true);
   const off: Run[] = [];
   const on: Run[] = [];
   for (let r = 0; r < o.rounds; r++) {
-    gc();
     off.push(await runOnce(o, events, count, false));
-    gc();
     on.push(await runOnce(o, events, count, true));
   }
   if (new Set([...off, ...on].map((r) => r.rows)).size !== 1) {

@@ -4,7 +4,7 @@
  * core does with no framework at all). See BENCHMARKS.md for the figures.
  *
  *   npm run bench -- [--events 1000000] [--query q5 --query q7 | --query q5,q7]
- *                    [--parallelism N] [--seed 42] [--warmup 100000] [--json] [--in-process]
+ *                    [--parallelism N] [--seed 42] [--warmup 100000] [--warmup-runs 3] [--json] [--in-process]
  *                    [--checkpoint-interval MS|off]   (default: every 1000 ms, the issue's condition)
  *                    [--cost-events 20000] [--cost-publish-batch 2000] [--skip-aws-cost]
  *                    [--checkpoints-query q5] [--skip-checkpoints]
@@ -16,7 +16,8 @@
  *
  * Each query runs in a fresh child process (`--expose-gc`), so its JIT state and peak
  * memory are its own. Events are generated into memory first, so neither side pays
- * for generation or parsing. Each side runs three times after a warm-up and the run
+ * for generation or parsing. Each side runs three times after a warm-up (--warmup events,
+ * then --warmup-runs full passes: the steady state of V8's JIT) and the run
  * with the least CPU time counts (every runtime run's rows are checked). Throughput counts all events (persons, auctions, bids),
  * as Flink's Nexmark runner does; "per core" divides by the process's CPU time
  * (Flink's "throughput/cores"). Both sides must produce the same rows, or the bench
@@ -58,6 +59,7 @@ const { values } = parseArgs({
     parallelism: { type: 'string' },
     seed: { type: 'string' },
     warmup: { type: 'string' },
+    'warmup-runs': { type: 'string' },
     'checkpoint-interval': { type: 'string' },
     'checkpoints-query': { type: 'string', default: 'q5' },
     'skip-checkpoints': { type: 'boolean', default: false },
@@ -76,6 +78,7 @@ const cfg: MeasureConfig = {
   seed: intFlag(values.seed, 'seed', 42, 0)!,
   parallelism: intFlag(values.parallelism, 'parallelism', undefined, 1),
   warmup: intFlag(values.warmup, 'warmup', Math.min(100_000, Math.floor(count / 10)), 0)!,
+  warmupRuns: intFlag(values['warmup-runs'], 'warmup-runs', 3, 0)!,
   // Checkpoints every second by default (issue 6: throughput "with checkpoints every second"); `off` turns them off.
   checkpointIntervalMs: checkpointInterval(values['checkpoint-interval']),
 };
@@ -134,6 +137,7 @@ function row(r: QueryResult): string[] {
     mb(r.runtime.heapGrowthBytes),
     `${k(r.floor.eventsPerCoreSec)}/s`,
     r.ratio.toFixed(3),
+    r.coldRatio === undefined ? '-' : r.coldRatio.toFixed(3),
     floorOk,
     `${k(r.flinkPerCore)}/s`,
     flinkOk,
@@ -141,7 +145,7 @@ function row(r: QueryResult): string[] {
   ];
 }
 
-const HEADER = ['query', 'events/s', 'per core', 'p50 / p99 ms', 'peak RSS', 'heap growth', 'floor/core', 'ratio', '>= 1/3', 'Flink/core', '> Flink', 'rows'];
+const HEADER = ['query', 'events/s', 'per core', 'p50 / p99 ms', 'peak RSS', 'heap growth', 'floor/core', 'ratio', 'cold ratio', '>= 1/3', 'Flink/core', '> Flink', 'rows'];
 
 function table(rows: string[][]): string {
   const all = [HEADER, ...rows];
@@ -154,7 +158,7 @@ async function main(): Promise<void> {
   if (values.worker) return worker(values.worker);
   // With --json, stdout carries only the JSON; the human-readable report goes to stderr.
   const say = values.json ? (line: string) => console.error(line) : (line: string) => console.log(line);
-  say(`Nexmark on the embedded runtime: ${count.toLocaleString('en-US')} events (seed ${cfg.seed}, 10 000 events/s of event time), warm-up ${cfg.warmup.toLocaleString('en-US')}, checkpoints: ${checkpointLabel(cfg)}`);
+  say(`Nexmark on the embedded runtime: ${count.toLocaleString('en-US')} events (seed ${cfg.seed}, 10 000 events/s of event time), warm-up ${cfg.warmup.toLocaleString('en-US')} events + ${cfg.warmupRuns} full passes, checkpoints: ${checkpointLabel(cfg)}`);
   say(`node ${process.version}, ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}); ${values['in-process'] ? 'all queries in this process' : 'one process per query'}`);
   const events = values['in-process'] ? generate(cfg.events, cfg.seed) : undefined;
   const results: QueryResult[] = [];
@@ -167,7 +171,7 @@ async function main(): Promise<void> {
     );
   }
   say('\n' + table(results.map(row)));
-  say('\nper core = events / CPU seconds of the process (ratio = runtime / floor, both per core); Flink/core = NEXMARK.md 7.1 (runner V1);');
+  say('\nper core = events / CPU seconds of the process (ratio = runtime / floor, both per core, best of three runs after the warm-up passes; cold ratio: the first full pass of each side); Flink/core = NEXMARK.md 7.1 (runner V1);');
   say('latency: the row\'s trigger event read by the source -> the row at the sink (bench/nexmark/measure.ts).');
   let checkpointBench: CheckpointBenchResult | undefined;
   if (!values['skip-checkpoints']) {

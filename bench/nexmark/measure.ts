@@ -25,6 +25,13 @@ export interface MeasureConfig {
   readonly parallelism?: number;
   /** Events run through both sides first (JIT warm-up), not measured. */
   readonly warmup: number;
+  /**
+   * Then full passes of each side over all the events before the measured runs (JIT
+   * warm-up, as JMH's warm-up iterations). V8 keeps optimising the runtime's code for
+   * about three 1 M-event passes; the measured runs are then its steady state. The first
+   * pass of each side is reported as the cold ratio. 0: measure cold (no passes).
+   */
+  readonly warmupRuns: number;
   /** Checkpoints every this many ms (local driver, snapshots in a temporary directory); undefined: off. */
   readonly checkpointIntervalMs?: number;
 }
@@ -56,6 +63,8 @@ export interface QueryResult {
    * then changes neither side (wall-clock rates are reported too).
    */
   ratio: number;
+  /** The same ratio from the first full pass of each side (cold JIT), when warmupRuns > 0. */
+  coldRatio?: number;
   flinkPerCore: number;
   resultsMatch: boolean;
   mismatch?: string;
@@ -222,13 +231,18 @@ export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cf
     runFloor(q, head);
     await runOnce(q, head, cfg);
   }
-  let floor = runFloor(q, events);
-  for (let i = 1; i < RUNS; i++) {
-    const again = runFloor(q, events);
-    if (again.cpuMs < floor.cpuMs) floor = again;
-  }
+  const floorRuns: ReturnType<typeof runFloor>[] = [];
+  for (let i = 0; i < cfg.warmupRuns + RUNS; i++) floorRuns.push(runFloor(q, events));
+  const floor = floorRuns.slice(cfg.warmupRuns).reduce((a, b) => (b.cpuMs < a.cpuMs ? b : a));
+  // One forced GC, before the runtime's passes, for the heap baseline. Not between runs:
+  // after a forced full GC the next run of either side took 3-5x the CPU (BENCHMARKS.md, Method).
   gc();
   const heapBefore = process.memoryUsage().heapUsed;
+  let coldRatio: number | undefined;
+  for (let i = 0; i < cfg.warmupRuns; i++) {
+    const r = await runOnce(q, events, cfg);
+    if (i === 0) coldRatio = floorRuns[0].cpuMs / r.cpuMs;
+  }
   const sampler = new MemorySampler();
   sampler.start();
   // The runtime the same way: best of RUNS, each run's rows checked against the floor's.
@@ -243,7 +257,6 @@ export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cf
       best = again;
       checked = c;
     }
-    gc();
   }
   sampler.stop();
   const run = best!;
@@ -275,6 +288,7 @@ export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cf
     },
     floor: { durationMs: floor.durationMs, eventsPerSec: floorPerSec, eventsPerCoreSec: floorPerCore, results: floor.rows.length },
     ratio: perCore / floorPerCore,
+    ...(coldRatio === undefined ? {} : { coldRatio }),
     flinkPerCore: q.flinkPerCore,
     resultsMatch: mismatch === undefined,
     mismatch,

@@ -89,6 +89,13 @@ export class CheckpointDriver {
   readonly completed: CheckpointStats[] = [];
   readonly aborted: number[] = [];
 
+  /**
+   * When this driver started: the first periodic epoch of a chain opens one interval
+   * after it, as Flink's first checkpoint waits for its interval, not at once (a job
+   * that has just started has nothing worth a checkpoint yet).
+   */
+  private startedAt = 0;
+
   private constructor(
     public state: CoordinatorState,
     private readonly ports: DriverPorts,
@@ -107,6 +114,7 @@ export class CheckpointDriver {
       const r = resume({ setup, record: null, pointer: null, manifest: null }, now);
       const state = { ...r.state, highestEpoch: Math.max(options.fresh.startAfterEpoch, rec?.value.highestEpoch ?? 0, ptr?.value.epoch ?? 0) };
       const d = new CheckpointDriver(state, ports, options);
+      d.startedAt = now;
       d.recordVersion = rec?.version ?? 0;
       // The new chain's pointer restarts: epoch 0 means none, so its version is reset by a tombstone value.
       if (ptr && ptr.value.epoch !== 0) {
@@ -123,6 +131,7 @@ export class CheckpointDriver {
     }
     const r = resume({ setup, record: rec?.value ?? null, pointer, manifest }, now);
     const d = new CheckpointDriver(r.state, ports, options);
+    d.startedAt = now;
     d.recordVersion = rec?.version ?? 0;
     await d.apply(r, now, true);
     return d;
@@ -205,7 +214,7 @@ export class CheckpointDriver {
   nextWakeAt(intervalMs: number): number {
     const f = this.state.inFlight;
     if (f) return f.deadline;
-    return (this.state.lastOpenedAt ?? 0) + intervalMs;
+    return (this.state.lastOpenedAt ?? this.startedAt) + intervalMs;
   }
 
   private async persist(state: CoordinatorState): Promise<void> {

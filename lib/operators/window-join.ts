@@ -24,6 +24,10 @@ export function windowJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec,
   const w: FixedWindows = { size: a.size, slide: a.kind === 'tumbling' ? a.size : a.slide, offset: a.offset };
   const cache = new WindowKeyCache(w.size, ['l', 'r']);
   const fn = spec.fn;
+  // One collector for every firing, not a closure per (key, window): the firing's
+  // timestamp is the default of what coGroup emits.
+  let firingTs = 0;
+  const out: Collector<unknown> = { emit: (value, timestamp) => ctx.emit(value, timestamp ?? firingTs) };
 
   const op = {
     droppedLate: 0,
@@ -66,7 +70,7 @@ export function windowJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec,
       if (fn.kind === 'pairs') {
         for (const l of lefts) for (const r of rights) ctx.emit(fn.join(l, r, info), ts);
       } else {
-        const out: Collector<unknown> = { emit: (value, timestamp) => ctx.emit(value, timestamp ?? ts) };
+        firingTs = ts;
         fn.coGroup(lefts, rights, info, out);
       }
       ctx.stateDelete(lf);
