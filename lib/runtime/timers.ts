@@ -108,6 +108,13 @@ const LIST_MAX = 8;
 
 const slot = (ns: string, time: number) => ns + '\u0001' + time;
 
+/** A key's timer by (namespace, time). */
+function findIn(kt: KeyTimers, ns: string, time: number): Node | undefined {
+  if (kt.map !== undefined) return kt.map.get(slot(ns, time));
+  for (const n of kt.list) if (n.time === time && n.ns === ns) return n;
+  return undefined;
+}
+
 /** Remove list[i], keeping the order (splice would allocate the array of what it removes). */
 function removeAt<T>(list: T[], i: number): void {
   for (let j = i + 1; j < list.length; j++) list[j - 1] = list[j];
@@ -159,9 +166,10 @@ export class TimerQueue {
    * `entity`: the key's entity string when the caller has it (spares a lookup when the key's changes are reported).
    */
   registerAt(time: number, key: string, kg: number, ns: string, entity?: string): void {
-    const n = this.find(key, ns, time);
+    const known = this.byKey.get(key);
+    const n = known === undefined ? undefined : findIn(known, ns, time);
     if (n === undefined) {
-      const kt = this.insert(this.owner.node, this.owner.domain, time, kg, key, ns).kt;
+      const kt = this.insert(this.owner.node, this.owner.domain, time, kg, key, ns, known).kt;
       if (entity !== undefined && kt.entity === undefined) kt.entity = entity;
     } else if (!n.live) this.revive(n);
   }
@@ -293,14 +301,12 @@ export class TimerQueue {
 
   private find(key: string, ns: string, time: number): Node | undefined {
     const kt = this.byKey.get(key);
-    if (kt === undefined) return undefined;
-    if (kt.map !== undefined) return kt.map.get(slot(ns, time));
-    for (const n of kt.list) if (n.time === time && n.ns === ns) return n;
-    return undefined;
+    return kt === undefined ? undefined : findIn(kt, ns, time);
   }
 
-  private insert(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string): Node {
-    let kt = this.byKey.get(key);
+  /** `kt`: the key's timers when the caller looked them up already (register: one lookup per key, not two). */
+  private insert(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, known?: KeyTimers): Node {
+    let kt = known ?? this.byKey.get(key);
     if (kt === undefined) this.byKey.set(key, (kt = { list: [], reported: 0 }));
     const n = new Node(node, domain, time, kg, key, ns, kt);
     if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
