@@ -42,6 +42,8 @@ export interface InstalledPartition {
 
 export class InMemoryStateBackend implements StateBackend {
   readonly needsPrefetch = false;
+  /** Field maps are updated in place; an entity's map is created or dropped only by a commit that writes it. */
+  readonly livePeek = true;
   readonly tracksChanges = true;
   /** key group -> entity -> field -> value. Key groups are shared across stages' scopes by entity prefix. */
   private readonly state = new Map<string, Map<number, Map<string, Map<string, unknown>>>>();

@@ -46,7 +46,7 @@ export function entityId(operator: string, keyString: string): string {
 export class EntityEntry {
   /** The batch that touched this entry last (-1: none). */
   batch = -1;
-  /** The entity's committed fields, looked up once per batch (null: not yet). */
+  /** The entity's committed fields, looked up once per batch or kept as a live view (null: not yet). */
   private committed: ReadonlyMap<string, unknown> | undefined | null = null;
   private f0: string | undefined = undefined;
   private v0: unknown = undefined;
@@ -132,9 +132,12 @@ export class EntityEntry {
     }
   }
 
-  /** @internal The batch is over: drop what it read and wrote (no copy of state outlives its batch). */
+  /**
+   * @internal The batch is over: drop what it read and wrote (no copy of state outlives its
+   * batch). A live view of the committed fields stays valid until this entry writes the entity.
+   */
   clear(): void {
-    this.committed = null;
+    if (!this.txn.livePeek || this.dirty0 || this.dirtyMore !== undefined) this.committed = null;
     this.f0 = undefined;
     this.v0 = undefined;
     this.dirty0 = false;
@@ -190,10 +193,15 @@ export class StateTxn {
   private touched: EntityEntry[] = [];
   private batch = 0;
 
+  /** The backend's peek answers live views (StateBackend.livePeek): entries keep them across batches. */
+  readonly livePeek: boolean;
+
   constructor(
     private readonly backend: StateBackend,
     private readonly scope: PartitionScope,
-  ) {}
+  ) {
+    this.livePeek = backend.livePeek === true;
+  }
 
   /** An operator's overlay: long-lived (one per operator and partition), its entries per batch. */
   overlay(operator: string): OperatorOverlay {

@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { emptyProgress, type PartitionScope } from '../../lib/state/backend.ts';
+import { emptyProgress, type PartitionScope, type StateBackend } from '../../lib/state/backend.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';
 import { entityId, StateTxn } from '../../lib/state/txn.ts';
 
@@ -18,9 +18,23 @@ const kgOf = (key: string) => key.charCodeAt(0) % 4;
 
 type Model = Map<string, Map<string, unknown>>;
 
-function open() {
+/** `live`: the backend's peek answers live views (StateBackend.livePeek), else a view per batch. */
+function open(live = true) {
   const backend = new InMemoryStateBackend();
-  const txn = new StateTxn(backend, scope);
+  const view: StateBackend = live
+    ? backend
+    : {
+        needsPrefetch: false,
+        recover: (s) => backend.recover(s),
+        prefetch: async () => {},
+        peek: (s, kg, e) => {
+          const f = backend.peek(s, kg, e);
+          return f && new Map(f);
+        },
+        commit: (b) => backend.commit(b),
+        clearOutbox: (s, v) => backend.clearOutbox(s, v),
+      };
+  const txn = new StateTxn(view, scope);
   let version = 0;
   const commit = () => {
     backend.commitSync({ scope, expectedVersion: version++, writes: txn.writes(), timerAdds: [], timerDeletes: [], progress: emptyProgress(), outbox: [] });
@@ -58,10 +72,13 @@ function scribble(v: unknown): void {
 }
 
 describe('StateTxn', () => {
-  it('behaves like committed maps plus a batch overlay (property)', () => {
+  it.each([
+    ['live views (in-memory peek)', true],
+    ['a view per batch (remote stores)', false],
+  ])('behaves like committed maps plus a batch overlay, %s (property)', (_name, live) => {
     fc.assert(
       fc.property(fc.array(opArb, { maxLength: 60 }), (ops) => {
-        const { txn, commit, committed } = open();
+        const { txn, commit, committed } = open(live);
         const model: Model = new Map();
         /** The batch's view of each field it touched: the copy read or the value written, and whether it is dirty. */
         const view = new Map<string, { e: string; f: string; v: unknown; dirty: boolean }>();
