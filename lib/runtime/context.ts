@@ -5,7 +5,7 @@ import type { PhysicalPlan, Successor } from '../graph/compile.ts';
 import { createOperator } from '../operators/registry.ts';
 import { keyGroupOfString } from '../graph/keygroups.ts';
 import { type LogicalNode, MAIN_PORT } from '../graph/logical.ts';
-import type { StateTxn } from '../state/txn.ts';
+import { type EntityEntry, entityId, type OperatorOverlay, type StateTxn } from '../state/txn.ts';
 import type { OperatorContext, StreamOperator, TimeDomain } from './operator.ts';
 import type { Push } from './chain.ts';
 import { TimerQueue } from './timers.ts';
@@ -46,7 +46,7 @@ export function newNodeRuntime(plan: PhysicalPlan, node: LogicalNode, host: Cont
     ctx: undefined as unknown as NodeContext,
     op: undefined as unknown as StreamOperator,
     routes,
-    timers: { event: new TimerQueue(), processing: new TimerQueue() },
+    timers: { event: timerQueue(node, 'event', host), processing: timerQueue(node, 'processing', host) },
     recordsIn: 0,
     emitters: new Map(),
     emitMain: () => {},
@@ -57,15 +57,20 @@ export function newNodeRuntime(plan: PhysicalPlan, node: LogicalNode, host: Cont
   return rt;
 }
 
-export function entityId(operator: string, keyString: string): string {
-  return `${operator}\u0001${keyString}`;
+export { entityId };
+
+function timerQueue(node: LogicalNode, domain: TimeDomain, host: ContextHost): TimerQueue {
+  const overlay = host.stateTxn.overlay(node.name);
+  return new TimerQueue({ node: node.id, domain, entityOf: (key) => overlay.entityOf(key) });
 }
 
 export class NodeContext implements OperatorContext {
   private key: Key | undefined;
   private keyString = '';
   private kg = 0;
-  private entity = '';
+  /** The current key's state entry in this batch (undefined: look it up on first use). */
+  private entry: EntityEntry | undefined = undefined;
+  private readonly overlay: OperatorOverlay;
   readonly node: LogicalNode;
   readonly partition: number;
   readonly parallelism: number;
@@ -82,6 +87,7 @@ export class NodeContext implements OperatorContext {
     this.partition = rt.scope.partition;
     this.parallelism = rt.stage.parallelism;
     this.clock = rt.clock;
+    this.overlay = rt.stateTxn.overlay(n.node.name);
   }
 
   watermark(): number {
@@ -99,7 +105,7 @@ export class NodeContext implements OperatorContext {
     this.key = key;
     this.keyString = ks;
     this.kg = keyGroupOfString(ks, this.maxP);
-    this.entity = entityId(this.node.name, ks);
+    this.entry = undefined;
   }
 
   /**
@@ -122,27 +128,35 @@ export class NodeContext implements OperatorContext {
     this.keyString = ks;
     this.key = keyFromString(ks);
     this.kg = kg;
-    this.entity = entityId(this.node.name, ks);
+    this.entry = undefined;
+  }
+
+  /** The current key's entry: kept across calls for one key, looked up again after a key switch or a new batch. */
+  private state(): EntityEntry {
+    const e = this.entry;
+    if (e !== undefined && e.batch === this.overlay.batch) return e;
+    return (this.entry = this.overlay.entry(this.keyString, this.kg));
   }
 
   stateGet(field: string): unknown {
-    return this.rt.stateTxn.get(this.kg, this.entity, field);
+    return this.state().get(field);
   }
   stateSet(field: string, value: unknown): void {
-    this.rt.stateTxn.set(this.kg, this.entity, field, value);
+    this.state().set(field, value);
   }
   stateDelete(field: string): void {
-    this.rt.stateTxn.delete(this.kg, this.entity, field);
+    this.state().set(field, undefined);
   }
   stateFields(prefix: string): [string, unknown][] {
-    return this.rt.stateTxn.fields(this.kg, this.entity, prefix);
+    return this.state().fields(prefix);
   }
 
   registerTimer(domain: TimeDomain, time: number, ns = ''): void {
-    this.n.timers[domain].register({ node: this.node.id, domain, time, kg: this.kg, key: this.keyString, ns });
+    // The current key's entry, when state was used, names the entity: the timer queue keeps it.
+    this.n.timers[domain].registerAt(time, this.keyString, this.kg, ns, this.entry?.entity);
   }
   deleteTimer(domain: TimeDomain, time: number, ns = ''): void {
-    this.n.timers[domain].delete({ node: this.node.id, domain, time, kg: this.kg, key: this.keyString, ns });
+    this.n.timers[domain].deleteAt(time, this.keyString, ns);
   }
 
   emit(value: unknown, timestamp: number, port: string = MAIN_PORT): void {

@@ -54,7 +54,8 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
   } else {
     for (const t of s.backend.tracked!(s.scope)) {
       if (t.after < s.baseEpoch) continue;
-      for (const [e, kg] of t.entities) entities.set(e, kg);
+      // forEach: no [entity, kg] pair per entry (a delta lists every key changed since the base).
+      t.entities.forEach((kg, e) => entities.set(e, kg));
     }
     for (const e of s.timerEntities) entities.set(e.entity, e.kg);
   }
@@ -68,8 +69,11 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
     if (missing.length) await s.backend.prefetch(s.scope, missing);
   }
   const rows: SnapshotRow[] = [];
-  for (const [entity, kg] of sortedEntries(entities)) {
-    const fields = written.has(entity) ? s.txn.fields(kg, entity, '') : sortedEntries(s.backend.peek(s.scope, kg, entity) ?? new Map());
+  // Sorted by entity (the default sort compares UTF-16 code units, as `<` does).
+  for (const entity of [...entities.keys()].sort()) {
+    const kg = entities.get(entity)!;
+    const committed = written.has(entity) ? undefined : s.backend.peek(s.scope, kg, entity);
+    const fields = written.has(entity) ? s.txn.fields(kg, entity, '') : committed ? sortedEntries(committed) : [];
     const timers = s.timersOf(entity);
     if (s.full && fields.length === 0 && timers.length === 0) continue;
     rows.push([kg, entity, fields.length ? fields : null, timers.map(toSnapshotTimer)]);
@@ -81,10 +85,8 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
 export function changedTimerEntities(order: readonly NodeRuntime[]): DirtyEntity[] {
   const out: DirtyEntity[] = [];
   for (const n of order) {
-    for (const q of [n.timers.event, n.timers.processing]) {
-      for (const t of q.added) out.push({ entity: entityId(n.node.name, t.key), kg: t.kg });
-      for (const t of q.deleted) out.push({ entity: entityId(n.node.name, t.key), kg: t.kg });
-    }
+    n.timers.event.changedEntities(out);
+    n.timers.processing.changedEntities(out);
   }
   return out;
 }
@@ -95,7 +97,9 @@ export function timersOfEntity(byName: ReadonlyMap<string, NodeRuntime>, entity:
   const n = byName.get(entity.slice(0, i));
   if (!n) return [];
   const key = entity.slice(i + 1);
-  return [...n.timers.event.liveOf(key), ...n.timers.processing.liveOf(key)];
+  const out = n.timers.event.liveOf(key);
+  n.timers.processing.liveInto(key, out);
+  return out;
 }
 
 /** The entity of every live timer (full snapshots). */
@@ -109,10 +113,8 @@ export function timerChanges(order: readonly NodeRuntime[]): { adds: TimerEntry[
   const deletes: TimerEntry[] = [];
   for (const n of order) {
     const { event, processing } = n.timers;
-    if (event.added.size) adds.push(...event.added.values());
-    if (event.deleted.size) deletes.push(...event.deleted.values());
-    if (processing.added.size) adds.push(...processing.added.values());
-    if (processing.deleted.size) deletes.push(...processing.deleted.values());
+    if (event.hasChanges) event.changesTo(adds, deletes);
+    if (processing.hasChanges) processing.changesTo(adds, deletes);
   }
   return { adds, deletes };
 }

@@ -9,18 +9,69 @@
  * a min-heap of per-time buckets, each with its timers sorted by (key, namespace)
  * once, when its time comes (one sort instead of a heap step per timer). Nodes carry a
  * `live` flag, so a deleted timer is skipped when its turn comes rather than searched for.
+ * A registration allocates only when the timer is new, one object that is both the
+ * queue's node and the backend's TimerEntry, and the batch's changes are one list of
+ * nodes (flags say add or delete) rather than sets kept in step.
  */
 import type { TimerEntry } from '../state/backend.ts';
 
-interface Node {
+/**
+ * A timer: the entry the backend stores (its public fields, as a TimerEntry) and the queue's
+ * bookkeeping in private fields, which JSON and object spreads leave out: one object per timer.
+ */
+class Node implements TimerEntry {
+  readonly node: number;
+  readonly domain: 'event' | 'processing';
   readonly time: number;
+  readonly kg: number;
   readonly key: string;
   readonly ns: string;
-  readonly entry: TimerEntry;
-  live: boolean;
-  inHeap: boolean;
+  /** The key's timers this node is filed under. */
+  #kt: KeyTimers;
+  #live = true;
+  #inHeap = false;
   /** The backend has it (loaded at recovery, or added by an earlier commit). */
-  committed: boolean;
+  #committed = false;
+  /** In the list of nodes changed since the last commit. */
+  #changed = true;
+
+  constructor(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, kt: KeyTimers) {
+    this.node = node;
+    this.domain = domain;
+    this.time = time;
+    this.kg = kg;
+    this.key = key;
+    this.ns = ns;
+    this.#kt = kt;
+  }
+
+  get kt(): KeyTimers {
+    return this.#kt;
+  }
+  get live(): boolean {
+    return this.#live;
+  }
+  set live(v: boolean) {
+    this.#live = v;
+  }
+  get inHeap(): boolean {
+    return this.#inHeap;
+  }
+  set inHeap(v: boolean) {
+    this.#inHeap = v;
+  }
+  get committed(): boolean {
+    return this.#committed;
+  }
+  set committed(v: boolean) {
+    this.#committed = v;
+  }
+  get changed(): boolean {
+    return this.#changed;
+  }
+  set changed(v: boolean) {
+    this.#changed = v;
+  }
 }
 
 /**
@@ -30,11 +81,45 @@ interface Node {
 interface KeyTimers {
   list: Node[];
   map?: Map<string, Node>;
+  /** The key's entity string, built once for the key's timers (incremental snapshots track it). */
+  entity?: string;
+  /** The key as a changed entity, reported as is by every commit that changes the key's timers. */
+  dirty?: ChangedEntity;
+  /** The last changedEntities() call that reported this key. */
+  reported: number;
 }
+
+/** An entity whose timers changed (TrackingUpdate.entities); never changed once built. */
+export interface ChangedEntity {
+  readonly entity: string;
+  readonly kg: number;
+}
+
+/** The owner of a queue: its timers' node id and domain, and how a key names its entity. */
+export interface TimerOwner {
+  readonly node: number;
+  readonly domain: 'event' | 'processing';
+  entityOf(key: string): string;
+}
+
+let reports = 0;
 
 const LIST_MAX = 8;
 
 const slot = (ns: string, time: number) => ns + '\u0001' + time;
+
+/** A key's timer by (namespace, time). */
+function findIn(kt: KeyTimers, ns: string, time: number): Node | undefined {
+  if (kt.map !== undefined) return kt.map.get(slot(ns, time));
+  for (const n of kt.list) if (n.time === time && n.ns === ns) return n;
+  return undefined;
+}
+
+/** Remove list[i], keeping the order (splice would allocate the array of what it removes). */
+function removeAt<T>(list: T[], i: number): void {
+  for (let j = i + 1; j < list.length; j++) list[j - 1] = list[j];
+  list.pop();
+}
 
 /** (key, namespace) order within one time. */
 function compare(a: Node, b: Node): number {
@@ -57,34 +142,91 @@ export class TimerQueue {
   /** Live timers, and committed ones deleted in this batch (so that registering again revives them). */
   private readonly byKey = new Map<string, KeyTimers>();
   private liveCount = 0;
-  /** Nodes added or deleted since the last commit. */
+  /** Nodes added or deleted since the last commit (each once; its flags say which change is left). */
   private changed: Node[] = [];
-  /** Changes since the last commit (entries to add to / delete from the backend). */
-  readonly added = new Set<TimerEntry>();
-  readonly deleted = new Set<TimerEntry>();
+
+  constructor(private readonly owner: TimerOwner = { node: 0, domain: 'event', entityOf: (key) => key }) {}
 
   load(t: TimerEntry): void {
     if (this.find(t.key, t.ns, t.time)) return;
-    const n = this.insert(t);
+    const n = this.insert(t.node, t.domain, t.time, t.kg, t.key, t.ns);
     n.committed = true;
+    n.changed = false;
+    this.changed.pop();
   }
 
   register(t: TimerEntry): void {
     const n = this.find(t.key, t.ns, t.time);
+    if (n === undefined) this.insert(t.node, t.domain, t.time, t.kg, t.key, t.ns);
+    else if (!n.live) this.revive(n);
+  }
+
+  /**
+   * register() for this queue's node and domain, the entry built only when the timer is new.
+   * `entity`: the key's entity string when the caller has it (spares a lookup when the key's changes are reported).
+   */
+  registerAt(time: number, key: string, kg: number, ns: string, entity?: string): void {
+    const known = this.byKey.get(key);
+    const n = known === undefined ? undefined : findIn(known, ns, time);
     if (n === undefined) {
-      this.added.add(this.insert(t).entry);
-    } else if (!n.live) {
-      // Deleted earlier in this batch: the deletion is cancelled.
-      n.live = true;
-      this.liveCount++;
-      this.deleted.delete(n.entry);
-      if (!n.inHeap) this.push(n);
-    }
+      const kt = this.insert(this.owner.node, this.owner.domain, time, kg, key, ns, known).kt;
+      if (entity !== undefined && kt.entity === undefined) kt.entity = entity;
+    } else if (!n.live) this.revive(n);
   }
 
   delete(t: TimerEntry): void {
-    const n = this.find(t.key, t.ns, t.time);
+    this.deleteAt(t.time, t.key, t.ns);
+  }
+
+  deleteAt(time: number, key: string, ns: string): void {
+    const n = this.find(key, ns, time);
     if (n !== undefined && n.live) this.kill(n);
+  }
+
+  /** Deleted earlier in this batch: the deletion is cancelled. */
+  private revive(n: Node): void {
+    n.live = true;
+    this.liveCount++;
+    if (!n.inHeap) this.push(n);
+  }
+
+  /** Timers to add to the backend since the last commit. */
+  get added(): TimerEntry[] {
+    const out: TimerEntry[] = [];
+    this.changesTo(out, undefined);
+    return out;
+  }
+
+  /** Timers to delete from the backend since the last commit. */
+  get deleted(): TimerEntry[] {
+    const out: TimerEntry[] = [];
+    this.changesTo(undefined, out);
+    return out;
+  }
+
+  get hasChanges(): boolean {
+    return this.changed.length > 0;
+  }
+
+  /** Append the adds and deletes since the last commit. */
+  changesTo(adds: TimerEntry[] | undefined, deletes: TimerEntry[] | undefined): void {
+    for (const n of this.changed) {
+      if (n.live === n.committed) continue;
+      if (n.live) adds?.push(n);
+      else deletes?.push(n);
+    }
+  }
+
+  /** Append the entities whose timers changed since the last commit, each once. */
+  changedEntities(out: ChangedEntity[]): void {
+    const call = ++reports;
+    for (const n of this.changed) {
+      if (n.live === n.committed) continue;
+      const kt = n.kt;
+      if (kt.reported === call) continue;
+      kt.reported = call;
+      out.push((kt.dirty ??= { entity: (kt.entity ??= this.owner.entityOf(n.key)), kg: n.kg }));
+    }
   }
 
   /** Earliest live timer time, or +Infinity. */
@@ -106,14 +248,14 @@ export class TimerQueue {
     const n = b.nodes[b.next++];
     n.inHeap = false;
     this.kill(n);
-    return n.entry;
+    return n;
   }
 
   /** Live timers at or before `upTo` without removing them (for prefetching their keys). */
   liveUpTo(upTo: number): TimerEntry[] {
     const out: TimerEntry[] = [];
     const take = (n: Node) => {
-      if (n.live && n.time <= upTo) out.push(n.entry);
+      if (n.live && n.time <= upTo) out.push(n);
     };
     for (const kt of this.byKey.values()) {
       if (kt.map !== undefined) for (const n of kt.map.values()) take(n);
@@ -124,11 +266,18 @@ export class TimerQueue {
 
   /** Live timers of one key (incremental snapshots: a changed key's timers travel with its state). */
   liveOf(key: string): TimerEntry[] {
-    const kt = this.byKey.get(key);
-    if (kt === undefined) return [];
     const out: TimerEntry[] = [];
-    for (const n of kt.map !== undefined ? kt.map.values() : kt.list) if (n.live) out.push(n.entry);
+    this.liveInto(key, out);
     return out;
+  }
+
+  /** liveOf, appended to `out`. */
+  liveInto(key: string, out: TimerEntry[]): void {
+    const kt = this.byKey.get(key);
+    if (kt === undefined) return;
+    if (kt.map !== undefined) {
+      for (const n of kt.map.values()) if (n.live) out.push(n);
+    } else for (const n of kt.list) if (n.live) out.push(n);
   }
 
   get size(): number {
@@ -140,6 +289,7 @@ export class TimerQueue {
     // and Map/Set clear() would allocate fresh tables for every queue at every commit.
     if (this.changed.length === 0) return;
     for (const n of this.changed) {
+      n.changed = false;
       if (n.live) n.committed = true;
       else if (n.committed) {
         n.committed = false;
@@ -147,23 +297,19 @@ export class TimerQueue {
       }
     }
     this.changed = [];
-    this.added.clear();
-    this.deleted.clear();
   }
 
   private find(key: string, ns: string, time: number): Node | undefined {
     const kt = this.byKey.get(key);
-    if (kt === undefined) return undefined;
-    if (kt.map !== undefined) return kt.map.get(slot(ns, time));
-    for (const n of kt.list) if (n.time === time && n.ns === ns) return n;
-    return undefined;
+    return kt === undefined ? undefined : findIn(kt, ns, time);
   }
 
-  private insert(t: TimerEntry): Node {
-    const n: Node = { time: t.time, key: t.key, ns: t.ns, entry: t, live: true, inHeap: false, committed: false };
-    const kt = this.byKey.get(t.key);
-    if (kt === undefined) this.byKey.set(t.key, { list: [n] });
-    else if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
+  /** `kt`: the key's timers when the caller looked them up already (register: one lookup per key, not two). */
+  private insert(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, known?: KeyTimers): Node {
+    let kt = known ?? this.byKey.get(key);
+    if (kt === undefined) this.byKey.set(key, (kt = { list: [], reported: 0 }));
+    const n = new Node(node, domain, time, kg, key, ns, kt);
+    if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
     else if (kt.list.length < LIST_MAX) kt.list.push(n);
     else {
       kt.map = new Map(kt.list.map((x) => [slot(x.ns, x.time), x]));
@@ -181,26 +327,28 @@ export class TimerQueue {
     n.live = false;
     this.liveCount--;
     if (n.committed) {
-      this.deleted.add(n.entry);
-      this.changed.push(n);
-    } else {
-      this.added.delete(n.entry);
-      this.remove(n);
-    }
+      if (!n.changed) {
+        n.changed = true;
+        this.changed.push(n);
+      }
+    } else this.remove(n);
   }
 
+  /** Unfile a node from its key (a key whose last timer goes is forgotten). */
   private remove(n: Node): void {
-    const kt = this.byKey.get(n.key);
-    if (kt === undefined) return;
+    const kt = n.kt;
     if (kt.map !== undefined) {
-      if (kt.map.get(slot(n.ns, n.time)) === n) kt.map.delete(slot(n.ns, n.time));
+      const s = slot(n.ns, n.time);
+      if (kt.map.get(s) !== n) return;
+      kt.map.delete(s);
       if (kt.map.size === 0) this.byKey.delete(n.key);
       return;
     }
+    // A node is filed once, and a key's entry leaves byKey only with its last node.
     const i = kt.list.indexOf(n);
     if (i < 0) return;
-    if (kt.list.length === 1) this.byKey.delete(n.key);
-    else kt.list.splice(i, 1);
+    removeAt(kt.list, i);
+    if (kt.list.length === 0) this.byKey.delete(n.key);
   }
 
   /** The bucket of the earliest time with a live timer, positioned on it (dead ones skipped, empty buckets dropped). */

@@ -169,6 +169,14 @@ export interface StateBackend {
   prefetch(scope: PartitionScope, entities: ReadonlyArray<{ kg: number; entity: string }>): Promise<void>;
   /** The committed fields of one entity (undefined: none). */
   peek(scope: PartitionScope, kg: number, entity: string): ReadonlyMap<string, unknown> | undefined;
+  /**
+   * Optional: peek() answers a live view (in-memory stores). Later commits show through it,
+   * except a commit that writes the entity (it may create, replace or drop the entity's
+   * fields), and the answer for an absent entity stays right until such a commit. StateTxn
+   * then keeps an entity's view across batches until it writes the entity, instead of
+   * peeking once per batch. Remote stores (needsPrefetch) leave it unset.
+   */
+  readonly livePeek?: boolean;
   /** Apply a batch atomically: all of it or nothing. Throws CommitConflictError when the version moved. */
   commit(batch: CommitBatch): Promise<void>;
   /** The outbox of the given version has been delivered. */

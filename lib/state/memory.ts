@@ -42,6 +42,8 @@ export interface InstalledPartition {
 
 export class InMemoryStateBackend implements StateBackend {
   readonly needsPrefetch = false;
+  /** Field maps are updated in place; an entity's map is created or dropped only by a commit that writes it. */
+  readonly livePeek = true;
   readonly tracksChanges = true;
   /** key group -> entity -> field -> value. Key groups are shared across stages' scopes by entity prefix. */
   private readonly state = new Map<string, Map<number, Map<string, Map<string, unknown>>>>();
@@ -52,9 +54,18 @@ export class InMemoryStateBackend implements StateBackend {
   /** Commits applied (for tests and metrics). */
   commits = 0;
 
+  /** The last scope asked for: a batch's peeks and its commit come from one partition in a row. */
+  private lastScope: PartitionScope | undefined;
+  private lastStage: Map<number, Map<string, Map<string, unknown>>> | undefined;
+
   private stageState(scope: PartitionScope): Map<number, Map<string, Map<string, unknown>>> {
+    if (scope === this.lastScope) return this.lastStage!;
     let s = this.stageOfScope.get(scope);
-    if (s) return s;
+    if (s) {
+      this.lastScope = scope;
+      this.lastStage = s;
+      return s;
+    }
     // State belongs to the stage, not the partition: a rescale reassigns key groups.
     const id = `${scope.job}/${scope.stage}`;
     s = this.state.get(id);
@@ -105,22 +116,37 @@ export class InMemoryStateBackend implements StateBackend {
     // Incremental snapshots: every written entity joins the newest tracked interval. A stamp on
     // the entity's field map saves the interval lookup for its other fields and later batches.
     const cur = batch.tracking ? currentInterval(r) : undefined;
+    // An entity's writes are consecutive (StateTxn emits them per entity): find its field map once.
+    let lastEntity: string | undefined;
+    let lastKg = -1;
+    let groups: Map<string, Map<string, unknown>> | undefined;
+    let fields: Stamped | undefined;
     for (const w of batch.writes) {
-      let groups = stage.get(w.kg);
-      if (!groups) stage.set(w.kg, (groups = new Map()));
-      let fields = groups.get(w.entity) as Stamped | undefined;
+      if (w.entity !== lastEntity || w.kg !== lastKg) {
+        lastEntity = w.entity;
+        lastKg = w.kg;
+        groups = stage.get(w.kg);
+        if (!groups) stage.set(w.kg, (groups = new Map()));
+        fields = groups.get(w.entity) as Stamped | undefined;
+        if (cur && (!fields || fields[STAMP] !== cur)) {
+          cur.entities.set(w.entity, w.kg);
+          if (fields) fields[STAMP] = cur;
+        }
+      }
       if (w.value === undefined) {
         if (fields) {
           fields.delete(w.field);
-          if (fields.size === 0) groups.delete(w.entity);
+          if (fields.size === 0) {
+            groups!.delete(w.entity);
+            fields = undefined;
+          }
         }
       } else {
-        if (!fields) groups.set(w.entity, (fields = new Map()));
+        if (!fields) {
+          groups!.set(w.entity, (fields = new Map()));
+          if (cur) fields[STAMP] = cur;
+        }
         fields.set(w.field, w.value);
-      }
-      if (cur && (!fields || fields[STAMP] !== cur)) {
-        cur.entities.set(w.entity, w.kg);
-        if (fields) fields[STAMP] = cur;
       }
     }
     for (const t of batch.timerDeletes) r.timers.delete(t);
@@ -217,7 +243,11 @@ class CommittedTimers {
     const i = indexOf(list, t);
     if (i < 0) return;
     if (list.length === 1) this.byKey.delete(t.key);
-    else list.splice(i, 1);
+    else {
+      // In order, without splice's array of removed elements.
+      for (let j = i + 1; j < list.length; j++) list[j - 1] = list[j];
+      list.pop();
+    }
   }
 
   all(): TimerEntry[] {

@@ -3,18 +3,18 @@
  * values, writes stay in an overlay until the batch commits. Values read are copied,
  * so a change counts only when written back (as with DynamoDB or RocksDB), and a
  * crash before the commit leaves committed state untouched.
+ *
+ * Hot path: an operator switches keys once per record. The overlay is kept per operator
+ * and found by the key's string form, so no entity string (`${operator}\u0001${key}`) is
+ * built per switch: it is built once, when a key's entry is created in a batch. Most
+ * operators keep one field per key (window panes: `P`), so an entry holds its first
+ * field inline and needs a map only for further ones. The operator context keeps the
+ * current key's entry, so its reads and writes skip every lookup.
  */
 import type { PartitionScope, StateBackend, StateWrite } from './backend.ts';
 
+/** An absent value in the overlay (read as absent, or deleted in this batch). */
 const DELETED: unique symbol = Symbol('deleted');
-
-interface EntityOverlay {
-  readonly kg: number;
-  readonly values: Map<string, unknown>;
-  readonly dirty: Set<string>;
-  /** The entity's committed fields, looked up once per batch (null: not yet). */
-  committed: ReadonlyMap<string, unknown> | undefined | null;
-}
 
 /** Copies JSON-like values (state must be JSON-serialisable to live in DynamoDB). */
 export function cloneValue<T>(v: T): T {
@@ -33,80 +33,241 @@ export function cloneValue<T>(v: T): T {
   return out as T;
 }
 
+export function entityId(operator: string, keyString: string): string {
+  return `${operator}\u0001${keyString}`;
+}
+
+/**
+ * One key of one operator. Entries live as long as the operator's overlay keeps them
+ * (see OperatorOverlay), so a key's entity string is built and hashed once, not per
+ * batch; what a batch read or wrote is cleared when the batch ends (`batch` says which
+ * batch touched it last). Its first field is inline (`f0`, `v0`); further fields go to `more`.
+ */
+export class EntityEntry {
+  /** The batch that touched this entry last (-1: none). */
+  batch = -1;
+  /** The entity's committed fields, looked up once per batch or kept as a live view (null: not yet). */
+  private committed: ReadonlyMap<string, unknown> | undefined | null = null;
+  private f0: string | undefined = undefined;
+  private v0: unknown = undefined;
+  private dirty0 = false;
+  private more: Map<string, unknown> | undefined = undefined;
+  private dirtyMore: Set<string> | undefined = undefined;
+
+  constructor(
+    private readonly txn: StateTxn,
+    readonly kg: number,
+    readonly entity: string,
+  ) {}
+
+  private peek(): ReadonlyMap<string, unknown> | undefined {
+    // Nothing commits during a batch, so one peek per entity serves all its fields.
+    if (this.committed === null) this.committed = this.txn.peek(this.kg, this.entity);
+    return this.committed;
+  }
+
+  get(field: string): unknown {
+    if (field === this.f0) {
+      const v = this.v0;
+      return v === DELETED ? undefined : v;
+    }
+    if (this.f0 === undefined) {
+      const copy = cloneValue(this.peek()?.get(field));
+      this.f0 = field;
+      this.v0 = copy === undefined ? DELETED : copy;
+      return copy;
+    }
+    let more = this.more;
+    if (more === undefined) more = this.more = new Map();
+    // The overlay never holds undefined (absent is DELETED): one lookup answers.
+    const v = more.get(field);
+    if (v !== undefined) return v === DELETED ? undefined : v;
+    const copy = cloneValue(this.peek()?.get(field));
+    more.set(field, copy === undefined ? DELETED : copy);
+    return copy;
+  }
+
+  set(field: string, value: unknown): void {
+    const v = value === undefined ? DELETED : value;
+    if (field === this.f0 || this.f0 === undefined) {
+      this.f0 = field;
+      this.v0 = v;
+      this.dirty0 = true;
+    } else {
+      (this.more ??= new Map()).set(field, v);
+      (this.dirtyMore ??= new Set()).add(field);
+    }
+  }
+
+  /** Has this batch a value (or a deletion) for the field? */
+  private has(field: string): boolean {
+    return field === this.f0 || (this.more !== undefined && this.more.has(field));
+  }
+
+  /** Written in this batch? */
+  get written(): boolean {
+    return this.dirty0 || this.dirtyMore !== undefined;
+  }
+
+  /** Every live field whose name starts with prefix (committed merged with the overlay), sorted by name. */
+  fields(prefix: string): [string, unknown][] {
+    const out = new Map<string, unknown>();
+    const committed = this.peek();
+    if (committed) {
+      for (const [f, v] of committed) if (f.startsWith(prefix) && !this.has(f)) out.set(f, cloneValue(v));
+    }
+    if (this.f0 !== undefined && this.v0 !== DELETED && this.f0.startsWith(prefix)) out.set(this.f0, this.v0);
+    if (this.more) for (const [f, v] of this.more) if (f.startsWith(prefix) && v !== DELETED) out.set(f, v);
+    return [...out].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  }
+
+  /** @internal Append this entry's dirty fields, with their final values. */
+  writesTo(out: StateWrite[]): void {
+    if (this.dirty0) out.push({ kg: this.kg, entity: this.entity, field: this.f0!, value: this.v0 === DELETED ? undefined : this.v0 });
+    if (this.dirtyMore) {
+      for (const field of this.dirtyMore) {
+        const v = this.more!.get(field);
+        out.push({ kg: this.kg, entity: this.entity, field, value: v === DELETED ? undefined : v });
+      }
+    }
+  }
+
+  /**
+   * @internal The batch is over: drop what it read and wrote (no copy of state outlives its
+   * batch). A live view of the committed fields stays valid until this entry writes the entity.
+   */
+  clear(): void {
+    if (!this.txn.livePeek || this.dirty0 || this.dirtyMore !== undefined) this.committed = null;
+    this.f0 = undefined;
+    this.v0 = undefined;
+    this.dirty0 = false;
+    this.more = undefined;
+    this.dirtyMore = undefined;
+  }
+}
+
+/** Keys an operator's overlay remembers across batches before it starts over (bounds memory). */
+const MAX_REMEMBERED_KEYS = 1 << 16;
+
+/** One operator's entries, by key string. */
+export class OperatorOverlay {
+  /** The current batch (StateTxn.reset starts a new one). */
+  batch = 0;
+  private entries = new Map<string, EntityEntry>();
+
+  constructor(
+    private readonly txn: StateTxn,
+    readonly operator: string,
+  ) {}
+
+  /** The key's entry, touched by this batch (created on first use: the only place its entity string is built). */
+  entry(keyString: string, kg: number): EntityEntry {
+    let e = this.entries.get(keyString);
+    if (e === undefined) {
+      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString));
+      this.entries.set(keyString, e);
+    }
+    if (e.batch !== this.batch) {
+      e.batch = this.batch;
+      this.txn.touch(e);
+    }
+    return e;
+  }
+
+  /** The key's entity string (the remembered one when there is one: its hash is already computed). */
+  entityOf(keyString: string): string {
+    return this.entries.get(keyString)?.entity ?? entityId(this.operator, keyString);
+  }
+
+  /** @internal */
+  reset(batch: number): void {
+    this.batch = batch;
+    // Between batches no entry is in use: a full map starts over rather than grow with every key ever seen.
+    if (this.entries.size > MAX_REMEMBERED_KEYS) this.entries = new Map();
+  }
+}
+
 export class StateTxn {
-  private overlay = new Map<string, EntityOverlay>();
-  /** Operators touch one key several times in a row: skip the map lookup then. */
-  private lastEntity?: string;
-  private lastOverlay?: EntityOverlay;
+  private readonly overlays = new Map<string, OperatorOverlay>();
+  /** Entries touched in this batch, in the order of their first use. */
+  private touched: EntityEntry[] = [];
+  private batch = 0;
+
+  /** The backend's peek answers live views (StateBackend.livePeek): entries keep them across batches. */
+  readonly livePeek: boolean;
 
   constructor(
     private readonly backend: StateBackend,
     private readonly scope: PartitionScope,
-  ) {}
+  ) {
+    this.livePeek = backend.livePeek === true;
+  }
 
-  private entityOverlay(kg: number, entity: string): EntityOverlay {
-    if (entity === this.lastEntity) return this.lastOverlay!;
-    let o = this.overlay.get(entity);
-    if (!o) this.overlay.set(entity, (o = { kg, values: new Map(), dirty: new Set(), committed: null }));
-    this.lastEntity = entity;
-    this.lastOverlay = o;
+  /** An operator's overlay: long-lived (one per operator and partition), its entries per batch. */
+  overlay(operator: string): OperatorOverlay {
+    let o = this.overlays.get(operator);
+    if (o === undefined) {
+      o = new OperatorOverlay(this, operator);
+      o.batch = this.batch;
+      this.overlays.set(operator, o);
+    }
     return o;
   }
 
+  /** @internal */
+  peek(kg: number, entity: string): ReadonlyMap<string, unknown> | undefined {
+    return this.backend.peek(this.scope, kg, entity);
+  }
+
+  /** @internal */
+  touch(e: EntityEntry): void {
+    this.touched.push(e);
+  }
+
+  // By entity string (snapshots, tests): the operator is the part before the first U+0001.
+
+  private entryOf(kg: number, entity: string): EntityEntry {
+    const i = entity.indexOf('\u0001');
+    if (i < 0) throw new RangeError(`entity "${entity}": expected "<operator>\\u0001<key>"`);
+    return this.overlay(entity.slice(0, i)).entry(entity.slice(i + 1), kg);
+  }
+
   get(kg: number, entity: string, field: string): unknown {
-    const o = this.entityOverlay(kg, entity);
-    // The overlay never holds undefined (absent is DELETED): one lookup answers.
-    const v = o.values.get(field);
-    if (v !== undefined) return v === DELETED ? undefined : v;
-    // Nothing commits during a batch, so one peek per entity serves all its fields.
-    if (o.committed === null) o.committed = this.backend.peek(this.scope, kg, entity);
-    const copy = cloneValue(o.committed?.get(field));
-    o.values.set(field, copy === undefined ? DELETED : copy);
-    return copy;
+    return this.entryOf(kg, entity).get(field);
   }
 
   set(kg: number, entity: string, field: string, value: unknown): void {
-    const o = this.entityOverlay(kg, entity);
-    o.values.set(field, value === undefined ? DELETED : value);
-    o.dirty.add(field);
+    this.entryOf(kg, entity).set(field, value);
   }
 
   delete(kg: number, entity: string, field: string): void {
-    this.set(kg, entity, field, undefined);
+    this.entryOf(kg, entity).set(field, undefined);
   }
 
   /** Every live field of an entity whose name starts with prefix (committed merged with the overlay). */
   fields(kg: number, entity: string, prefix: string): [string, unknown][] {
-    const o = this.entityOverlay(kg, entity);
-    const out = new Map<string, unknown>();
-    const committed = this.backend.peek(this.scope, kg, entity);
-    if (committed) {
-      for (const [f, v] of committed) if (f.startsWith(prefix) && !o.values.has(f)) out.set(f, cloneValue(v));
-    }
-    for (const [f, v] of o.values) if (f.startsWith(prefix) && v !== DELETED) out.set(f, v);
-    return [...out].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+    return this.entryOf(kg, entity).fields(prefix);
   }
 
   /** The writes to commit: every dirty field once, with its final value. */
   writes(): StateWrite[] {
     const out: StateWrite[] = [];
-    for (const [entity, o] of this.overlay) {
-      for (const field of o.dirty) {
-        const v = o.values.get(field);
-        out.push({ kg: o.kg, entity, field, value: v === DELETED ? undefined : v });
-      }
-    }
+    for (const e of this.touched) e.writesTo(out);
     return out;
   }
 
-  /** Entities touched in this batch (for incremental snapshots). */
+  /** Entities touched (read or written) in this batch. */
   touchedEntities(): number {
-    return this.overlay.size;
+    return this.touched.length;
   }
 
+  /** Forget the batch's overlay (after its commit, or to abandon it). */
   reset(): void {
-    this.overlay = new Map();
-    this.lastEntity = undefined;
-    this.lastOverlay = undefined;
+    this.batch++;
+    for (const o of this.overlays.values()) o.reset(this.batch);
+    if (this.touched.length > 0) {
+      for (const e of this.touched) e.clear();
+      this.touched = [];
+    }
   }
 }

@@ -73,4 +73,34 @@ describe('TimerQueue', () => {
     expect(fired[fired.indexOf('k0600') + 1]).toBe('k0000');
     expect(fired).toHaveLength(1002);
   });
+
+  it('hands the backend entries with exactly the TimerEntry fields (JSON and spreads leave the bookkeeping out)', () => {
+    const q = new TimerQueue({ node: 3, domain: 'processing', entityOf: (key) => `op\u0001${key}` });
+    q.registerAt(10, 'k', 5, 'ns');
+    q.registerAt(10, 'k', 5, 'ns'); // again: a no-op
+    const [added] = q.added;
+    expect(q.added).toHaveLength(1);
+    expect(JSON.parse(JSON.stringify(added))).toEqual({ node: 3, domain: 'processing', time: 10, kg: 5, key: 'k', ns: 'ns' });
+    expect({ ...added }).toEqual({ node: 3, domain: 'processing', time: 10, kg: 5, key: 'k', ns: 'ns' });
+    expect(Object.keys(added)).toEqual(['node', 'domain', 'time', 'kg', 'key', 'ns']);
+  });
+
+  it('reports each key whose timers changed once per call, with its entity', () => {
+    const q = new TimerQueue({ node: 0, domain: 'event', entityOf: (key) => `op\u0001${key}` });
+    q.registerAt(1, 'a', 2, '');
+    q.registerAt(2, 'a', 2, '');
+    q.registerAt(1, 'b', 3, '');
+    q.deleteAt(1, 'b', ''); // added and deleted in one batch: no change
+    const out: { entity: string; kg: number }[] = [];
+    q.changedEntities(out);
+    expect(out).toEqual([{ entity: 'op\u0001a', kg: 2 }]);
+    q.clearChanges();
+    const none: { entity: string; kg: number }[] = [];
+    q.changedEntities(none);
+    expect(none).toEqual([]);
+    expect(q.pollUpTo(1)?.key).toBe('a');
+    q.changedEntities(none);
+    expect(none).toEqual([{ entity: 'op\u0001a', kg: 2 }]);
+    expect(q.deleted.map((t) => t.time)).toEqual([1]);
+  });
 });

@@ -1,0 +1,190 @@
+/**
+ * StateTxn, the per-batch overlay, against a plain model: reads see committed values
+ * merged with the batch's writes, values read are copies (a change counts only when
+ * written back), nothing reaches the backend before the commit, an abandoned batch
+ * leaves committed state as it was, and the commit carries every dirty field once.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { emptyProgress, type PartitionScope, type StateBackend } from '../../lib/state/backend.ts';
+import { InMemoryStateBackend } from '../../lib/state/memory.ts';
+import { entityId, StateTxn } from '../../lib/state/txn.ts';
+
+const scope: PartitionScope = { job: 'txn', stage: 0, partition: 0 };
+const OPERATORS = ['op', 'other'];
+const KEYS = ['a', 'b', 'n1'];
+const FIELDS = ['P', 'x', 'm\u0002"k"'];
+const kgOf = (key: string) => key.charCodeAt(0) % 4;
+
+type Model = Map<string, Map<string, unknown>>;
+
+/** `live`: the backend's peek answers live views (StateBackend.livePeek), else a view per batch. */
+function open(live = true) {
+  const backend = new InMemoryStateBackend();
+  const view: StateBackend = live
+    ? backend
+    : {
+        needsPrefetch: false,
+        recover: (s) => backend.recover(s),
+        prefetch: async () => {},
+        peek: (s, kg, e) => {
+          const f = backend.peek(s, kg, e);
+          return f && new Map(f);
+        },
+        commit: (b) => backend.commit(b),
+        clearOutbox: (s, v) => backend.clearOutbox(s, v),
+      };
+  const txn = new StateTxn(view, scope);
+  let version = 0;
+  const commit = () => {
+    backend.commitSync({ scope, expectedVersion: version++, writes: txn.writes(), timerAdds: [], timerDeletes: [], progress: emptyProgress(), outbox: [] });
+    txn.reset();
+  };
+  const committed = (): Model => {
+    const out: Model = new Map();
+    for (const op of OPERATORS) {
+      for (const key of KEYS) {
+        const e = entityId(op, key);
+        const f = backend.peek(scope, kgOf(key), e);
+        if (f && f.size) out.set(e, new Map([...f].map(([k, v]) => [k, structuredClone(v)])));
+      }
+    }
+    return out;
+  };
+  return { backend, txn, commit, committed };
+}
+
+const target = fc.record({ op: fc.constantFrom(...OPERATORS), key: fc.constantFrom(...KEYS), field: fc.constantFrom(...FIELDS) });
+const value = fc.oneof(fc.integer({ min: 0, max: 9 }), fc.array(fc.integer({ min: 0, max: 9 }), { maxLength: 4 }), fc.record({ n: fc.integer({ min: 0, max: 9 }) }));
+const opArb = fc.oneof(
+  fc.record({ kind: fc.constant('get' as const), t: target, mutate: fc.boolean() }),
+  fc.record({ kind: fc.constant('set' as const), t: target, v: value }),
+  fc.record({ kind: fc.constant('delete' as const), t: target }),
+  fc.record({ kind: fc.constant('fields' as const), t: target, prefix: fc.constantFrom('', 'm\u0002', 'P') }),
+  fc.record({ kind: fc.constant('commit' as const) }),
+  fc.record({ kind: fc.constant('abandon' as const) }),
+);
+
+/** Change a value read, without writing it back. */
+function scribble(v: unknown): void {
+  if (Array.isArray(v)) v.push(99);
+  else if (v !== null && typeof v === 'object') (v as { n: number }).n = 99;
+}
+
+describe('StateTxn', () => {
+  it.each([
+    ['live views (in-memory peek)', true],
+    ['a view per batch (remote stores)', false],
+  ])('behaves like committed maps plus a batch overlay, %s (property)', (_name, live) => {
+    fc.assert(
+      fc.property(fc.array(opArb, { maxLength: 60 }), (ops) => {
+        const { txn, commit, committed } = open(live);
+        const model: Model = new Map();
+        /** The batch's view of each field it touched: the copy read or the value written, and whether it is dirty. */
+        const view = new Map<string, { e: string; f: string; v: unknown; dirty: boolean }>();
+        for (const o of ops) {
+          if (o.kind === 'commit') {
+            for (const { e, f, v, dirty } of view.values()) {
+              if (!dirty) continue;
+              const m = model.get(e) ?? new Map<string, unknown>();
+              if (v === undefined) m.delete(f);
+              else m.set(f, structuredClone(v));
+              if (m.size) model.set(e, m);
+              else model.delete(e);
+            }
+            view.clear();
+            commit();
+          } else if (o.kind === 'abandon') {
+            view.clear();
+            txn.reset();
+          } else {
+            const { op, key, field } = o.t;
+            const e = entityId(op, key);
+            const id = `${e}|${field}`;
+            const entry = txn.overlay(op).entry(key, kgOf(key));
+            if (o.kind === 'get') {
+              if (!view.has(id)) view.set(id, { e, f: field, v: structuredClone(model.get(e)?.get(field)), dirty: false });
+              const got = entry.get(field);
+              expect(got).toEqual(view.get(id)!.v);
+              // A copy: changing it changes neither committed state nor, unless written back, the commit.
+              if (o.mutate) {
+                scribble(got);
+                scribble(view.get(id)!.v);
+              }
+            } else if (o.kind === 'set') {
+              entry.set(field, structuredClone(o.v));
+              view.set(id, { e, f: field, v: structuredClone(o.v), dirty: true });
+            } else if (o.kind === 'delete') {
+              entry.set(field, undefined);
+              view.set(id, { e, f: field, v: undefined, dirty: true });
+            } else {
+              const want = new Map<string, unknown>();
+              for (const [f, v] of model.get(e) ?? []) want.set(f, v);
+              for (const x of view.values()) if (x.e === e) want.set(x.f, x.v);
+              const live = [...want].filter(([f, v]) => f.startsWith(o.prefix) && v !== undefined).sort((a, b) => (a[0] < b[0] ? -1 : 1));
+              expect(entry.fields(o.prefix)).toEqual(live);
+            }
+          }
+          // Nothing reaches the backend before the commit.
+          expect(committed()).toEqual(model);
+          // The write set: every field written in the batch once, with its final value.
+          const writes = txn.writes().map((w) => [`${w.entity}|${w.field}`, w.value] as const);
+          expect(new Set(writes.map(([k]) => k)).size).toBe(writes.length);
+          expect(new Map(writes)).toEqual(new Map([...view].filter(([, x]) => x.dirty).map(([k, x]) => [k, x.v])));
+        }
+      }),
+      { seed: 4242, numRuns: 300 },
+    );
+  });
+
+  it('reads are copies: a changed value counts only when written back', () => {
+    const { txn, commit, committed } = open();
+    const e = txn.overlay('op').entry('a', kgOf('a'));
+    e.set('P', [1, 2]);
+    commit();
+    const read = txn.overlay('op').entry('a', kgOf('a')).get('P') as number[];
+    read.push(3);
+    expect(txn.writes()).toEqual([]);
+    commit();
+    expect(committed().get(entityId('op', 'a'))?.get('P')).toEqual([1, 2]);
+    const again = txn.overlay('op').entry('a', kgOf('a'));
+    const v = again.get('P') as number[];
+    v.push(3);
+    again.set('P', v);
+    commit();
+    expect(committed().get(entityId('op', 'a'))?.get('P')).toEqual([1, 2, 3]);
+  });
+
+  it('an abandoned batch leaves committed state and the next batch clean', () => {
+    const { txn, commit, committed } = open();
+    txn.overlay('op').entry('a', kgOf('a')).set('P', 1);
+    txn.overlay('op').entry('a', kgOf('a')).set('x', { n: 1 });
+    commit();
+    const before = committed();
+    const e = txn.overlay('op').entry('a', kgOf('a'));
+    e.set('P', 2);
+    e.set('x', undefined);
+    txn.overlay('other').entry('b', kgOf('b')).set('P', 5);
+    txn.reset();
+    expect(committed()).toEqual(before);
+    expect(txn.writes()).toEqual([]);
+    const next = txn.overlay('op').entry('a', kgOf('a'));
+    expect(next.get('P')).toBe(1);
+    expect(next.get('x')).toEqual({ n: 1 });
+    expect(txn.overlay('other').entry('b', kgOf('b')).get('P')).toBeUndefined();
+  });
+
+  it('finds entries by entity string as by (operator, key), and keeps a key entry across batches', () => {
+    const { txn, commit } = open();
+    const e1 = txn.overlay('op').entry('n1', kgOf('n1'));
+    e1.set('P', 7);
+    expect(txn.get(kgOf('n1'), entityId('op', 'n1'), 'P')).toBe(7);
+    expect(txn.fields(kgOf('n1'), entityId('op', 'n1'), '')).toEqual([['P', 7]]);
+    commit();
+    const e2 = txn.overlay('op').entry('n1', kgOf('n1'));
+    expect(e2).toBe(e1);
+    expect(e2.entity).toBe(entityId('op', 'n1'));
+    expect(txn.overlay('op').entityOf('n1')).toBe(e1.entity);
+    expect(e2.get('P')).toBe(7);
+  });
+});
