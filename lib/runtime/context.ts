@@ -66,6 +66,8 @@ function timerQueue(node: LogicalNode, domain: TimeDomain, host: ContextHost): T
 
 export class NodeContext implements OperatorContext {
   private key: Key | undefined;
+  /** The key was set from a timer (its string form): parsed on the first currentKey(). */
+  private keyFromTimer = false;
   private keyString = '';
   private kg = 0;
   /** The current key's state entry in this batch (undefined: look it up on first use). */
@@ -95,6 +97,10 @@ export class NodeContext implements OperatorContext {
   }
 
   currentKey(): Key {
+    if (this.keyFromTimer) {
+      this.key = keyFromString(this.keyString);
+      this.keyFromTimer = false;
+    }
     if (this.key === undefined) throw new InvariantError(`operator "${this.node.name}" asked for a key outside a keyed context`);
     return this.key;
   }
@@ -103,6 +109,7 @@ export class NodeContext implements OperatorContext {
     if (key === this.key) return;
     const ks = keyToString(key);
     this.key = key;
+    this.keyFromTimer = false;
     this.keyString = ks;
     this.kg = keyGroupOfString(ks, this.maxP);
     this.entry = undefined;
@@ -116,17 +123,20 @@ export class NodeContext implements OperatorContext {
   setRoutedKey(key: Key, ks: string, kg: number): void {
     if (key === this.key) return;
     this.key = key;
+    this.keyFromTimer = false;
     if (ks === this.keyString) return;
     this.keyString = ks;
     this.kg = kg;
-    this.entity = entityId(this.node.name, ks);
+    this.entry = undefined;
   }
 
   /** @internal From a timer: the key's string form and key group are stored with it. */
   setCurrentKeyString(ks: string, kg: number): void {
-    if (ks === this.keyString && this.key !== undefined) return;
+    if (ks === this.keyString && (this.key !== undefined || this.keyFromTimer)) return;
     this.keyString = ks;
-    this.key = keyFromString(ks);
+    // Parsed only if asked for (currentKey): most timer callbacks read state, not the key.
+    this.key = undefined;
+    this.keyFromTimer = true;
     this.kg = kg;
     this.entry = undefined;
   }

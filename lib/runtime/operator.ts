@@ -38,6 +38,7 @@ export interface OperatorContext {
 }
 
 export interface StreamOperator {
+  /** The runtime may reuse `record` for the next one (columnar envelopes): keep its value, never the record. */
   processElement(record: StreamRecord, input: number): void;
   /** A timer of the current key fired. */
   onTimer?(domain: TimeDomain, time: number, ns: string): void;
