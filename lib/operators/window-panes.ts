@@ -61,15 +61,21 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
     return e + Math.ceil((wm + 2 - e) / slide) * slide;
   };
 
+  let cached = { pane: Number.NaN, lastStart: 0, firstStart: 0 };
+
   const op = {
     droppedLate: 0,
 
     processElement(r: StreamRecord): void {
       const t = r.timestamp;
       checkTimestamp(t);
-      const p = t - mod(t - offset, g);
-      const lastStart = startAtOrBefore(p);
-      const firstStart = startAtOrAfter(p + g - size);
+      // Records mostly fall in the pane of the one before: skip the float modulo (fmod on
+      // epoch milliseconds) then; the windows of a pane depend only on the pane.
+      if (!(t >= cached.pane && t < cached.pane + g)) {
+        const pane = t - mod(t - offset, g);
+        cached = { pane, lastStart: startAtOrBefore(pane), firstStart: startAtOrAfter(pane + g - size) };
+      }
+      const { pane: p, lastStart, firstStart } = cached;
       // A slide longer than the size leaves gaps that belong to no window.
       if (firstStart > lastStart) return;
       const wm = ctx.watermark();
