@@ -7,9 +7,9 @@
 import type { SourceDef } from '../api/sources.ts';
 import type { Clock, StreamRecord } from '../api/types.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
-import type { Barrier, Envelope } from '../transport/envelope.ts';
+import type { Barrier, Envelope, RecordColumns } from '../transport/envelope.ts';
 import type { BarrierEntry, SourceLog } from './input-log.ts';
-import { createReader, type PartitionCursorState, type RejectedInput, type SourceReader, SourcePartitioner, timestampReader } from './sources.ts';
+import { createReader, type PartitionCursorState, type RejectedInput, type SourceReader, SourcePartitioner, toRecord } from './sources.ts';
 import { channelId, type PhysicalPlan, type StageEdge } from '../graph/compile.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
 
@@ -30,7 +30,6 @@ export class SourceFeed {
   read = 0;
   /** Logged records still to replay after a restore, per partition. */
   private replay = new Map<number, { records: StreamRecord[]; i: number }>();
-  private timestampOf: ((event: unknown) => number | string) | undefined;
 
   constructor(
     readonly def: SourceDef<any>,
@@ -63,7 +62,7 @@ export class SourceFeed {
     if (host.room()) {
       const { events, done, rejected, positions } = await this.reader.pull(host.batchSize * this.partitioner.partitions);
       for (const r of rejected ?? []) host.rejected(r);
-      this.accept(events, positions, host);
+      this.accept(events, positions, host, true);
       progressed = events.length > 0;
       if (done) {
         this.done = true;
@@ -82,40 +81,76 @@ export class SourceFeed {
    * Events into records, chunks round-robin over the partitions, logged first when this
    * source is logged. Called for pulled events, and directly by the ingestion endpoint of
    * a logged source, so that an event is in the log before its request is answered.
+   * `owned`: `events` is this call's to keep (a reader's fresh array): a single chunk
+   * becomes the envelope's values column as it is, without a copy.
    */
-  accept(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost): void {
+  accept(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost, owned = false): void {
     const batch = host.batchSize;
-    const timestampOf = (this.timestampOf ??= timestampReader(this.def, host.clock));
-    for (let i = 0; i < events.length; i += batch) {
-      const end = Math.min(i + batch, events.length);
-      // Columns, not a record object per event (the envelope builds records only if asked).
-      const values = events.slice(i, end);
-      const timestamps: number[] = new Array(end - i);
-      let max = Number.NEGATIVE_INFINITY;
-      let n = 0;
-      for (let j = i; j < end; j++) {
-        const t = timestampOf(events[j]);
-        if (typeof t === 'string') {
-          host.rejected({ source: this.def.name, position: positions?.[j] ?? `event ${this.read + j}`, error: t });
-          continue;
-        }
-        if (n !== j - i) values[n] = events[j];
-        timestamps[n++] = t;
-        if (t > max) max = t;
-      }
-      if (n < end - i) {
-        values.length = n;
-        timestamps.length = n;
-      }
+    const total = events.length;
+    for (let i = 0; i < total; i += batch) {
+      const end = Math.min(i + batch, total);
+      const values = owned && i === 0 && end === total ? (events as unknown[]) : events.slice(i, end);
+      const columns = this.columnsOf(values, i, positions, host);
+      const n = columns.values.length;
       host.accepted(n);
       if (n === 0) continue;
       const p = this.partitioner.nextPartition;
       const at = this.logRecords ? this.partitioner.positions()[p] : 0;
-      const env = this.partitioner.envelopeOfColumns({ values, timestamps, maxTimestamp: max });
+      const env = this.partitioner.envelopeOfColumns(columns);
       if (this.logRecords) this.log!.append(p, at, env.records);
       host.enqueue(env);
     }
-    this.read += events.length;
+    this.read += total;
+  }
+
+  /**
+   * A chunk's columns (not a record object per event): each event's timestamp, in one
+   * pass; events that cannot become records are reported with their position and
+   * removed from `values` (in place). `first`: the chunk's index in the pulled events.
+   */
+  private columnsOf(values: unknown[], first: number, positions: readonly string[] | undefined, host: FeedHost): RecordColumns {
+    const m = values.length;
+    const timestamps: number[] = new Array(m);
+    // Without a schema the extractor is called here directly, in a loop that stops at the
+    // first event it cannot stamp (a throw, or not a finite number); that event goes
+    // through toRecord, which says what is wrong, and the loop goes on after it. (One
+    // try around the loop, not one per event: a timestamp that may also be undefined
+    // would be boxed, a heap number per event.)
+    const extract = this.def.schema ? undefined : this.def.timestamp;
+    let max = Number.NEGATIVE_INFINITY;
+    let n = 0;
+    let j = 0;
+    while (j < m) {
+      if (extract !== undefined) {
+        try {
+          for (; j < m; j++) {
+            const event = values[j];
+            const t = extract(event);
+            if (typeof t !== 'number' || t - t !== 0) break;
+            if (n !== j) values[n] = event;
+            timestamps[n++] = t;
+            if (t > max) max = t;
+          }
+        } catch {
+          // Event j threw: toRecord below names the error.
+        }
+        if (j === m) break;
+      }
+      const event = values[j];
+      const r = toRecord(this.def, event, host.clock);
+      if (typeof r === 'string') host.rejected({ source: this.def.name, position: positions?.[first + j] ?? `event ${this.read + first + j}`, error: r });
+      else {
+        if (n !== j) values[n] = event;
+        timestamps[n++] = r.timestamp;
+        if (r.timestamp > max) max = r.timestamp;
+      }
+      j++;
+    }
+    if (n < m) {
+      values.length = n;
+      timestamps.length = n;
+    }
+    return { values, timestamps, maxTimestamp: max };
   }
 
   /** Barrier `epoch` on every partition, recorded first (cursor and positions) in the log. */

@@ -20,7 +20,8 @@ export interface RejectedInput {
 export interface SourceReader {
   /**
    * Up to `max` events; `done` once a bounded source is exhausted. `positions`, when
-   * given, names where each event came from (file:line) for error reports.
+   * given, names where each event came from (file:line) for error reports. The events
+   * array is a fresh one, the caller's to keep and change (it may become a chunk's column).
    */
   pull(max: number): Promise<{ events: unknown[]; done: boolean; rejected?: RejectedInput[]; positions?: string[] }>;
   readonly bounded: boolean;
@@ -73,10 +74,18 @@ class GeneratorReader implements SourceReader {
       this.startedAt ??= this.clock.now();
       limit = Math.min(limit, Math.floor(((this.clock.now() - this.startedAt) * this.gen.ratePerSec) / 1000));
     }
-    const end = Math.max(this.n, Math.min(limit, this.n + max));
-    const events: unknown[] = new Array(end - this.n);
-    for (let i = 0; this.n < end; this.n++) events[i++] = this.gen.generate(this.n);
-    return { events, done: this.gen.count !== undefined && this.n >= this.gen.count };
+    const start = this.n;
+    const end = Math.max(start, Math.min(limit, start + max));
+    const events: unknown[] = new Array(end - start);
+    // Locals in the loop (no field write per event); a throw leaves the cursor at the event that threw, as before.
+    const gen = this.gen;
+    let n = start;
+    try {
+      for (; n < end; n++) events[n - start] = gen.generate(n);
+    } finally {
+      this.n = n;
+    }
+    return { events, done: this.gen.count !== undefined && n >= this.gen.count };
   }
 }
 
@@ -169,30 +178,6 @@ export function toRecord(def: SourceDef<any>, event: unknown, clock: Clock): Str
   }
   if (typeof timestamp !== 'number' || !Number.isFinite(timestamp)) return `timestamp: expected a finite number of epoch milliseconds, received ${JSON.stringify(timestamp) ?? String(timestamp)} (${typeof timestamp})`;
   return { value: event, timestamp };
-}
-
-/**
- * An event's timestamp (or the error message of toRecord when it cannot become a
- * record), specialised for the common case (no schema, a timestamp extractor): one
- * call and a type check per event; anything unusual goes through toRecord.
- */
-export function timestampReader(def: SourceDef<any>, clock: Clock): (event: unknown) => number | string {
-  const extract = def.timestamp;
-  const viaRecord = (event: unknown) => {
-    const r = toRecord(def, event, clock);
-    return typeof r === 'string' ? r : r.timestamp;
-  };
-  if (def.schema || !extract) return viaRecord;
-  return (event) => {
-    let timestamp: unknown;
-    try {
-      timestamp = extract(event);
-    } catch {
-      return viaRecord(event);
-    }
-    if (typeof timestamp === 'number' && timestamp - timestamp === 0) return timestamp;
-    return viaRecord(event);
-  };
 }
 
 interface PartitionCursor {
