@@ -174,7 +174,7 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
   }
 
   private flushInjections(): void {
-    if (!this.runtime) return;
+    if (!this.runtime || this.deferred.length === 0) return;
     for (const d of this.deferred.splice(0)) {
       this.runtime.injectBarrier({ epoch: d.epoch, baseEpoch: d.baseEpoch, full: d.fullSnapshot, savepoint: d.savepoint !== null });
     }
@@ -192,14 +192,17 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     this.driver.ack(ack);
   }
 
-  async tick(drained: boolean): Promise<boolean> {
+  /** A scheduler round's checkpoint step: synchronous (false) when there is nothing to decide. */
+  tick(drained: boolean): boolean | Promise<boolean> {
     this.flushInjections();
     const d = this.driver;
     const now = this.clock.now();
     if (drained && this.finalEpoch === null && !d.state.inFlight && this.runtime) {
       // The checkpoint after the last record: transactional output of a bounded run commits.
-      this.finalEpoch = await d.forceEpoch(now);
-      return true;
+      return d.forceEpoch(now).then((epoch) => {
+        this.finalEpoch = epoch;
+        return true;
+      });
     }
     const openNew = !drained && !d.state.inFlight && this.openingDue(now);
     const due = d.state.inFlight !== null && now >= d.state.inFlight.deadline;

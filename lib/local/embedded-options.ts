@@ -52,7 +52,7 @@ export interface EmbeddedCheckpointHooks {
   logFor(source: string, replayable: boolean): { log: SourceLog; logRecords: boolean };
   onAck(ack: BarrierAck): void;
   /** Called every scheduling round; `drained`: bounded input exhausted and every queue empty. True when it did something. */
-  tick(drained: boolean): Promise<boolean>;
+  tick(drained: boolean): boolean | Promise<boolean>;
   /** When the scheduler must wake up even without input. */
   nextWakeAt(): number;
   /** A bounded run may end: the checkpoint after the last input has committed. */

@@ -46,6 +46,8 @@ export class EmbeddedRuntime implements IngestTarget {
   readonly rejectedInputs: RejectedInput[] = [];
   private readonly slots: Slot[][] = [];
   private readonly sources: SourceFeed[] = [];
+  /** The host of sources[i], built once (the scheduler hands it over at every step). */
+  private readonly hosts: FeedHost[] = [];
   private readonly sinks = new Map<string, Sink<any>>();
   private readonly delivery: OutboxDelivery;
   private readonly opts: Required<Pick<EmbeddedOptions, 'sourceBatchSize' | 'maxEnvelopesPerBatch' | 'batchRecords' | 'queueCapacity' | 'maxAttempts'>>;
@@ -97,7 +99,10 @@ export class EmbeddedRuntime implements IngestTarget {
     for (const row of this.slots) for (const slot of row) await this.deliver(slot.runtime.recoveredOutbox);
     for (const edge of this.plan.edges) {
       const feed = openSourceFeed(this.plan, edge, this.options, this.clock);
-      if (feed) this.sources.push(feed);
+      if (feed) {
+        this.sources.push(feed);
+        this.hosts.push(this.newFeedHost(feed));
+      }
     }
   }
 
@@ -157,49 +162,60 @@ export class EmbeddedRuntime implements IngestTarget {
     for (const s of this.sources) s.reader.close?.();
   }
 
-  /** One scheduling round; true when anything happened. */
+  /**
+   * One scheduling round; true when anything happened. Work that completes synchronously
+   * (in-memory readers, a round without timers or checkpoint decisions) is not awaited:
+   * a round costs one promise of its own, not one per call it makes.
+   */
   async step(): Promise<boolean> {
     let progressed = false;
-    for (let s = this.slots.length - 1; s >= 0; s--) {
+    const slots = this.slots;
+    for (let s = slots.length - 1; s >= 0; s--) {
       if (!this.downstreamHasRoom(s)) continue;
-      for (const slot of this.slots[s]) {
+      const row = slots[s];
+      for (let i = 0; i < row.length; i++) {
+        const slot = row[i];
         if (slot.head < slot.queue.length) {
           await this.processSlot(slot);
           progressed = true;
         }
       }
     }
-    for (const src of this.sources) {
-      if (await src.pull(this.feedHost(src))) progressed = true;
+    for (let i = 0; i < this.sources.length; i++) {
+      const pulled = this.sources[i].pull(this.hosts[i]);
+      if (pulled === true || (pulled !== false && (await pulled))) progressed = true;
     }
-    if (await this.tickTimers()) progressed = true;
-    if (this.options.checkpoints && (await this.options.checkpoints.tick(this.drained()))) progressed = true;
+    if (this.timersDue()) {
+      await this.tickTimers();
+      progressed = true;
+    }
+    const hooks = this.options.checkpoints;
+    if (hooks) {
+      const ticked = hooks.tick(this.drained());
+      if (ticked === true || (ticked !== false && (await ticked))) progressed = true;
+    }
     return progressed;
   }
 
   private idle(): boolean {
-    return this.slots.every((row) => row.every((s) => s.head >= s.queue.length));
+    for (const row of this.slots) for (const s of row) if (s.head < s.queue.length) return false;
+    return true;
   }
 
   /** Bounded input exhausted, nothing replaying, every queue empty. */
   private drained(): boolean {
-    return this.sources.every((s) => s.done && !s.replaying) && this.idle();
-  }
-
-  private readonly feedHosts = new Map<SourceFeed, FeedHost>();
-
-  /** One host per source, built once: the scheduler asks for it at every step. */
-  private feedHost(src: SourceFeed): FeedHost {
-    let host = this.feedHosts.get(src);
-    if (!host) this.feedHosts.set(src, (host = this.newFeedHost(src)));
-    return host;
+    for (const s of this.sources) if (!s.done || s.replaying) return false;
+    return this.idle();
   }
 
   private newFeedHost(src: SourceFeed): FeedHost {
     return {
       clock: this.clock,
       batchSize: this.opts.sourceBatchSize,
-      room: () => this.slots[src.stage].every((s) => s.queuedRecords < this.opts.queueCapacity),
+      room: () => {
+        for (const s of this.slots[src.stage]) if (s.queuedRecords >= this.opts.queueCapacity) return false;
+        return true;
+      },
       enqueue: (env) => this.enqueue(env),
       rejected: (r) => this.rejectedInputs.push(r),
       accepted: (n) => {
@@ -211,7 +227,7 @@ export class EmbeddedRuntime implements IngestTarget {
 
   /** Barrier `epoch` into every source partition, after everything read so far. */
   injectBarrier(barrier: Omit<Barrier, 'positions'>): void {
-    for (const src of this.sources) src.inject(barrier, this.feedHost(src));
+    this.sources.forEach((src, i) => src.inject(barrier, this.hosts[i]));
     this.wake?.();
   }
 
@@ -241,24 +257,28 @@ export class EmbeddedRuntime implements IngestTarget {
   }
 
   private downstreamHasRoom(stage: number): boolean {
-    for (const e of this.plan.stages[stage].outputs) {
-      const target = this.plan.edges[e].toStage;
-      if (this.slots[target].some((s) => s.queuedRecords >= this.opts.queueCapacity)) return false;
+    const outputs = this.plan.stages[stage].outputs;
+    for (let e = 0; e < outputs.length; e++) {
+      for (const s of this.slots[this.plan.edges[outputs[e]].toStage]) if (s.queuedRecords >= this.opts.queueCapacity) return false;
     }
     return true;
   }
 
-  private async tickTimers(): Promise<boolean> {
+  /** Whether some partition has a processing-time timer due (the clock is read only when one is pending). */
+  private timersDue(): boolean {
+    let next = MAX_WATERMARK;
+    for (const row of this.slots) for (const slot of row) next = Math.min(next, slot.runtime.nextProcessingTime());
+    return next !== MAX_WATERMARK && next <= this.clock.now();
+  }
+
+  private async tickTimers(): Promise<void> {
     const now = this.clock.now();
-    let progressed = false;
     for (const row of this.slots) {
       for (const slot of row) {
         if (slot.runtime.nextProcessingTime() > now) continue;
-        await this.runBatch(slot, () => slot.runtime.tick(slot.skip.size ? slot.skip : undefined), 0);
-        progressed = true;
+        await this.runBatch(slot, slot.runtime.tick(slot.skip.size ? slot.skip : undefined), 0);
       }
     }
-    return progressed;
   }
 
   private enqueue(env: Envelope): void {
@@ -267,24 +287,31 @@ export class EmbeddedRuntime implements IngestTarget {
     slot.queuedRecords += recordCount(env);
   }
 
-  private async processSlot(slot: Slot): Promise<void> {
+  private processSlot(slot: Slot): Promise<void> {
     const last = Math.min(slot.queue.length, slot.head + this.opts.maxEnvelopesPerBatch);
     let end = slot.head;
     for (let records = 0; end < last && records < this.opts.batchRecords; end++) records += recordCount(slot.queue[end]);
-    const batch = slot.queue.slice(slot.head, end);
+    const batch = end === slot.head + 1 ? [slot.queue[slot.head]] : slot.queue.slice(slot.head, end);
     const skip = slot.skip.size ? slot.skip : undefined;
-    await this.runBatch(slot, () => slot.runtime.process(batch, skip), end - slot.head);
+    let work: ReturnType<PartitionRuntime['process']>;
+    try {
+      work = slot.runtime.process(batch, skip);
+    } catch (e) {
+      work = Promise.reject(e);
+    }
+    return this.runBatch(slot, work, end - slot.head);
   }
 
   /** One batch with the crash-recovery policy: on any failure, reopen from committed state and let the queue redeliver. */
-  private async runBatch(slot: Slot, work: () => ReturnType<PartitionRuntime['process']>, envelopes: number): Promise<void> {
+  private async runBatch(slot: Slot, work: ReturnType<PartitionRuntime['process']>, envelopes: number): Promise<void> {
     const faults = this.options.faults;
     try {
-      const result = await work();
+      const result = await work;
       if (result.committed) this.counters.commits++;
       this.counters.duplicatesDropped += result.duplicatesDropped;
       faults?.maybeCrash('after-commit');
-      await this.deliver(result.outbox);
+      const delivered = this.deliver(result.outbox);
+      if (delivered) await delivered;
       faults?.maybeCrash('after-deliver');
       if (result.outbox.length) await slot.runtime.outboxDelivered(result.version);
       faults?.maybeCrash('before-ack');
@@ -339,7 +366,7 @@ export class EmbeddedRuntime implements IngestTarget {
     });
   }
 
-  private deliver(outbox: readonly OutboxEntry[]): Promise<void> {
+  private deliver(outbox: readonly OutboxEntry[]): Promise<void> | undefined {
     return this.delivery.deliver(outbox);
   }
 
@@ -364,7 +391,7 @@ export class EmbeddedRuntime implements IngestTarget {
     const capacity = this.opts.queueCapacity * src.partitioner.partitions;
     if (buffer.size + queued + events.length > capacity) return { ok: false, retryAfterMs: 1000 };
     // A logged source takes the events now: they are in the log before the request is answered (accepted means durable).
-    if (src.logRecords && !src.replaying && buffer.size === 0) src.accept(events, undefined, this.feedHost(src));
+    if (src.logRecords && !src.replaying && buffer.size === 0) src.accept(events, undefined, this.hosts[this.sources.indexOf(src)]);
     else buffer.push(events);
     this.wake?.();
     return { ok: true };

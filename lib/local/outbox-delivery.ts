@@ -19,18 +19,22 @@ export class OutboxDelivery {
     private readonly options: Pick<EmbeddedOptions, 'faults' | 'checkpoints'>,
   ) {}
 
-  async deliver(outbox: readonly OutboxEntry[]): Promise<void> {
+  /** Deliver the entries in order; a promise only when a sink's write returned one (the rest follows it). */
+  deliver(outbox: readonly OutboxEntry[], from = 0): Promise<void> | undefined {
     const faults = this.options.faults;
-    for (const entry of outbox) {
+    for (let e = from; e < outbox.length; e++) {
+      const entry = outbox[e];
       const times = faults?.duplicate() ? 2 : 1;
       for (let i = 0; i < times; i++) {
         switch (entry.kind) {
           case 'channel':
             this.enqueue(entry.envelope);
             break;
-          case 'sink':
-            await this.sinks.get(entry.delivery.sink)!.write(entry.delivery);
+          case 'sink': {
+            const written = this.sinks.get(entry.delivery.sink)!.write(entry.delivery);
+            if (written) return this.resume(written, outbox, e, i + 1 < times);
             break;
+          }
           case 'deadLetter': {
             const d = entry.deadLetter;
             const id = deadLetterId(d);
@@ -46,5 +50,16 @@ export class OutboxDelivery {
         }
       }
     }
+    return undefined;
+  }
+
+  /** After an asynchronous sink write of entry e: its duplicate (fault injection) if due, then the entries after it. */
+  private async resume(written: Promise<void>, outbox: readonly OutboxEntry[], e: number, again: boolean): Promise<void> {
+    await written;
+    if (again) {
+      const entry = outbox[e] as Extract<OutboxEntry, { kind: 'sink' }>;
+      await this.sinks.get(entry.delivery.sink)!.write(entry.delivery);
+    }
+    await this.deliver(outbox, e + 1);
   }
 }

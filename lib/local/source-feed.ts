@@ -9,7 +9,7 @@ import type { Clock, StreamRecord } from '../api/types.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import type { Barrier, Envelope, RecordColumns } from '../transport/envelope.ts';
 import type { BarrierEntry, SourceLog } from './input-log.ts';
-import { createReader, type PartitionCursorState, type RejectedInput, type SourceReader, SourcePartitioner, toRecord } from './sources.ts';
+import { createReader, type PartitionCursorState, type PullResult, type RejectedInput, type SourceReader, SourcePartitioner, toRecord } from './sources.ts';
 import { channelId, type PhysicalPlan, type StageEdge } from '../graph/compile.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
 
@@ -46,7 +46,8 @@ export class SourceFeed {
     return this.reader.seek !== undefined && this.reader.cursor !== undefined;
   }
 
-  async pull(host: FeedHost): Promise<boolean> {
+  /** One round of input: true when something was sent. A promise only when the reader answers asynchronously (a file). */
+  pull(host: FeedHost): boolean | Promise<boolean> {
     if (this.replay.size) {
       if (!host.room()) return false;
       // One chunk per partition per round, like live input: bounded queues stay bounded.
@@ -58,18 +59,24 @@ export class SourceFeed {
       return true;
     }
     if (this.done) return false;
-    let progressed = false;
-    if (host.room()) {
-      const { events, done, rejected, positions } = await this.reader.pull(host.batchSize * this.partitioner.partitions);
-      for (const r of rejected ?? []) host.rejected(r);
-      this.accept(events, positions, host, true);
-      progressed = events.length > 0;
-      if (done) {
-        this.done = true;
-        for (const env of this.partitioner.finalEnvelopes()) host.enqueue(env);
-        return true;
-      }
+    if (!host.room()) return this.idleOnly(host, false);
+    const pulled = this.reader.pull(host.batchSize * this.partitioner.partitions);
+    return pulled instanceof Promise ? pulled.then((r) => this.pulled(r, host)) : this.pulled(pulled, host);
+  }
+
+  private pulled({ events, done, rejected, positions }: PullResult, host: FeedHost): boolean {
+    if (rejected) for (const r of rejected) host.rejected(r);
+    this.accept(events, positions, host, true);
+    if (done) {
+      this.done = true;
+      for (const env of this.partitioner.finalEnvelopes()) host.enqueue(env);
+      return true;
     }
+    return this.idleOnly(host, events.length > 0);
+  }
+
+  /** Idle envelopes for partitions that received nothing for the idle timeout. */
+  private idleOnly(host: FeedHost, progressed: boolean): boolean {
     for (const env of this.partitioner.idleEnvelopes()) {
       host.enqueue(env);
       progressed = true;

@@ -17,13 +17,22 @@ export interface RejectedInput {
   readonly error: string;
 }
 
+/** What a reader's pull returns. */
+export interface PullResult {
+  readonly events: unknown[];
+  readonly done: boolean;
+  readonly rejected?: RejectedInput[];
+  readonly positions?: string[];
+}
+
 export interface SourceReader {
   /**
    * Up to `max` events; `done` once a bounded source is exhausted. `positions`, when
    * given, names where each event came from (file:line) for error reports. The events
    * array is a fresh one, the caller's to keep and change (it may become a chunk's column).
+   * Readers of memory answer synchronously, the others with a promise.
    */
-  pull(max: number): Promise<{ events: unknown[]; done: boolean; rejected?: RejectedInput[]; positions?: string[] }>;
+  pull(max: number): PullResult | Promise<PullResult>;
   readonly bounded: boolean;
   close?(): void;
   /**
@@ -45,7 +54,7 @@ class ItemsReader implements SourceReader {
   seek(cursor: number): void {
     this.i = cursor;
   }
-  async pull(max: number) {
+  pull(max: number): PullResult {
     const events = this.items.slice(this.i, this.i + max);
     this.i += events.length;
     return { events, done: this.i >= this.items.length };
@@ -68,7 +77,7 @@ class GeneratorReader implements SourceReader {
   seek(cursor: number): void {
     this.n = cursor;
   }
-  async pull(max: number) {
+  pull(max: number): PullResult {
     let limit = this.gen.count ?? Number.POSITIVE_INFINITY;
     if (this.gen.ratePerSec) {
       this.startedAt ??= this.clock.now();
@@ -106,7 +115,7 @@ class FileReader implements SourceReader {
     if (this.lines) throw new Error('FileReader.seek after the first pull');
     this.skipTo = cursor;
   }
-  async pull(max: number) {
+  async pull(max: number): Promise<PullResult> {
     if (!this.lines) {
       this.lines = createInterface({ input: createReadStream(this.path), crlfDelay: Infinity })[Symbol.asyncIterator]();
       while (this.lineNo < this.skipTo && !(await this.lines.next()).done) this.lineNo++;
@@ -136,7 +145,7 @@ export class IngestBuffer implements SourceReader {
   readonly bounded = false;
   private buffer: unknown[] = [];
   private head = 0;
-  async pull(max: number) {
+  pull(max: number): PullResult {
     const events = this.buffer.slice(this.head, this.head + max);
     this.head += events.length;
     if (this.head > 4096 && this.head * 2 > this.buffer.length) {
@@ -205,6 +214,10 @@ export interface PartitionCursorState {
  */
 export class SourcePartitioner {
   private readonly cursors: PartitionCursor[];
+  /** channelId(edge, p) per partition, built once. */
+  private readonly channels: string[];
+  /** Idleness needs each partition's last data time; without an idle timeout the clock is not read per chunk. */
+  private readonly tracksIdleness: boolean;
   private next = 0;
 
   constructor(
@@ -215,6 +228,8 @@ export class SourcePartitioner {
   ) {
     const now = clock.now();
     this.cursors = Array.from({ length: partitions }, () => ({ seq: 0, maxTimestamp: MIN_WATERMARK, watermark: MIN_WATERMARK, lastDataAt: now, idle: false, records: 0 }));
+    this.channels = Array.from({ length: partitions }, (_, p) => channelId(edge, p));
+    this.tracksIdleness = def.watermark.idleTimeoutMs !== undefined;
   }
 
   /** The partition the next chunk goes to. */
@@ -234,7 +249,7 @@ export class SourcePartitioner {
     const p = this.next;
     this.next = (this.next + 1) % this.partitions;
     const c = this.advance(p, columns.maxTimestamp, columns.values.length);
-    return columnarEnvelope({ channel: channelId(this.edge, p), edge: this.edge, toPartition: p, seq: ++c.seq, watermark: c.watermark, idle: c.idle || undefined }, columns);
+    return columnarEnvelope({ channel: this.channels[p], edge: this.edge, toPartition: p, seq: ++c.seq, watermark: c.watermark, idle: c.idle || undefined }, columns);
   }
 
   /** One envelope for partition p (a replay of its logged records). */
@@ -251,7 +266,7 @@ export class SourcePartitioner {
     if (max > c.maxTimestamp) c.maxTimestamp = max;
     const wm = c.maxTimestamp - this.def.watermark.maxOutOfOrdernessMs - 1;
     if (wm > c.watermark) c.watermark = wm;
-    c.lastDataAt = this.clock.now();
+    if (this.tracksIdleness) c.lastDataAt = this.clock.now();
     c.idle = false;
     c.records += count;
     return c;
@@ -268,7 +283,7 @@ export class SourcePartitioner {
     // share one shape with the runtime's forwarded ones, and the code that handles both stays optimised.
     return this.cursors.map((c, p) => {
       const b: Barrier = { epoch: barrier.epoch, baseEpoch: barrier.baseEpoch, full: barrier.full, savepoint: barrier.savepoint, positions: { [`${this.def.name}#${p}`]: c.records } };
-      return { channel: channelId(this.edge, p), edge: this.edge, toPartition: p, seq: ++c.seq, records: [], watermark: c.watermark, idle: c.idle || undefined, barrier: b };
+      return { channel: this.channels[p], edge: this.edge, toPartition: p, seq: ++c.seq, records: [], watermark: c.watermark, idle: c.idle || undefined, barrier: b };
     });
   }
 
@@ -314,6 +329,6 @@ export class SourcePartitioner {
 
   private make(p: number, records: StreamRecord[]): Envelope {
     const c = this.cursors[p];
-    return { channel: channelId(this.edge, p), edge: this.edge, toPartition: p, seq: ++c.seq, records, watermark: c.watermark, idle: c.idle || undefined };
+    return { channel: this.channels[p], edge: this.edge, toPartition: p, seq: ++c.seq, records, watermark: c.watermark, idle: c.idle || undefined };
   }
 }

@@ -15,8 +15,10 @@ import { entityId, type NodeRuntime } from './context.ts';
  */
 export function freshEnvelopes(envelopes: readonly Envelope[], inputs: Readonly<Record<string, ChannelProgress>>, where: string): { fresh: Envelope[]; dups: number } {
   const fresh: Envelope[] = [];
-  const seen = new Map<string, number>();
-  const seenOffsets = new Map<string, string>();
+  // Positions seen earlier in this batch, per channel: only a batch of several envelopes needs them.
+  const several = envelopes.length > 1;
+  let seen: Map<string, number> | undefined;
+  let seenOffsets: Map<string, string> | undefined;
   let dups = 0;
   for (const env of envelopes) {
     // Replayed input log records are checked against PartitionProgress.replay when taken.
@@ -25,22 +27,22 @@ export function freshEnvelopes(envelopes: readonly Envelope[], inputs: Readonly<
       continue;
     }
     if (env.offset !== undefined) {
-      const lastOffset = seenOffsets.get(env.channel) ?? inputs[env.channel]?.offset;
+      const lastOffset = seenOffsets?.get(env.channel) ?? inputs[env.channel]?.offset;
       if (lastOffset !== undefined && compareOffsets(env.offset, lastOffset) <= 0) {
         dups++;
         continue;
       }
-      seenOffsets.set(env.channel, env.offset);
+      if (several) (seenOffsets ??= new Map()).set(env.channel, env.offset);
       fresh.push(env);
       continue;
     }
-    const last = seen.get(env.channel) ?? inputs[env.channel]?.seq ?? 0;
+    const last = seen?.get(env.channel) ?? inputs[env.channel]?.seq ?? 0;
     if (env.seq <= last) {
       dups++;
       continue;
     }
     if (env.seq !== last + 1) throw new InvariantError(`channel ${env.channel} into ${where}: expected seq ${last + 1}, received ${env.seq} (a gap means lost messages)`);
-    seen.set(env.channel, env.seq);
+    if (several) (seen ??= new Map()).set(env.channel, env.seq);
     fresh.push(env);
   }
   return { fresh, dups };

@@ -61,6 +61,8 @@ export class PartitionRuntime {
   private tracking = false;
   private aligner: BarrierAligner | undefined;
   private readonly byName = new Map<string, NodeRuntime>();
+  /** This partition in error messages. */
+  private readonly where: string;
   /** Idle probes in this batch that changed nothing (they need no commit of their own). */
   private readonly unchangedProbes = new Set<Envelope>();
 
@@ -68,6 +70,7 @@ export class PartitionRuntime {
     this.stage = deps.plan.stages[deps.stage];
     this.scope = { job: deps.plan.job.name, stage: deps.stage, partition: deps.partition };
     this.txn = new StateTxn(deps.backend, this.scope);
+    this.where = `${this.scope.job}/${this.stage.name}#${this.scope.partition}`;
     for (const e of this.stage.inputs) this.expectedChannels.push(...channelsInto(deps.plan, deps.plan.edges[e], deps.partition));
     this.outputs = new Outputs(deps.plan, this.stage, deps.partition, () => this.progress, (e) => this.pendingOutbox.push(e), () => this.tracking);
   }
@@ -108,7 +111,7 @@ export class PartitionRuntime {
         timersOf: (e) => timersOfEntity(this.byName, e),
         allTimerEntities: () => allTimerEntities(this.order),
         commit: (next) => this.commitPart(true, next),
-        take: (env) => this.take(env, false),
+        take: (env) => this.take(env, false) ?? Promise.resolve(),
         prefetch: (envs) => (this.deps.backend.needsPrefetch ? this.prefetchFor(envs) : Promise.resolve()),
       });
     }
@@ -150,7 +153,7 @@ export class PartitionRuntime {
 
   /** Process envelopes and commit. `skip`: records (by locationId) to park in the dead-letter queue instead. */
   async process(envelopes: readonly Envelope[], skip?: ReadonlyMap<string, ParkedFailure>): Promise<BatchResult> {
-    const { fresh, dups } = freshEnvelopes(envelopes, this.progress.inputs, `${this.scope.job}/${this.stage.name}#${this.scope.partition}`);
+    const { fresh, dups } = freshEnvelopes(envelopes, this.progress.inputs, this.where);
     if (fresh.length === 0 && dups > 0) {
       return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false, parked: [] };
     }
@@ -158,9 +161,15 @@ export class PartitionRuntime {
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
     this.unchangedProbes.clear();
-    for (const env of fresh) await this.take(env, true);
+    let progressMoved = false;
+    for (const env of fresh) {
+      // Only a barrier waits for anything (its snapshot): other envelopes apply synchronously.
+      const taken = this.take(env, true);
+      if (taken) await taken;
+      progressMoved ||= !this.unchangedProbes.has(env);
+    }
     this.fireProcessingTimers();
-    await this.commitPart(fresh.some((e) => !this.unchangedProbes.has(e)));
+    await this.commitPart(progressMoved);
     const parked = this.at.end();
     return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups, parked };
   }
@@ -169,7 +178,7 @@ export class PartitionRuntime {
    * One envelope: consume its position (fresh ones), hold it when its channel already
    * delivered the barrier being aligned, otherwise apply it (records or barrier).
    */
-  private async take(env: Envelope, fresh: boolean): Promise<void> {
+  private take(env: Envelope, fresh: boolean): Promise<void> | undefined {
     const ch = this.channel(env.channel);
     const a = this.progress.aligning;
     if (fresh && env.replayed) this.consumeReplayed(env, ch);
@@ -185,14 +194,14 @@ export class PartitionRuntime {
     if (a && a.arrived[env.channel]) {
       // Held envelopes are committed with the progress (cloned, snapshotted): a plain copy.
       (this.progress.held ??= []).push(toPlainEnvelope(env));
-      return;
+      return undefined;
     }
     if (env.barrier) {
       if (!this.aligner) throw new InvariantError(`partition ${this.stage.name}#${this.scope.partition} received barrier ${env.barrier.epoch} but checkpoints are not configured (no checkpointStore)`);
-      await this.aligner.onBarrier(env);
-      return;
+      return this.aligner.onBarrier(env);
     }
     this.apply(env, ch);
+    return undefined;
   }
 
   /** The input log replay an in-place restore on AWS left (per source channel: records `from` .. `upTo - 1`); empty: none. */
@@ -323,6 +332,8 @@ export class PartitionRuntime {
   }
 
   private fireProcessingTimers(): void {
+    // No pending processing-time timer: nothing can fire, the clock need not be read.
+    if (this.nextProcessingTime() === MAX_WATERMARK) return;
     const now = this.deps.clock.now();
     for (const n of this.order) {
       for (let t = n.timers.processing.pollUpTo(now); t; t = n.timers.processing.pollUpTo(now)) this.fireTimer(n, t);
