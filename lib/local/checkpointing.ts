@@ -210,6 +210,11 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     return d.tick(now, { heads: this.runtime?.sourceHeads() ?? {} }, openNew);
   }
 
+  settled(): boolean {
+    const s = this.driver.state;
+    return s.inFlight === null && s.pendingSavepoint === null && this.deferred.length === 0 && !this.hasAcks();
+  }
+
   private hasAcks(): boolean {
     return this.driver.acksPending > 0;
   }

@@ -21,6 +21,12 @@ export interface EmbeddedOptions {
   /** Records per source envelope. Default 512. */
   readonly sourceBatchSize?: number;
   /**
+   * Envelopes a source may send per scheduling round, for jobs where that changes nothing
+   * but the batching (embedded.ts chunkedRounds: one source, one stage of one partition,
+   * no state). Default 8; 1: one per round, as for every other job.
+   */
+  readonly sourceChunksPerRound?: number;
+  /**
    * Most envelopes per partition batch (one commit). Default 256; a batch stops earlier
    * once it holds batchRecords records.
    */
@@ -53,6 +59,13 @@ export interface EmbeddedCheckpointHooks {
   onAck(ack: BarrierAck): void;
   /** Called every scheduling round; `drained`: bounded input exhausted and every queue empty. True when it did something. */
   tick(drained: boolean): boolean | Promise<boolean>;
+  /**
+   * Optional: no epoch in flight, none asked for, nothing waiting to be injected or
+   * recorded. Until a tick says otherwise, the next tick can only open an epoch on time
+   * (or the final one): the scheduler may then pull several chunks in one round, ticking
+   * between them. Absent: one chunk per round.
+   */
+  settled?(): boolean;
   /** When the scheduler must wake up even without input. */
   nextWakeAt(): number;
   /** A bounded run may end: the checkpoint after the last input has committed. */

@@ -48,6 +48,8 @@ export class EmbeddedRuntime implements IngestTarget {
   private readonly sources: SourceFeed[] = [];
   /** The host of sources[i], built once (the scheduler hands it over at every step). */
   private readonly hosts: FeedHost[] = [];
+  /** Chunks a source may send in one round (chunkedRounds). */
+  private chunksPerRound = 1;
   private readonly sinks = new Map<string, Sink<any>>();
   private readonly delivery: OutboxDelivery;
   private readonly opts: Required<Pick<EmbeddedOptions, 'sourceBatchSize' | 'maxEnvelopesPerBatch' | 'batchRecords' | 'queueCapacity' | 'maxAttempts'>>;
@@ -104,6 +106,7 @@ export class EmbeddedRuntime implements IngestTarget {
         this.hosts.push(this.newFeedHost(feed));
       }
     }
+    this.chunksPerRound = chunkedRounds(this.plan, this.sources.length) ? (this.options.sourceChunksPerRound ?? CHUNKS_PER_ROUND) : 1;
   }
 
   /** Put a checkpoint's state into the (fresh, in-memory) backend before partitions open. */
@@ -181,15 +184,30 @@ export class EmbeddedRuntime implements IngestTarget {
         }
       }
     }
+    const hooks = this.options.checkpoints;
     for (let i = 0; i < this.sources.length; i++) {
-      const pulled = this.sources[i].pull(this.hosts[i]);
-      if (pulled === true || (pulled !== false && (await pulled))) progressed = true;
+      for (let chunk = 1; ; chunk++) {
+        const pulled = this.sources[i].pull(this.hosts[i]);
+        if (!(pulled === true || (pulled !== false && (await pulled)))) break;
+        progressed = true;
+        // Another chunk in this round (chunkedRounds): only while no epoch is in flight, with
+        // the checkpoint tick between chunks, so that a barrier goes in exactly where one
+        // round per chunk would have put it; a tick that does anything ends the chunks.
+        if (chunk >= this.chunksPerRound) break;
+        if (hooks) {
+          if (!hooks.settled?.()) break;
+          const ticked = hooks.tick(this.drained());
+          if (ticked !== false) {
+            await ticked;
+            break;
+          }
+        }
+      }
     }
     if (this.timersDue()) {
       await this.tickTimers();
       progressed = true;
     }
-    const hooks = this.options.checkpoints;
     if (hooks) {
       const ticked = hooks.tick(this.drained());
       if (ticked === true || (ticked !== false && (await ticked))) progressed = true;
@@ -429,4 +447,24 @@ export async function runJob(job: Job, options: EmbeddedOptions = {}): Promise<{
   const runtime = new EmbeddedRuntime(job, options);
   const stats = await runtime.run();
   return { runtime, stats };
+}
+
+/** Chunks per round for chunkedRounds' jobs by default: 8 x 512 records, well inside one batch (batchRecords 16 384). */
+const CHUNKS_PER_ROUND = 8;
+
+/** Nodes without state, timers or keys: what they emit depends on each record alone. */
+const STATELESS_KINDS: ReadonlySet<string> = new Set(['source', 'map', 'filter', 'flatMap', 'union', 'sink']);
+
+/**
+ * Whether the source may send several chunks per scheduling round: only for a job of one
+ * source and one stage of one partition whose operators keep no state and set no timers
+ * (a selection, a projection): its one partition then receives exactly the envelopes it
+ * would receive with a round per chunk, in the same order, with barriers in the same
+ * places, and nothing else interleaves with them; only how many of them one batch (one
+ * commit, one sink delivery) takes changes. A job with other stages or partitions keeps a
+ * round per chunk: there, the rounds decide how partitions' outputs interleave downstream.
+ */
+export function chunkedRounds(plan: PhysicalPlan, sources: number): boolean {
+  if (sources !== 1 || plan.stages.length !== 1 || plan.stages[0].parallelism !== 1) return false;
+  return plan.stages[0].nodes.every((id) => STATELESS_KINDS.has(plan.job.nodes[id].spec.kind));
 }
