@@ -25,8 +25,10 @@ import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-opti
 import type { IngestTarget, OfferResult } from './ingest-target.ts';
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
 import { IngestBuffer, type RejectedInput, toRecord } from './sources.ts';
+import { CHUNKS_PER_ROUND, chunkedRounds } from './rounds.ts';
 
 export type { EmbeddedCheckpointHooks, EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
+export { chunkedRounds } from './rounds.ts';
 
 interface Slot {
   readonly stage: number;
@@ -447,24 +449,4 @@ export async function runJob(job: Job, options: EmbeddedOptions = {}): Promise<{
   const runtime = new EmbeddedRuntime(job, options);
   const stats = await runtime.run();
   return { runtime, stats };
-}
-
-/** Chunks per round for chunkedRounds' jobs by default: 8 x 512 records, well inside one batch (batchRecords 16 384). */
-const CHUNKS_PER_ROUND = 8;
-
-/** Nodes without state, timers or keys: what they emit depends on each record alone. */
-const STATELESS_KINDS: ReadonlySet<string> = new Set(['source', 'map', 'filter', 'flatMap', 'union', 'sink']);
-
-/**
- * Whether the source may send several chunks per scheduling round: only for a job of one
- * source and one stage of one partition whose operators keep no state and set no timers
- * (a selection, a projection): its one partition then receives exactly the envelopes it
- * would receive with a round per chunk, in the same order, with barriers in the same
- * places, and nothing else interleaves with them; only how many of them one batch (one
- * commit, one sink delivery) takes changes. A job with other stages or partitions keeps a
- * round per chunk: there, the rounds decide how partitions' outputs interleave downstream.
- */
-export function chunkedRounds(plan: PhysicalPlan, sources: number): boolean {
-  if (sources !== 1 || plan.stages.length !== 1 || plan.stages[0].parallelism !== 1) return false;
-  return plan.stages[0].nodes.every((id) => STATELESS_KINDS.has(plan.job.nodes[id].spec.kind));
 }
