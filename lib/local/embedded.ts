@@ -26,20 +26,10 @@ import type { IngestTarget, OfferResult } from './ingest-target.ts';
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
 import { IngestBuffer, type RejectedInput, toRecord } from './sources.ts';
 import { CHUNKS_PER_ROUND, chunkedRounds } from './rounds.ts';
+import { type RuntimeCounters, runtimeStats, type Slot } from './embedded-stats.ts';
 
 export type { EmbeddedCheckpointHooks, EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 export { chunkedRounds } from './rounds.ts';
-
-interface Slot {
-  readonly stage: number;
-  readonly partition: number;
-  runtime: PartitionRuntime;
-  queue: Envelope[];
-  head: number;
-  queuedRecords: number;
-  readonly failures: Map<string, ParkedFailure>;
-  readonly skip: Map<string, ParkedFailure>;
-}
 
 export class EmbeddedRuntime implements IngestTarget {
   readonly plan: PhysicalPlan;
@@ -58,7 +48,7 @@ export class EmbeddedRuntime implements IngestTarget {
   private started = false;
   private stopping = false;
   private wake?: () => void;
-  private counters = { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0 };
+  private counters: RuntimeCounters = { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0 };
 
   constructor(
     readonly job: Job,
@@ -420,27 +410,7 @@ export class EmbeddedRuntime implements IngestTarget {
   // ---- observability ----
 
   stats(): RuntimeStats {
-    const recordsIn: Record<string, number> = {};
-    const watermarks: Record<string, number> = {};
-    for (const row of this.slots) {
-      let wm = MAX_WATERMARK;
-      for (const slot of row) {
-        for (const s of slot.runtime.operatorStats()) recordsIn[s.name] = (recordsIn[s.name] ?? 0) + s.recordsIn;
-        wm = Math.min(wm, slot.runtime.watermark);
-      }
-      watermarks[this.plan.stages[row[0].stage].name] = wm;
-    }
-    return {
-      recordsIn,
-      watermarks,
-      sourceRecords: this.counters.sourceRecords,
-      queuedRecords: this.slots.flat().reduce((n, s) => n + s.queuedRecords, 0),
-      deadLetters: this.deadLetters.length,
-      rejectedInputs: this.rejectedInputs.length,
-      duplicatesDropped: this.counters.duplicatesDropped,
-      commits: this.counters.commits,
-      recoveries: this.counters.recoveries,
-    };
+    return runtimeStats(this.plan, this.slots, this.counters, this.deadLetters.length, this.rejectedInputs.length);
   }
 }
 

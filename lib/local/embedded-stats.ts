@@ -1,0 +1,54 @@
+/**
+ * The embedded scheduler's view of one stage partition (its queue and parked failures),
+ * and the runtime's statistics read off those views.
+ */
+import { MAX_WATERMARK } from '../api/types.ts';
+import type { PhysicalPlan } from '../graph/compile.ts';
+import type { ParkedFailure, PartitionRuntime } from '../runtime/partition.ts';
+import type { Envelope } from '../transport/envelope.ts';
+import type { RuntimeStats } from './embedded-options.ts';
+
+export interface Slot {
+  readonly stage: number;
+  readonly partition: number;
+  runtime: PartitionRuntime;
+  queue: Envelope[];
+  head: number;
+  queuedRecords: number;
+  readonly failures: Map<string, ParkedFailure>;
+  readonly skip: Map<string, ParkedFailure>;
+}
+
+export interface RuntimeCounters {
+  sourceRecords: number;
+  duplicatesDropped: number;
+  commits: number;
+  recoveries: number;
+}
+
+/** Records in per operator, the watermark per stage (minimum over its partitions), the counters. */
+export function runtimeStats(plan: PhysicalPlan, slots: readonly (readonly Slot[])[], counters: RuntimeCounters, deadLetters: number, rejectedInputs: number): RuntimeStats {
+  const recordsIn: Record<string, number> = {};
+  const watermarks: Record<string, number> = {};
+  for (const row of slots) {
+    let wm = MAX_WATERMARK;
+    for (const slot of row) {
+      for (const s of slot.runtime.operatorStats()) recordsIn[s.name] = (recordsIn[s.name] ?? 0) + s.recordsIn;
+      wm = Math.min(wm, slot.runtime.watermark);
+    }
+    watermarks[plan.stages[row[0].stage].name] = wm;
+  }
+  let queuedRecords = 0;
+  for (const row of slots) for (const s of row) queuedRecords += s.queuedRecords;
+  return {
+    recordsIn,
+    watermarks,
+    sourceRecords: counters.sourceRecords,
+    queuedRecords,
+    deadLetters,
+    rejectedInputs,
+    duplicatesDropped: counters.duplicatesDropped,
+    commits: counters.commits,
+    recoveries: counters.recoveries,
+  };
+}
