@@ -69,7 +69,7 @@ export class PartitionRuntime {
     this.scope = { job: deps.plan.job.name, stage: deps.stage, partition: deps.partition };
     this.txn = new StateTxn(deps.backend, this.scope);
     for (const e of this.stage.inputs) this.expectedChannels.push(...channelsInto(deps.plan, deps.plan.edges[e], deps.partition));
-    this.outputs = new Outputs(deps.plan, this.stage, deps.partition, () => this.progress, (e) => this.pendingOutbox.push(e), () => this.tracking);
+    this.outputs = new Outputs(deps.plan, this.stage, deps.partition, () => this.progress, (e) => this.pendingOutbox.push(e), () => this.tracking, (operator, value, cause) => new RecordFailedError(operator, value, cause, this.at.location()));
   }
 
   static async open(deps: PartitionDeps): Promise<PartitionRuntime> {
