@@ -98,9 +98,11 @@ export function combiningSender(edge: StageEdge, window: LogicalNode, maxP: numb
     } catch (e) {
       throw failure(operator, value, e);
     }
-    // In no window (a slide longer than the size): the window would ignore it.
-    if (pane !== pane) return;
     const b = buffers[r.p] ?? open(r.p);
+    // In no window (a slide longer than the size): the window would ignore it, so it is
+    // not sent; its buffer is still opened, so the target gets the envelope it would have
+    // got (without records), and the envelopes are those of an uncombined run.
+    if (pane !== pane) return;
     const slots = r.slots;
     if (r.buffer !== b.id) {
       r.buffer = b.id;

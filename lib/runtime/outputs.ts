@@ -174,8 +174,11 @@ export class Outputs {
         const channel = channelId(eId, self);
         const watermark = progress.outputWatermark;
         const idle = progress.outputIdle || undefined;
-        if (b === undefined) this.push({ kind: 'channel', envelope: { channel, edge: eId, toPartition: p, seq, records: [], watermark, idle } });
-        else {
+        // A buffer without records: a combined edge's records that lay in no window.
+        if (b === undefined || b.values.length === 0) {
+          buffers[p] = undefined;
+          this.push({ kind: 'channel', envelope: { channel, edge: eId, toPartition: p, seq, records: [], watermark, idle } });
+        } else {
           buffers[p] = undefined;
           this.push({ kind: 'channel', envelope: columnarEnvelope({ channel, edge: eId, toPartition: p, seq, watermark, idle }, b) });
         }
