@@ -66,7 +66,7 @@ export class PaneCombiner {
 
   constructor(spec: WindowSpec) {
     const w = fixedWindowsOf(spec);
-    if (!w || !combinesInput(spec)) throw new InvariantError(`window "${spec.kind}" does not combine its input`);
+    if (!w || !combinesInput(spec)) throw new InvariantError(`a combiner for a window that does not pre-aggregate (${spec.assigner.kind}, ${spec.fn.kind})`);
     this.geo = new PaneGeometry(w);
     const fn = spec.fn;
     if (fn.kind === 'aggregate') {
