@@ -47,11 +47,27 @@ export function snapshotKey(job: string, stage: number, partition: number, epoch
   return `${job}/snapshots/${stage}-${partition}/${String(epoch).padStart(12, '0')}-${hash}.json`;
 }
 
-/** Same bytes as toBytes(s), with each entity row on the fast path (rows rarely need tags). */
+/**
+ * Same bytes as toBytes(s). Rows rarely need tags, so all of them are written with one
+ * JSON.stringify; that text is right unless it shows a `"$` key or more `null`s than the rows
+ * of removed entities account for (a non-finite number or an undefined array slot also
+ * becomes `null`, as may a string's text): then each row takes the fast path on its own.
+ */
 export function encodeSnapshot(s: SnapshotObject): Uint8Array {
   const head = encodeJson({ ...s, entities: [] });
-  const rows = s.entities.map(encodeJsonFast).join(',');
-  return new TextEncoder().encode(`${head.slice(0, -2)}${rows}]}`);
+  let removed = 0;
+  for (const row of s.entities) if (row[2] === null) removed++;
+  const plain = JSON.stringify(s.entities);
+  const rows = !plain.includes('"$') && occurrences(plain, 'null') === removed ? plain.slice(1, -1) : s.entities.map(encodeJsonFast).join(',');
+  return encoder.encode(`${head.slice(0, -2)}${rows}]}`);
+}
+
+const encoder = new TextEncoder();
+
+function occurrences(text: string, word: string): number {
+  let n = 0;
+  for (let i = text.indexOf(word); i >= 0; i = text.indexOf(word, i + word.length)) n++;
+  return n;
 }
 
 export function decodeSnapshot(bytes: Uint8Array): SnapshotObject {

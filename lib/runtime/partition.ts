@@ -374,16 +374,19 @@ export class PartitionRuntime {
     for (const d of this.at.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
     const inputLog = this.consumed.take();
 
-    const writes = this.txn.writes();
+    const { writes, entities } = this.txn.changes();
     const { adds: timerAdds, deletes: timerDeletes } = timerChanges(this.order);
     this.deps.beforeCommit?.();
-    const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || timerAdds.length > 0 || timerDeletes.length > 0;
+    const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || entities !== undefined || timerAdds.length > 0 || timerDeletes.length > 0;
     if (changed) {
-      const tracking = this.tracking ? { entities: timerAdds.length || timerDeletes.length ? changedTimerEntities(this.order) : [], ...(next ? { next } : {}) } : undefined;
+      // A commit goes to the interval after the last barrier; one that starts a new interval reports every key.
+      const interval = next ? undefined : (this.progress.lastBarrier ?? 0);
+      const tracking = this.tracking ? { entities: timerAdds.length || timerDeletes.length ? changedTimerEntities(this.order, interval) : [], ...(next ? { next } : {}) } : undefined;
       await this.deps.backend.commit({
         scope: this.scope,
         expectedVersion: this.version,
         writes,
+        ...(entities ? { entities } : {}),
         timerAdds,
         timerDeletes,
         progress: copyProgress(this.progress),

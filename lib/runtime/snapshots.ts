@@ -81,12 +81,16 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
   return { format: 1, job: s.job, stage: s.scope.stage, partition: s.scope.partition, epoch: s.epoch, baseEpoch: s.baseEpoch, full: s.full, progress: s.progress, entities: rows };
 }
 
-/** The entities whose timers changed since the last commit (their timers go into the next delta). */
-export function changedTimerEntities(order: readonly NodeRuntime[]): DirtyEntity[] {
+/**
+ * The entities whose timers changed since the last commit (their timers go into the next
+ * delta). `interval`: the tracked interval the commit adds them to (its `after`); keys an
+ * earlier commit reported for it are left out. Without it: all of them.
+ */
+export function changedTimerEntities(order: readonly NodeRuntime[], interval?: number): DirtyEntity[] {
   const out: DirtyEntity[] = [];
   for (const n of order) {
-    n.timers.event.changedEntities(out);
-    n.timers.processing.changedEntities(out);
+    n.timers.event.changedEntities(out, interval);
+    n.timers.processing.changedEntities(out, interval);
   }
   return out;
 }

@@ -74,7 +74,7 @@ export interface KeyTimers {
   entity?: string;
   /** The key as a changed entity, reported as is by every commit that changes the key's timers. */
   dirty?: ChangedEntity;
-  /** The last changedEntities() call that reported this key. */
+  /** The interval, or the call without one, that changedEntities() last reported this key for (NaN: none). */
   reported: number;
 }
 

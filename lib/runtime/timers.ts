@@ -102,9 +102,14 @@ export class TimerQueue {
     }
   }
 
-  /** Append the entities whose timers changed since the last commit, each once. */
-  changedEntities(out: ChangedEntity[]): void {
-    const call = ++reports;
+  /**
+   * Append the entities whose timers changed since the last commit, each once. `interval`:
+   * the tracked interval the commit goes to (incremental snapshots); a key reported for it by
+   * an earlier commit is left out (it is tracked already). Without it, every changed key.
+   */
+  changedEntities(out: ChangedEntity[], interval?: number): void {
+    // Calls without an interval get a stamp of their own, below any interval's.
+    const call = interval ?? -++reports;
     for (const n of this.changed) {
       if (n.live === n.committed) continue;
       const kt = n.kt;
@@ -192,7 +197,7 @@ export class TimerQueue {
   /** `kt`: the key's timers when the caller looked them up already (register: one lookup per key, not two). */
   private insert(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, known?: KeyTimers): Node {
     let kt = known ?? this.byKey.get(key);
-    if (kt === undefined) this.byKey.set(key, (kt = { list: [], reported: 0 }));
+    if (kt === undefined) this.byKey.set(key, (kt = { list: [], reported: Number.NaN }));
     const n = new Node(node, domain, time, kg, key, ns, kt);
     if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
     else if (kt.list.length < LIST_MAX) kt.list.push(n);

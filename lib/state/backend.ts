@@ -119,11 +119,46 @@ export interface TrackingUpdate {
   readonly next?: { readonly after: number; readonly dropBefore: number };
 }
 
+/**
+ * An entity's committed fields as an in-memory store keeps them (StateBackend.cellOf). A
+ * cell in the store (`attached`) is updated in place by every later commit, so an overlay
+ * keeps it across batches instead of peeking per batch; a detached cell (the entity had no
+ * fields when it was looked up) answers for the batch that looked it up.
+ */
+export interface StateCell {
+  /** The committed fields (undefined: none). */
+  readonly fields: ReadonlyMap<string, unknown> | undefined;
+  /** In the store: later commits show through this cell until one drops the entity's last field. */
+  readonly attached: boolean;
+}
+
+/**
+ * One entity's changes in a batch, handed to a store with cellOf (CommitBatch.entities)
+ * straight from the overlay: no write object per field.
+ */
+export interface EntityChanges {
+  readonly kg: number;
+  readonly entity: string;
+  /** The cell cellOf() answered for the entity in this batch. */
+  readonly cell: StateCell;
+  /**
+   * Apply the batch's writes to `fields` (set every written field, delete every deleted one).
+   * Returns whether any field is left; when none is, `fields` may be left as it was.
+   */
+  applyTo(fields: Map<string, unknown>): boolean;
+}
+
 export interface CommitBatch {
   readonly scope: PartitionScope;
   /** The version read at recovery or the last commit; the commit fails if another writer moved it. */
   readonly expectedVersion: number;
+  /** Every written field once, with its final value (empty when `entities` carries the writes). */
   readonly writes: readonly StateWrite[];
+  /**
+   * Stores with cellOf: the batch's writes per entity, instead of `writes` (then empty). Each
+   * entity at most once, and the same entity not also in `writes`.
+   */
+  readonly entities?: readonly EntityChanges[];
   readonly timerAdds: readonly TimerEntry[];
   readonly timerDeletes: readonly TimerEntry[];
   readonly progress: PartitionProgress;
@@ -170,13 +205,12 @@ export interface StateBackend {
   /** The committed fields of one entity (undefined: none). */
   peek(scope: PartitionScope, kg: number, entity: string): ReadonlyMap<string, unknown> | undefined;
   /**
-   * Optional: peek() answers a live view (in-memory stores). Later commits show through it,
-   * except a commit that writes the entity (it may create, replace or drop the entity's
-   * fields), and the answer for an absent entity stays right until such a commit. StateTxn
-   * then keeps an entity's view across batches until it writes the entity, instead of
-   * peeking once per batch. Remote stores (needsPrefetch) leave it unset.
+   * Optional (in-memory stores): the entity's cell, which peek() would answer the fields of.
+   * StateTxn keeps an attached cell across batches instead of peeking once per batch, and
+   * commits its writes as CommitBatch.entities, which a store with cellOf must accept.
+   * Remote stores (needsPrefetch) leave it unset.
    */
-  readonly livePeek?: boolean;
+  cellOf?(scope: PartitionScope, kg: number, entity: string): StateCell;
   /** Apply a batch atomically: all of it or nothing. Throws CommitConflictError when the version moved. */
   commit(batch: CommitBatch): Promise<void>;
   /** The outbox of the given version has been delivered. */

@@ -9,10 +9,13 @@ import type { OutboxEntry } from '../transport/envelope.ts';
 import {
   type CommitBatch,
   emptyProgress,
+  type EntityChanges,
   type PartitionProgress,
   type PartitionScope,
   type RecoveredPartition,
   type StateBackend,
+  type StateCell,
+  type StateWrite,
   scopeId,
   type TimerEntry,
   type TrackedInterval,
@@ -23,6 +26,21 @@ interface MutableInterval {
   readonly after: number;
   readonly entities: Map<string, number>;
 }
+
+/**
+ * An entity's committed fields (StateCell). The stage's map holds the cells of entities with
+ * fields (attached); commits update them in place, so an overlay that keeps a cell needs no
+ * look-up per batch, and a commit applies an entity's writes without finding it.
+ */
+class Cell implements StateCell {
+  fields: Map<string, unknown> | undefined = undefined;
+  attached = false;
+  /** The tracked interval this entity last joined (saves the interval's map look-up per commit). */
+  tracked: MutableInterval | undefined = undefined;
+}
+
+/** key group -> entity -> cell */
+type StageCells = Map<number, Map<string, Cell>>;
 
 interface PartitionRecord {
   version: number;
@@ -42,23 +60,21 @@ export interface InstalledPartition {
 
 export class InMemoryStateBackend implements StateBackend {
   readonly needsPrefetch = false;
-  /** Field maps are updated in place; an entity's map is created or dropped only by a commit that writes it. */
-  readonly livePeek = true;
   readonly tracksChanges = true;
-  /** key group -> entity -> field -> value. Key groups are shared across stages' scopes by entity prefix. */
-  private readonly state = new Map<string, Map<number, Map<string, Map<string, unknown>>>>();
+  /** Per stage: key group -> entity -> cell. State belongs to the stage (a rescale moves key groups between partitions). */
+  private readonly state = new Map<string, StageCells>();
   private readonly partitions = new Map<string, PartitionRecord>();
   /** Scopes are long-lived objects (one per partition runtime): skip building their ids per call. */
-  private readonly stageOfScope = new WeakMap<PartitionScope, Map<number, Map<string, Map<string, unknown>>>>();
+  private readonly stageOfScope = new WeakMap<PartitionScope, StageCells>();
   private recordOfScope = new WeakMap<PartitionScope, PartitionRecord>();
   /** Commits applied (for tests and metrics). */
   commits = 0;
 
   /** The last scope asked for: a batch's peeks and its commit come from one partition in a row. */
   private lastScope: PartitionScope | undefined;
-  private lastStage: Map<number, Map<string, Map<string, unknown>>> | undefined;
+  private lastStage: StageCells | undefined;
 
-  private stageState(scope: PartitionScope): Map<number, Map<string, Map<string, unknown>>> {
+  private stageState(scope: PartitionScope): StageCells {
     if (scope === this.lastScope) return this.lastStage!;
     let s = this.stageOfScope.get(scope);
     if (s) {
@@ -99,7 +115,12 @@ export class InMemoryStateBackend implements StateBackend {
   async prefetch(): Promise<void> {}
 
   peek(scope: PartitionScope, kg: number, entity: string): ReadonlyMap<string, unknown> | undefined {
-    return this.stageState(scope).get(kg)?.get(entity);
+    return this.stageState(scope).get(kg)?.get(entity)?.fields;
+  }
+
+  /** The entity's cell; a new detached one when it has no fields (a commit attaches it). */
+  cellOf(scope: PartitionScope, kg: number, entity: string): StateCell {
+    return this.stageState(scope).get(kg)?.get(entity) ?? new Cell();
   }
 
   async commit(batch: CommitBatch): Promise<void> {
@@ -113,44 +134,13 @@ export class InMemoryStateBackend implements StateBackend {
       throw new CommitConflictError(scopeId(batch.scope), batch.expectedVersion, `stored version is ${r.version}`);
     }
     const stage = this.stageState(batch.scope);
-    // Incremental snapshots: every written entity joins the newest tracked interval. A stamp on
-    // the entity's field map saves the interval lookup for its other fields and later batches.
+    // Incremental snapshots: every written entity joins the newest tracked interval (once: the cell remembers).
     const cur = batch.tracking ? currentInterval(r) : undefined;
-    // An entity's writes are consecutive (StateTxn emits them per entity): find its field map once.
-    let lastEntity: string | undefined;
-    let lastKg = -1;
-    let groups: Map<string, Map<string, unknown>> | undefined;
-    let fields: Stamped | undefined;
-    for (const w of batch.writes) {
-      if (w.entity !== lastEntity || w.kg !== lastKg) {
-        lastEntity = w.entity;
-        lastKg = w.kg;
-        groups = stage.get(w.kg);
-        if (!groups) stage.set(w.kg, (groups = new Map()));
-        fields = groups.get(w.entity) as Stamped | undefined;
-        if (cur && (!fields || fields[STAMP] !== cur)) {
-          cur.entities.set(w.entity, w.kg);
-          if (fields) fields[STAMP] = cur;
-        }
-      }
-      if (w.value === undefined) {
-        if (fields) {
-          fields.delete(w.field);
-          if (fields.size === 0) {
-            groups!.delete(w.entity);
-            fields = undefined;
-          }
-        }
-      } else {
-        if (!fields) {
-          groups!.set(w.entity, (fields = new Map()));
-          if (cur) fields[STAMP] = cur;
-        }
-        fields.set(w.field, w.value);
-      }
-    }
+    if (batch.entities !== undefined) for (const e of batch.entities) applyEntity(stage, e, cur);
+    if (batch.writes.length > 0) applyWrites(stage, batch.writes, cur);
     for (const t of batch.timerDeletes) r.timers.delete(t);
     for (const t of batch.timerAdds) r.timers.set(t);
+    r.timers.dropEmptied();
     r.version++;
     r.progress = batch.progress;
     if (batch.outbox.length > 0) r.outbox.push({ version: r.version, entries: batch.outbox });
@@ -166,7 +156,7 @@ export class InMemoryStateBackend implements StateBackend {
     const stage = this.stageState(scope);
     for (const kg of keyGroups) {
       const groups = stage.get(kg);
-      if (groups) for (const [entity, fields] of groups) yield { kg, entity, fields };
+      if (groups) for (const [entity, cell] of groups) yield { kg, entity, fields: cell.fields! };
     }
   }
 
@@ -177,11 +167,18 @@ export class InMemoryStateBackend implements StateBackend {
    */
   install(scope: PartitionScope, part: InstalledPartition, keyGroups: readonly number[]): void {
     const stage = this.stageState(scope);
-    for (const kg of keyGroups) stage.delete(kg);
+    for (const kg of keyGroups) {
+      // Cells an overlay may still hold stop answering for the store.
+      for (const cell of stage.get(kg)?.values() ?? []) detach(cell);
+      stage.delete(kg);
+    }
     for (const { kg, entity, fields } of part.entities) {
       let groups = stage.get(kg);
       if (!groups) stage.set(kg, (groups = new Map()));
-      groups.set(entity, new Map(fields));
+      const cell = new Cell();
+      cell.fields = new Map(fields);
+      cell.attached = true;
+      groups.set(entity, cell);
     }
     const after = part.progress.lastBarrier ?? 0;
     // The partition's record is replaced below: forget cached ones.
@@ -219,6 +216,13 @@ export class InMemoryStateBackend implements StateBackend {
  */
 class CommittedTimers {
   private readonly byKey = new Map<string, TimerEntry[]>();
+  /**
+   * Keys whose last timer delete() removed: dropped by dropEmptied(), after the commit's adds.
+   * A firing window deletes a key's timer and adds its next one in the same commit: the
+   * key's list stays (no map delete and insert, no new list).
+   */
+  private readonly emptied: string[] = [];
+  private emptiedCount = 0;
 
   static of(timers: readonly TimerEntry[]): CommittedTimers {
     const out = new CommittedTimers();
@@ -242,12 +246,19 @@ class CommittedTimers {
     if (!list) return;
     const i = indexOf(list, t);
     if (i < 0) return;
-    if (list.length === 1) this.byKey.delete(t.key);
-    else {
-      // In order, without splice's array of removed elements.
-      for (let j = i + 1; j < list.length; j++) list[j - 1] = list[j];
-      list.pop();
+    // In order, without splice's array of removed elements.
+    for (let j = i + 1; j < list.length; j++) list[j - 1] = list[j];
+    list.pop();
+    if (list.length === 0) this.emptied[this.emptiedCount++] = t.key;
+  }
+
+  /** Forget the keys delete() emptied that have no timer again. */
+  dropEmptied(): void {
+    for (let i = 0; i < this.emptiedCount; i++) {
+      const key = this.emptied[i];
+      if (this.byKey.get(key)?.length === 0) this.byKey.delete(key);
     }
+    this.emptiedCount = 0;
   }
 
   all(): TimerEntry[] {
@@ -265,8 +276,81 @@ function indexOf(list: readonly TimerEntry[], t: TimerEntry): number {
   return -1;
 }
 
-const STAMP: unique symbol = Symbol('tracked-in');
-type Stamped = Map<string, unknown> & { [STAMP]?: MutableInterval };
+function groupsOf(stage: StageCells, kg: number): Map<string, Cell> {
+  let groups = stage.get(kg);
+  if (groups === undefined) stage.set(kg, (groups = new Map()));
+  return groups;
+}
+
+function detach(cell: Cell): void {
+  cell.attached = false;
+  cell.fields = undefined;
+}
+
+/** An entity's changes straight from the overlay: its cell, usually attached, is updated in place. */
+function applyEntity(stage: StageCells, e: EntityChanges, cur: MutableInterval | undefined): void {
+  let cell = e.cell as Cell;
+  if (!cell.attached || !(cell instanceof Cell)) {
+    // Looked up when the entity had no fields (or not this store's cell): a commit since may have given it some.
+    const found = stage.get(e.kg)?.get(e.entity);
+    cell = found ?? (cell instanceof Cell ? cell : new Cell());
+  }
+  if (cur !== undefined && cell.tracked !== cur) {
+    cur.entities.set(e.entity, e.kg);
+    cell.tracked = cur;
+  }
+  if (cell.attached) {
+    if (!e.applyTo(cell.fields!)) {
+      groupsOf(stage, e.kg).delete(e.entity);
+      detach(cell);
+    }
+    return;
+  }
+  const fields = new Map<string, unknown>();
+  if (e.applyTo(fields)) {
+    cell.fields = fields;
+    cell.attached = true;
+    groupsOf(stage, e.kg).set(e.entity, cell);
+  }
+}
+
+/** Field by field (the writes form of a commit). An entity's writes are consecutive: its cell is found once. */
+function applyWrites(stage: StageCells, writes: readonly StateWrite[], cur: MutableInterval | undefined): void {
+  let lastEntity: string | undefined;
+  let lastKg = -1;
+  let groups: Map<string, Cell> | undefined;
+  let cell: Cell | undefined;
+  for (const w of writes) {
+    if (w.entity !== lastEntity || w.kg !== lastKg) {
+      lastEntity = w.entity;
+      lastKg = w.kg;
+      groups = groupsOf(stage, w.kg);
+      cell = groups.get(w.entity);
+      if (cell === undefined) cell = new Cell();
+      if (cur !== undefined && cell.tracked !== cur) {
+        cur.entities.set(w.entity, w.kg);
+        cell.tracked = cur;
+      }
+    }
+    const c = cell!;
+    if (w.value === undefined) {
+      if (!c.attached) continue;
+      const fields = c.fields!;
+      // The last field: drop the map rather than delete from it (V8 shrinks a map emptied by delete).
+      if (fields.size === 1 && fields.has(w.field)) {
+        groups!.delete(w.entity);
+        detach(c);
+      } else fields.delete(w.field);
+    } else {
+      if (!c.attached) {
+        c.fields = new Map();
+        c.attached = true;
+        groups!.set(w.entity, c);
+      }
+      c.fields!.set(w.field, w.value);
+    }
+  }
+}
 
 /** The interval this commit's changes go to (the first one starts after the partition's last barrier). */
 function currentInterval(r: PartitionRecord): MutableInterval {

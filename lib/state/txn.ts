@@ -11,7 +11,7 @@
  * field inline and needs a map only for further ones. The operator context keeps the
  * current key's entry, so its reads and writes skip every lookup.
  */
-import type { PartitionScope, StateBackend, StateWrite } from './backend.ts';
+import type { EntityChanges, PartitionScope, StateBackend, StateCell, StateWrite } from './backend.ts';
 
 /** An absent value in the overlay (read as absent, or deleted in this batch). */
 const DELETED: unique symbol = Symbol('deleted');
@@ -42,12 +42,14 @@ export function entityId(operator: string, keyString: string): string {
  * (see OperatorOverlay), so a key's entity string is built and hashed once, not per
  * batch; what a batch read or wrote is cleared when the batch ends (`batch` says which
  * batch touched it last). Its first field is inline (`f0`, `v0`); further fields go to `more`.
+ * With an in-memory store the entry keeps the store's cell of the entity across batches
+ * (StateBackend.cellOf), and the commit applies the entry's writes to it directly.
  */
-export class EntityEntry {
+export class EntityEntry implements EntityChanges {
   /** The batch that touched this entry last (-1: none). */
   batch = -1;
-  /** The entity's committed fields, looked up once per batch or kept as a live view (null: not yet). */
-  private committed: ReadonlyMap<string, unknown> | undefined | null = null;
+  /** The entity's committed fields: the store's cell, kept while attached, or this batch's view (null: not looked up). */
+  private committed: StateCell | null = null;
   private f0: string | undefined = undefined;
   private v0: unknown = undefined;
   private dirty0 = false;
@@ -61,9 +63,17 @@ export class EntityEntry {
   ) {}
 
   private peek(): ReadonlyMap<string, unknown> | undefined {
-    // Nothing commits during a batch, so one peek per entity serves all its fields.
-    if (this.committed === null) this.committed = this.txn.peek(this.kg, this.entity);
-    return this.committed;
+    // Nothing commits during a batch, so one look-up per entity serves all its fields.
+    let c = this.committed;
+    if (c === null) c = this.committed = this.txn.cellOf(this.kg, this.entity);
+    return c.fields;
+  }
+
+  /** The entity's cell (EntityChanges): looked up now if this batch has not read the entity. */
+  get cell(): StateCell {
+    let c = this.committed;
+    if (c === null) c = this.committed = this.txn.cellOf(this.kg, this.entity);
+    return c;
   }
 
   get(field: string): unknown {
@@ -133,11 +143,45 @@ export class EntityEntry {
   }
 
   /**
+   * Apply this batch's writes to `fields` (EntityChanges). Returns whether any field is left;
+   * when none is, `fields` may be left as it was.
+   */
+  applyTo(fields: Map<string, unknown>): boolean {
+    const f0 = this.f0!;
+    if (this.dirty0) {
+      const v = this.v0;
+      if (v !== DELETED) fields.set(f0, v);
+      // Deleting a map's only entry makes V8 shrink its table (an allocation); the map is dropped instead.
+      else if (this.dirtyMore === undefined && fields.size === 1 && fields.has(f0)) return false;
+      else fields.delete(f0);
+    }
+    if (this.dirtyMore !== undefined) {
+      for (const field of this.dirtyMore) {
+        const v = this.more!.get(field);
+        if (v === DELETED) fields.delete(field);
+        else fields.set(field, v);
+      }
+    }
+    return fields.size > 0;
+  }
+
+  /**
+   * @internal First use in a batch: an attached cell still answers (commits update it in
+   * place); a detached one (a view of a past batch, or a cell the store dropped) is looked up again.
+   */
+  begin(batch: number): void {
+    this.batch = batch;
+    const c = this.committed;
+    if (c !== null && !c.attached) this.committed = null;
+  }
+
+  /**
    * @internal The batch is over: drop what it read and wrote (no copy of state outlives its
-   * batch). A live view of the committed fields stays valid until this entry writes the entity.
+   * batch), and a detached cell (a remote store's view is not kept past its batch).
    */
   clear(): void {
-    if (!this.txn.livePeek || this.dirty0 || this.dirtyMore !== undefined) this.committed = null;
+    const c = this.committed;
+    if (c !== null && !c.attached) this.committed = null;
     this.f0 = undefined;
     this.v0 = undefined;
     this.dirty0 = false;
@@ -168,7 +212,7 @@ export class OperatorOverlay {
       this.entries.set(keyString, e);
     }
     if (e.batch !== this.batch) {
-      e.batch = this.batch;
+      e.begin(this.batch);
       this.txn.touch(e);
     }
     return e;
@@ -187,20 +231,33 @@ export class OperatorOverlay {
   }
 }
 
+/** A batch's state writes, as the commit carries them (CommitBatch.writes and .entities). */
+export interface StateChanges {
+  readonly writes: readonly StateWrite[];
+  /** Stores with cellOf: the written entities (undefined: none, or a store without cellOf). */
+  readonly entities: readonly EntityChanges[] | undefined;
+}
+
+const NO_WRITES: readonly StateWrite[] = [];
+
 export class StateTxn {
   private readonly overlays = new Map<string, OperatorOverlay>();
-  /** Entries touched in this batch, in the order of their first use. */
-  private touched: EntityEntry[] = [];
+  /**
+   * Entries touched in this batch, in the order of their first use: the first `touchedCount`.
+   * The array is reused (`length = 0` would free its storage, and every batch grow it again).
+   */
+  private readonly touched: EntityEntry[] = [];
+  private touchedCount = 0;
   private batch = 0;
 
-  /** The backend's peek answers live views (StateBackend.livePeek): entries keep them across batches. */
-  readonly livePeek: boolean;
+  /** The store keeps entities in cells (StateBackend.cellOf): entries keep them across batches, commits take entities. */
+  readonly cells: boolean;
 
   constructor(
     private readonly backend: StateBackend,
     private readonly scope: PartitionScope,
   ) {
-    this.livePeek = backend.livePeek === true;
+    this.cells = backend.cellOf !== undefined;
   }
 
   /** An operator's overlay: long-lived (one per operator and partition), its entries per batch. */
@@ -214,14 +271,15 @@ export class StateTxn {
     return o;
   }
 
-  /** @internal */
-  peek(kg: number, entity: string): ReadonlyMap<string, unknown> | undefined {
-    return this.backend.peek(this.scope, kg, entity);
+  /** @internal The entity's committed fields: the store's cell, or a view for this batch. */
+  cellOf(kg: number, entity: string): StateCell {
+    if (this.cells) return this.backend.cellOf!(this.scope, kg, entity);
+    return { fields: this.backend.peek(this.scope, kg, entity), attached: false };
   }
 
   /** @internal */
   touch(e: EntityEntry): void {
-    this.touched.push(e);
+    this.touched[this.touchedCount++] = e;
   }
 
   // By entity string (snapshots, tests): the operator is the part before the first U+0001.
@@ -252,22 +310,33 @@ export class StateTxn {
   /** The writes to commit: every dirty field once, with its final value. */
   writes(): StateWrite[] {
     const out: StateWrite[] = [];
-    for (const e of this.touched) e.writesTo(out);
+    for (let i = 0; i < this.touchedCount; i++) this.touched[i].writesTo(out);
     return out;
+  }
+
+  /** The writes to commit, in the form the store takes (per entity for stores with cellOf). */
+  changes(): StateChanges {
+    if (!this.cells) return { writes: this.writes(), entities: undefined };
+    let entities: EntityEntry[] | undefined;
+    for (let i = 0; i < this.touchedCount; i++) {
+      const e = this.touched[i];
+      if (e.written) (entities ??= []).push(e);
+    }
+    return { writes: NO_WRITES, entities };
   }
 
   /** Entities touched (read or written) in this batch. */
   touchedEntities(): number {
-    return this.touched.length;
+    return this.touchedCount;
   }
 
   /** Forget the batch's overlay (after its commit, or to abandon it). */
   reset(): void {
     this.batch++;
     for (const o of this.overlays.values()) o.reset(this.batch);
-    if (this.touched.length > 0) {
-      for (const e of this.touched) e.clear();
-      this.touched = [];
-    }
+    for (let i = 0; i < this.touchedCount; i++) this.touched[i].clear();
+    this.touchedCount = 0;
+    // Past the overlays' bound, start over rather than keep entries they have forgotten.
+    if (this.touched.length > MAX_REMEMBERED_KEYS) this.touched.length = 0;
   }
 }

@@ -143,4 +143,30 @@ describe('keyed state and timers in a partition', () => {
     expect(newest()).toEqual({ after: 1, entities: [entity('b'), entity('c')].sort() });
     expect(w.backend.peek(scope, kg('b'), entity('b'))).toBeUndefined();
   });
+
+  it('a key whose timers change in every commit is tracked in every interval, the one a barrier starts included', async () => {
+    const w = world(true);
+    const rt = await w.open();
+    const newest = () => {
+      const t = w.backend.tracked(scope);
+      return { after: t[t.length - 1].after, entities: [...t[t.length - 1].entities.keys()].sort() };
+    };
+    await rt.process([env('1:0', 1, [{ k: 'b', op: 'timer', t: 5 }])]);
+    await rt.process([env('1:0', 2, [{ k: 'b', op: 'timer', t: 6 }])]);
+    expect(newest()).toEqual({ after: 0, entities: [entity('b')] });
+    // b's timers change in the barrier's batch too (before the barrier), then after it.
+    const b1: Barrier = { epoch: 1, baseEpoch: 0, full: ['1/0'], savepoint: false };
+    await rt.process([env('1:0', 3, [{ k: 'b', op: 'timer', t: 7 }]), barrier('1:0', 4, b1), barrier('1:1', 1, b1)]);
+    expect(newest()).toEqual({ after: 1, entities: [] });
+    await rt.process([env('1:0', 5, [{ k: 'b', op: 'timer', t: 8 }])]);
+    expect(newest()).toEqual({ after: 1, entities: [entity('b')] });
+    const b2: Barrier = { epoch: 2, baseEpoch: 1, full: [], savepoint: false };
+    await rt.process([barrier('1:0', 6, b2), barrier('1:1', 2, b2)]);
+    await rt.process([env('1:0', 7, [{ k: 'c', op: 'timer', t: 9 }]), env('1:1', 3, [{ k: 'b', op: 'timer', t: 10 }])]);
+    expect(newest()).toEqual({ after: 2, entities: [entity('b'), entity('c')].sort() });
+    // A fresh runtime over the same store (a crash) reports its keys again.
+    const again = await w.open();
+    await again.process([env('1:0', 8, [{ k: 'd', op: 'timer', t: 11 }])]);
+    expect(newest()).toEqual({ after: 2, entities: [entity('b'), entity('c'), entity('d')].sort() });
+  });
 });

@@ -1,7 +1,47 @@
+import { describe, expect, it } from 'vitest';
+import { emptyProgress, type TimerEntry } from '../../lib/state/backend.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';
-import { backendConformance } from './backend-conformance.ts';
+import { StateTxn } from '../../lib/state/txn.ts';
+import { backendConformance, batch, freshScope } from './backend-conformance.ts';
 
 backendConformance('InMemoryStateBackend', () => {
   const backend = new InMemoryStateBackend();
   return { open: () => backend };
+});
+
+describe('InMemoryStateBackend', () => {
+  const timer = (key: string, time: number): TimerEntry => ({ node: 1, domain: 'event', time, kg: 3, key, ns: '' });
+
+  it("a key's only timer deleted and its next one added in one commit (a window firing), then none left", async () => {
+    const b = new InMemoryStateBackend();
+    const scope = freshScope();
+    await b.recover(scope);
+    await b.commit(batch(scope, 0, { timerAdds: [timer('a', 10), timer('b', 10)] }));
+    await b.commit(batch(scope, 1, { timerDeletes: [timer('a', 10)], timerAdds: [timer('a', 20)] }));
+    expect((await b.recover(scope)).timers).toEqual([timer('a', 20), timer('b', 10)]);
+    await b.commit(batch(scope, 2, { timerDeletes: [timer('a', 20), timer('b', 10)] }));
+    expect((await b.recover(scope)).timers).toEqual([]);
+    await b.commit(batch(scope, 3, { timerAdds: [timer('a', 30)] }));
+    expect((await b.recover(scope)).timers).toEqual([timer('a', 30)]);
+  });
+
+  it('install() replaces the cells an overlay keeps: its next batch reads the installed state', async () => {
+    const b = new InMemoryStateBackend();
+    const scope = freshScope();
+    await b.recover(scope);
+    const txn = new StateTxn(b, scope);
+    const entry = () => txn.overlay('op').entry('k', 2);
+    entry().set('P', 1);
+    const { entities } = txn.changes();
+    b.commitSync({ ...batch(scope, 0), entities });
+    txn.reset();
+    expect(entry().get('P')).toBe(1);
+    txn.reset();
+    b.install(scope, { progress: emptyProgress(), timers: [], entities: [{ kg: 2, entity: 'op\u0001k', fields: new Map([['P', 2]]) }] }, [2]);
+    expect(entry().get('P')).toBe(2);
+    txn.reset();
+    b.install(scope, { progress: emptyProgress(), timers: [], entities: [] }, [2]);
+    expect(entry().get('P')).toBeUndefined();
+    expect(b.entityCount(scope.job, scope.stage)).toBe(0);
+  });
 });

@@ -18,8 +18,12 @@ const kgOf = (key: string) => key.charCodeAt(0) % 4;
 
 type Model = Map<string, Map<string, unknown>>;
 
-/** `live`: the backend's peek answers live views (StateBackend.livePeek), else a view per batch. */
-function open(live = true) {
+/**
+ * `live`: the store keeps entities in cells (StateBackend.cellOf) that entries keep across
+ * batches, else a view per batch. `byEntity`: commits carry the writes per entity
+ * (CommitBatch.entities, as the runtime commits to such a store), else field by field.
+ */
+function open(live = true, byEntity = false) {
   const backend = new InMemoryStateBackend();
   const view: StateBackend = live
     ? backend
@@ -37,7 +41,8 @@ function open(live = true) {
   const txn = new StateTxn(view, scope);
   let version = 0;
   const commit = () => {
-    backend.commitSync({ scope, expectedVersion: version++, writes: txn.writes(), timerAdds: [], timerDeletes: [], progress: emptyProgress(), outbox: [] });
+    const { writes, entities } = byEntity ? txn.changes() : { writes: txn.writes(), entities: undefined };
+    backend.commitSync({ scope, expectedVersion: version++, writes, ...(entities ? { entities } : {}), timerAdds: [], timerDeletes: [], progress: emptyProgress(), outbox: [] });
     txn.reset();
   };
   const committed = (): Model => {
@@ -54,16 +59,22 @@ function open(live = true) {
   return { backend, txn, commit, committed };
 }
 
-const target = fc.record({ op: fc.constantFrom(...OPERATORS), key: fc.constantFrom(...KEYS), field: fc.constantFrom(...FIELDS) });
 const value = fc.oneof(fc.integer({ min: 0, max: 9 }), fc.array(fc.integer({ min: 0, max: 9 }), { maxLength: 4 }), fc.record({ n: fc.integer({ min: 0, max: 9 }) }));
-const opArb = fc.oneof(
-  fc.record({ kind: fc.constant('get' as const), t: target, mutate: fc.boolean() }),
-  fc.record({ kind: fc.constant('set' as const), t: target, v: value }),
-  fc.record({ kind: fc.constant('delete' as const), t: target }),
-  fc.record({ kind: fc.constant('fields' as const), t: target, prefix: fc.constantFrom('', 'm\u0002', 'P') }),
-  fc.record({ kind: fc.constant('commit' as const) }),
-  fc.record({ kind: fc.constant('abandon' as const) }),
-);
+/** Operations on the given entities and fields. */
+function opsOver(operators: readonly string[], keys: readonly string[], fields: readonly string[]) {
+  const target = fc.record({ op: fc.constantFrom(...operators), key: fc.constantFrom(...keys), field: fc.constantFrom(...fields) });
+  return fc.oneof(
+    fc.record({ kind: fc.constant('get' as const), t: target, mutate: fc.boolean() }),
+    fc.record({ kind: fc.constant('set' as const), t: target, v: value }),
+    fc.record({ kind: fc.constant('delete' as const), t: target }),
+    fc.record({ kind: fc.constant('fields' as const), t: target, prefix: fc.constantFrom('', 'm\u0002', 'P') }),
+    fc.record({ kind: fc.constant('commit' as const) }),
+    fc.record({ kind: fc.constant('abandon' as const) }),
+  );
+}
+const opArb = opsOver(OPERATORS, KEYS, FIELDS);
+/** Few entities and fields: entities often lose their last field and come back (cells detached and attached again). */
+const narrowOpArb = opsOver(['op'], ['a', 'b'], ['P', 'x']);
 
 /** Change a value read, without writing it back. */
 function scribble(v: unknown): void {
@@ -73,12 +84,15 @@ function scribble(v: unknown): void {
 
 describe('StateTxn', () => {
   it.each([
-    ['live views (in-memory peek)', true],
-    ['a view per batch (remote stores)', false],
-  ])('behaves like committed maps plus a batch overlay, %s (property)', (_name, live) => {
+    ['cells kept across batches, commits by entity (in-memory store)', true, true, opArb],
+    ['cells kept across batches, commits field by field', true, false, opArb],
+    ['a view per batch (remote stores)', false, false, opArb],
+    ['few entities, cells, commits by entity', true, true, narrowOpArb],
+    ['few entities, cells, commits field by field', true, false, narrowOpArb],
+  ])('behaves like committed maps plus a batch overlay, %s (property)', (_name, live, byEntity, arb) => {
     fc.assert(
-      fc.property(fc.array(opArb, { maxLength: 60 }), (ops) => {
-        const { txn, commit, committed } = open(live);
+      fc.property(fc.array(arb, { maxLength: 60 }), (ops) => {
+        const { txn, commit, committed } = open(live, byEntity);
         const model: Model = new Map();
         /** The batch's view of each field it touched: the copy read or the value written, and whether it is dirty. */
         const view = new Map<string, { e: string; f: string; v: unknown; dirty: boolean }>();
