@@ -216,6 +216,7 @@ export class KeyedStream<T, K extends Key> extends StreamBase {
 export class WindowedStream<T, K extends Key> {
   private latenessMs = 0;
   private lateTag?: OutputTag<T>;
+  private combine = true;
 
   constructor(
     private readonly keyed: KeyedStream<T, K>,
@@ -232,6 +233,21 @@ export class WindowedStream<T, K extends Key> {
   /** Records too late for every window they belong to go to this side output instead of being dropped. */
   sideOutputLateData(tag: OutputTag<T>): this {
     this.lateTag = tag;
+    return this;
+  }
+
+  /**
+   * Pre-aggregation before the shuffle (default on): records of one key and pane are
+   * folded into one partial result on the sending side (add(), or the reduce function)
+   * and merged into the window (merge(), or the reduce function) instead of each record
+   * crossing the shuffle. It applies to tumbling and sliding windows of an aggregate with
+   * merge() or of a reduce, without allowed lateness or a late side output; the results
+   * are the same when merge(a, add(...)) equals adding the records to a (an associative
+   * reduce). Pass false for functions that do not meet that contract.
+   */
+  preAggregate(enabled: boolean): this {
+    if (typeof enabled !== 'boolean') throw new JobDefinitionError('preAggregate', 'true or false', String(enabled));
+    this.combine = enabled;
     return this;
   }
 
@@ -256,7 +272,7 @@ export class WindowedStream<T, K extends Key> {
 
   private build<O>(fn: WindowFunctionSpec): DataStream<O> {
     return this.keyed.addNode<O>(
-      { kind: 'window', assigner: this.assigner, allowedLatenessMs: this.latenessMs, lateTag: this.lateTag?.id, fn },
+      { kind: 'window', assigner: this.assigner, allowedLatenessMs: this.latenessMs, lateTag: this.lateTag?.id, fn, ...(this.combine ? {} : { preAggregate: false }) },
       [this.keyed.keyedInput()],
     );
   }

@@ -1,7 +1,8 @@
 /**
  * What a checkpoint must agree on with the job that restores it.
- * - The plan fingerprint (stages, partitions, edges, operator names and kinds): a chain
- *   of checkpoints continues only under the same plan, with channel positions intact.
+ * - The plan fingerprint (stages, partitions, edges and whether they carry partial
+ *   aggregates, operator names and kinds): a chain of checkpoints continues only under
+ *   the same plan, with channel positions and what is in flight intact.
  * - The state descriptors (each stateful operator's name, kind and declared states): a
  *   savepoint can start a changed job (new code, new stateless operators, other
  *   parallelism) when these still fit, because keyed state is stored by operator name
@@ -52,7 +53,9 @@ export function planFingerprint(plan: PhysicalPlan): string {
     maxParallelism: plan.job.maxParallelism,
     nodes: plan.job.nodes.map((n) => [n.name, n.spec.kind]),
     stages: plan.stages.map((s) => [s.name, s.parallelism, s.nodes]),
-    edges: plan.edges.map((e) => [e.from.kind === 'source' ? `source:${e.from.source}` : `${e.from.stage}:${e.from.node}:${e.from.port}`, e.toStage, e.toNode, e.toInput, e.partitioning]),
+    // A combined edge carries partial aggregates, not records: what is in flight (outboxes,
+    // held envelopes) differs, so it is another plan. Plans without one hash as before.
+    edges: plan.edges.map((e) => [e.from.kind === 'source' ? `source:${e.from.source}` : `${e.from.stage}:${e.from.node}:${e.from.port}`, e.toStage, e.toNode, e.toInput, e.combine ? 'hash+combine' : e.partitioning]),
     state: stateDescriptors(plan),
   });
 }

@@ -5,6 +5,7 @@
  */
 import { JobDefinitionError } from '../errors.ts';
 import type { KeySelector } from '../api/types.ts';
+import { combinesInput } from '../operators/window-combiner.ts';
 import { KEYED_KINDS, MAIN_PORT, type JobGraph, type LogicalNode } from './logical.ts';
 
 export type EdgeSource = { readonly kind: 'source'; readonly source: string } | { readonly kind: 'stage'; readonly stage: number; readonly node: number; readonly port: string };
@@ -20,6 +21,13 @@ export interface StageEdge {
   /** source: partition p feeds partition p; hash: by key group; rebalance: upstream i feeds i mod P. */
   readonly partitioning: 'source' | 'hash' | 'rebalance';
   readonly key?: KeySelector<any>;
+  /**
+   * Hash edges into a window that pre-aggregates (lib/operators/window-combiner.ts): the
+   * sender sends one partial aggregate per (key, pane) of each channel buffer, not records.
+   * Part of the plan fingerprint: a checkpoint with records in flight cannot continue a
+   * plan that expects partials, nor the reverse.
+   */
+  readonly combine?: true;
 }
 
 /** Where a node's output goes: an operator in the same stage, or an edge to another stage. */
@@ -133,8 +141,11 @@ export function compile(graph: JobGraph): PhysicalPlan {
     const stage = newStage(node.parallelism ?? graph.parallelism);
     stage.nodes.push(node.id);
     stageOfNode[node.id] = stage.id;
+    // A window has one input; when it pre-aggregates, its edge carries partials.
+    const combine = combinesInput(node.spec);
     node.inputs.forEach((input, idx) => {
       addEdge({
+        ...(combine && input.partitioning.kind === 'hash' ? { combine: true as const } : {}),
         from: { kind: 'stage', stage: stageOfNode[input.node], node: input.node, port: input.port },
         toStage: stage.id,
         toNode: node.id,

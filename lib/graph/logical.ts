@@ -47,6 +47,11 @@ export type NodeSpec =
       readonly allowedLatenessMs: number;
       readonly lateTag?: string;
       readonly fn: WindowFunctionSpec;
+      /**
+       * Pre-aggregate records of one key and pane before the shuffle where that applies
+       * (lib/operators/window-combiner.ts). Default true; false: every record crosses it.
+       */
+      readonly preAggregate?: boolean;
     }
   | {
       readonly kind: 'windowJoin';

@@ -14,11 +14,17 @@
  * form a chain per key: a new pane registers its first window end still to come;
  * a firing window registers the next end when a pane of the key lies in that window.
  * A pane is dropped when its last window has fired.
+ *
+ * A combined input (window-combiner.ts) carries one partial accumulator per (key, pane)
+ * of a sender's channel buffer instead of records: it is decided like the records it
+ * stands for (same pane, same watermark) and merged into its pane.
  */
 import type { StreamRecord } from '../api/types.ts';
+import { InvariantError } from '../errors.ts';
 import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
 import { cloneValue } from '../state/txn.ts';
 import type { WindowOperator, WindowSpec } from './window.ts';
+import type { PartialAggregate } from './window-combiner.ts';
 import { checkTimestamp, type FixedWindows, windowContents } from './window-state.ts';
 
 const PANES = 'P';
@@ -40,26 +46,75 @@ export function panesApply(spec: WindowSpec, w: FixedWindows): boolean {
   return spec.fn.kind === 'aggregate' && spec.fn.agg.merge !== undefined;
 }
 
-export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: FixedWindows): WindowOperator {
-  const { size, slide, offset } = w;
-  const g = gcd(size, slide);
-  const single = g === size;
+/**
+ * Where panes lie: time cut into panes of length g = gcd(size, slide), aligned like the
+ * windows. Shared by the operator and the combiner that pre-aggregates its input per pane
+ * before the shuffle (window-combiner.ts), so both cut time the same way.
+ */
+export class PaneGeometry {
+  readonly size: number;
+  readonly slide: number;
+  readonly offset: number;
+  /** The pane length. */
+  readonly g: number;
+  /** Each window is one pane (tumbling, or a slide that is a multiple of the size). */
+  readonly single: boolean;
+
+  constructor(w: FixedWindows) {
+    this.size = w.size;
+    this.slide = w.slide;
+    this.offset = w.offset;
+    this.g = gcd(w.size, w.slide);
+    this.single = this.g === w.size;
+  }
+
+  /** The start of the pane holding t. */
+  paneOf(t: number): number {
+    return t - mod(t - this.offset, this.g);
+  }
+
+  /** Latest window start at or before t. */
+  startAtOrBefore(t: number): number {
+    return t - mod(t - this.offset, this.slide);
+  }
+
+  /** Earliest window start at or after t. */
+  startAtOrAfter(t: number): number {
+    const r = mod(t - this.offset, this.slide);
+    return r === 0 ? t : t - r + this.slide;
+  }
+
+  /** The first (earliest) window start of a pane; above lastStart when a slide longer than the size leaves the pane in no window. */
+  firstStart(pane: number): number {
+    return this.startAtOrAfter(pane + this.g - this.size);
+  }
+
+  /** The last (latest) window start of a pane: the pane is late once the watermark reaches that window's end - 1. */
+  lastStart(pane: number): number {
+    return this.startAtOrBefore(pane);
+  }
+}
+
+/**
+ * `combined`: the input carries partial accumulators, one per (key, pane) of a sender's
+ * channel buffer (window-combiner.ts), each merged into its pane instead of added.
+ */
+export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: FixedWindows, combined: boolean): WindowOperator {
+  const geo = new PaneGeometry(w);
+  const { size, slide, g, single } = geo;
   const contents = windowContents(ctx, spec.fn, false);
   const lateTag = spec.lateTag;
 
-  /** Latest window start at or before t. */
-  const startAtOrBefore = (t: number) => t - mod(t - offset, slide);
-  /** Earliest window start at or after t. */
-  const startAtOrAfter = (t: number) => {
-    const r = mod(t - offset, slide);
-    return r === 0 ? t : t - r + slide;
-  };
   /** The first end, among the windows [first, last] of a pane, whose firing is still to come. */
   const firstLiveEnd = (firstStart: number, wm: number) => {
     const e = firstStart + size;
     if (e - 1 > wm) return e;
     return e + Math.ceil((wm + 2 - e) / slide) * slide;
   };
+  /** A fresh pane's contents from the record's value. */
+  const first = combined ? (v: unknown) => partialOf(ctx, v) : contents.first;
+  /** A pane's contents with the record's value added (merged, for a partial: the pane's earlier records first). */
+  const add = combined ? (c: unknown, v: unknown) => contents.merge(c, partialOf(ctx, v)) : contents.add;
 
   let cached = { pane: Number.NaN, lastStart: 0, firstStart: 0 };
 
@@ -72,8 +127,8 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
       // Records mostly fall in the pane of the one before: skip the float modulo (fmod on
       // epoch milliseconds) then; the windows of a pane depend only on the pane.
       if (!(t >= cached.pane && t < cached.pane + g)) {
-        const pane = t - mod(t - offset, g);
-        cached = { pane, lastStart: startAtOrBefore(pane), firstStart: startAtOrAfter(pane + g - size) };
+        const pane = geo.paneOf(t);
+        cached = { pane, lastStart: geo.lastStart(pane), firstStart: geo.firstStart(pane) };
       }
       const { pane: p, lastStart, firstStart } = cached;
       // A slide longer than the size leaves gaps that belong to no window.
@@ -81,20 +136,20 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
       const wm = ctx.watermark();
       if (lastStart + size - 1 <= wm) {
         if (lateTag !== undefined) ctx.emit(r.value, t, lateTag);
-        else op.droppedLate++;
+        else op.droppedLate += combined ? partialRecords(ctx, r.value) : 1;
         return;
       }
       let panes = ctx.stateGet(PANES) as unknown[] | undefined;
       let fresh = true;
-      if (panes === undefined) panes = [p, contents.first(r.value)];
+      if (panes === undefined) panes = [p, first(r.value)];
       else {
         // Records mostly land in the newest pane: search from the end.
         let i = panes.length - 2;
         while (i >= 0 && (panes[i] as number) > p) i -= 2;
         if (i >= 0 && panes[i] === p) {
-          panes[i + 1] = contents.add(panes[i + 1], r.value);
+          panes[i + 1] = add(panes[i + 1], r.value);
           fresh = false;
-        } else panes.splice(i + 2, 0, p, contents.first(r.value));
+        } else panes.splice(i + 2, 0, p, first(r.value));
       }
       ctx.stateSet(PANES, panes);
       // A pane that already existed has its chain of timers.
@@ -120,7 +175,7 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
       }
       if (any) contents.fire(acc, ctx.currentKey(), { start, end });
       let drop = 0;
-      while (drop < panes.length && startAtOrBefore(panes[drop] as number) + size <= end) drop += 2;
+      while (drop < panes.length && geo.lastStart(panes[drop] as number) + size <= end) drop += 2;
       if (drop === panes.length) {
         ctx.stateDelete(PANES);
         return;
@@ -133,4 +188,26 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
     },
   };
   return op;
+}
+
+function checkPartial(ctx: OperatorContext, v: unknown): PartialAggregate {
+  const p = v as PartialAggregate | null;
+  if (p === null || typeof p !== 'object' || !Number.isSafeInteger(p.records) || p.records < 1) {
+    throw new InvariantError(`window "${ctx.node.name}" expected a partial aggregate {partial, records >= 1} from its combining input, received ${JSON.stringify(v)?.slice(0, 120)}`);
+  }
+  return p;
+}
+
+/**
+ * The partial accumulator a record on a combined edge carries, copied: the envelope may
+ * be applied again (a redelivery after a crash), so a pane must never share, and a later
+ * merge update, the envelope's object.
+ */
+function partialOf(ctx: OperatorContext, v: unknown): unknown {
+  return cloneValue(checkPartial(ctx, v).partial);
+}
+
+/** How many input records a partial stands for (what droppedLate counts when it is late). */
+function partialRecords(ctx: OperatorContext, v: unknown): number {
+  return checkPartial(ctx, v).records;
 }

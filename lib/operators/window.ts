@@ -20,6 +20,7 @@ import type { StreamRecord } from '../api/types.ts';
 import type { TimeWindow } from '../api/windows.ts';
 import type { NodeSpec } from '../graph/logical.ts';
 import type { OperatorContext, StreamOperator, TimeDomain } from '../runtime/operator.ts';
+import { combinesInput } from './window-combiner.ts';
 import { paneWindowOperator, panesApply } from './window-panes.ts';
 import { sessionWindowOperator } from './window-session.ts';
 import { checkTimestamp, decodeWindowKey, firstWindowStart, type FixedWindows, windowContents, WindowKeyCache } from './window-state.ts';
@@ -39,7 +40,9 @@ export function windowOperator(ctx: OperatorContext, spec: WindowSpec): WindowOp
   const a = spec.assigner;
   if (a.kind === 'session') return sessionWindowOperator(ctx, spec);
   const w: FixedWindows = { size: a.size, slide: a.kind === 'tumbling' ? a.size : a.slide, offset: a.offset };
-  return panesApply(spec, w) ? paneWindowOperator(ctx, spec, w) : fixedWindowOperator(ctx, spec, w);
+  // Whether the input carries partial aggregates is a function of the spec alone, the one
+  // the compiler used to mark the edge (lib/graph/compile.ts): both sides agree.
+  return panesApply(spec, w) ? paneWindowOperator(ctx, spec, w, combinesInput(spec)) : fixedWindowOperator(ctx, spec, w);
 }
 
 /**

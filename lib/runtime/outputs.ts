@@ -7,14 +7,22 @@
  * key, its string form and key group, computed once here) and sealed into columnar
  * envelopes (lib/transport/envelope.ts): no record object per record, and the receiver
  * sets its current key from the carried key string and key group.
+ *
+ * On a combined edge (StageEdge.combine: the hash edge into a window that pre-aggregates,
+ * lib/operators/window-combiner.ts) a buffer holds one partial aggregate per (key, pane)
+ * instead of records: a record of a (key, pane) already in the buffer is added to its
+ * partial. A buffer is sealed whenever the watermark moves, so its records all meet the
+ * same watermark downstream, which is what makes one partial decide as its records would.
  */
-import { type Key, keyToString, MIN_WATERMARK } from '../api/types.ts';
+import { type Key, keyToString } from '../api/types.ts';
 import { channelId, type PhysicalPlan, type StageEdge, type StagePlan } from '../graph/compile.ts';
 import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
-import { columnarEnvelope, type OutboxEntry, type RecordColumns } from '../transport/envelope.ts';
+import { columnarEnvelope, type OutboxEntry } from '../transport/envelope.ts';
 import { InvariantError } from '../errors.ts';
 import type { Push } from './chain.ts';
+import { ChannelBuffer } from './channel-buffer.ts';
 import type { MutableProgress } from './checkpoints.ts';
+import { combiningSender, type FailureOf } from './combining-sender.ts';
 
 /** No key seen yet (a key selector may return anything, undefined included). */
 const NO_KEY = Symbol('no key');
@@ -23,22 +31,6 @@ const NO_KEY = Symbol('no key');
 export interface SinkSlot {
   readonly sink: string;
   records: unknown[];
-}
-
-/** The records for one (edge, target partition) since the last seal; sealed as the envelope's columns. */
-class ChannelBuffer implements RecordColumns {
-  readonly values: unknown[] = [];
-  readonly timestamps: number[] = [];
-  maxTimestamp = MIN_WATERMARK;
-  readonly keys: Key[] | undefined;
-  readonly keyStrings: string[] | undefined;
-  readonly keyGroups: number[] | undefined;
-
-  constructor(keyed: boolean) {
-    this.keys = keyed ? [] : undefined;
-    this.keyStrings = keyed ? [] : undefined;
-    this.keyGroups = keyed ? [] : undefined;
-  }
 }
 
 /** One output edge of the stage (bound once): per target partition, its open buffer. */
@@ -82,6 +74,8 @@ export class Outputs {
     private readonly push: (e: OutboxEntry) => void,
     /** Checkpointed runs: sink deliveries carry the last barrier they follow. */
     private readonly tagged: () => boolean,
+    /** A combined edge's add() threw: the error that attributes it to the window and the input. */
+    private readonly failure: FailureOf,
   ) {
     this.edgeOutputs = stage.outputs.map((e) => new EdgeOutput(plan.edges[e], plan.stages[plan.edges[e].toStage].parallelism));
   }
@@ -119,6 +113,10 @@ export class Outputs {
         b.timestamps.push(timestamp);
         if (timestamp > b.maxTimestamp) b.maxTimestamp = timestamp;
       };
+    }
+    if (edge.combine) {
+      const window = this.plan.job.nodes[edge.toNode];
+      return combiningSender(edge, window, this.plan.job.maxParallelism, out.targetParallelism, buffers, (p) => this.open(out, p), this.failure);
     }
     const keyOf = edge.key!;
     const maxP = this.plan.job.maxParallelism;
@@ -176,8 +174,11 @@ export class Outputs {
         const channel = channelId(eId, self);
         const watermark = progress.outputWatermark;
         const idle = progress.outputIdle || undefined;
-        if (b === undefined) this.push({ kind: 'channel', envelope: { channel, edge: eId, toPartition: p, seq, records: [], watermark, idle } });
-        else {
+        // A buffer without records: a combined edge's records that lay in no window.
+        if (b === undefined || b.values.length === 0) {
+          buffers[p] = undefined;
+          this.push({ kind: 'channel', envelope: { channel, edge: eId, toPartition: p, seq, records: [], watermark, idle } });
+        } else {
           buffers[p] = undefined;
           this.push({ kind: 'channel', envelope: columnarEnvelope({ channel, edge: eId, toPartition: p, seq, watermark, idle }, b) });
         }

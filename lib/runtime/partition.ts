@@ -72,7 +72,7 @@ export class PartitionRuntime {
     this.txn = new StateTxn(deps.backend, this.scope);
     this.where = `${this.scope.job}/${this.stage.name}#${this.scope.partition}`;
     for (const e of this.stage.inputs) this.expectedChannels.push(...channelsInto(deps.plan, deps.plan.edges[e], deps.partition));
-    this.outputs = new Outputs(deps.plan, this.stage, deps.partition, () => this.progress, (e) => this.pendingOutbox.push(e), () => this.tracking);
+    this.outputs = new Outputs(deps.plan, this.stage, deps.partition, () => this.progress, (e) => this.pendingOutbox.push(e), () => this.tracking, (operator, value, cause) => new RecordFailedError(operator, value, cause, this.at.location()));
   }
 
   static async open(deps: PartitionDeps): Promise<PartitionRuntime> {

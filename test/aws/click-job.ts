@@ -30,6 +30,11 @@ export interface ClickJobOptions {
   readonly runningSinkName?: string;
   /** Where the window counts go (sink 'window-out'); null leaves the window out. Default a new collect sink. */
   readonly windows?: Sink<Count> | null;
+  /**
+   * The window count's aggregate has merge(), so clicks cross the shuffle as partial counts
+   * per (user, window) (lib/operators/window-combiner.ts). Default false: one by one.
+   */
+  readonly combineWindows?: boolean;
 }
 
 export function clickJob(name: string, o: ClickJobOptions = {}): Job {
@@ -52,7 +57,10 @@ export function clickJob(name: string, o: ClickJobOptions = {}): Job {
   if (o.windows === null) return job;
   users
     .window(Windows.tumbling(100))
-    .aggregate({ createAccumulator: () => 0, add: (_c: Click, n: number) => n + 1, getResult: (n: number) => n }, (n, { key, window }): Count => ({ user: key, start: window.start, n }))
+    .aggregate(
+      { createAccumulator: () => 0, add: (_c: Click, n: number) => n + 1, getResult: (n: number) => n, ...(o.combineWindows ? { merge: (a: number, b: number) => a + b } : {}) },
+      (n, { key, window }): Count => ({ user: key, start: window.start, n }),
+    )
     .name('windows')
     .sinkTo(o.windows ?? Sinks.collect<Count>(), 'window-out');
   return job;

@@ -86,11 +86,11 @@ function containerClients(plan: Crash[], calls: Map<string, number>, fired: Cras
 }
 
 /** Run the whole job on the handlers; returns the sink outputs. */
-async function runOnAws(options: { crashes?: Crash[]; loseAnswer?: () => boolean; warm?: number } = {}) {
+async function runOnAws(options: { crashes?: Crash[]; loseAnswer?: () => boolean; warm?: number; combineWindows?: boolean } = {}) {
   const logged: string[] = [];
   const note = (message: string) => logged.push(message);
   const logger = { info: note, warn: note, error: note } as unknown as Logger;
-  const job = clickJob(unique('op'));
+  const job = clickJob(unique('op'), { combineWindows: options.combineWindows });
   const queues: StageQueues[] = await createStageQueues(clients.sqs, compile(job.graph), { visibilityTimeoutSeconds: 300 });
   const staticQueues = new StaticQueues(queues);
   const sinks = { 'running-out': new CollectSink<Running>(), 'window-out': new CollectSink<Count>() };
@@ -146,6 +146,23 @@ describe('operator handler', () => {
     expectSameAsReference(out);
     expect(out.logged.filter((m) => m.startsWith('cached partition was stale')).length).toBeGreaterThan(0);
   });
+
+  it('carries partial counts into a window that pre-aggregates, through SQS and DynamoDB outboxes, also under crashes', async () => {
+    expect(compile(clickJob('plan', { combineWindows: true }).graph).edges.filter((e) => e.combine)).toHaveLength(1);
+    const clean = await runOnAws({ combineWindows: true });
+    expectSameAsReference(clean);
+    expect(clean.stats.failures).toBe(0);
+    const rng = new Rng(7);
+    const crashed = await runOnAws({
+      combineWindows: true,
+      crashes: [
+        { command: 'TransactWriteItemsCommand', when: 'after', nth: 1 + rng.int(20) },
+        { command: 'SendMessageBatchCommand', when: 'after', nth: 1 + rng.int(20) },
+      ],
+    });
+    expect(crashed.fired.length).toBeGreaterThan(0);
+    expectSameAsReference(crashed);
+  }, 120_000);
 
   it('loses and duplicates nothing under seeded crashes at every boundary between AWS calls', async () => {
     // Each boundary of the handler's sequence: recover (GetItem, Query), commit (TransactWriteItems),

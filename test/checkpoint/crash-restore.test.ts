@@ -8,14 +8,14 @@
  */
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { Sinks } from '../../lib/api/sinks.ts';
+import { type Sink, Sinks } from '../../lib/api/sinks.ts';
 import { ManualClock } from '../../lib/api/types.ts';
 import { openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
 import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { FaultInjector } from '../../lib/local/faults.ts';
 import { compareOutputs } from '../../lib/testing/checker.ts';
-import { type Ev, lines, payments, rng, tmp, totalsJob, windowJob } from './jobs.ts';
+import { combinedWindowJob, type Ev, lines, payments, rng, tmp, totalsJob, windowJob } from './jobs.ts';
 
 class Killed extends Error {}
 
@@ -73,7 +73,7 @@ async function runWithKills(make: (items: readonly Ev[]) => ReturnType<typeof to
 }
 
 describe('crash and restore (seeded)', () => {
-  for (const [name, make] of [['totals', totalsJob], ['windows', windowJob]] as const) {
+  for (const [name, make] of [['totals', totalsJob], ['windows', windowJob], ['combined windows', (items: readonly Ev[], sink?: Sink<unknown>) => combinedWindowJob(items, sink)]] as const) {
     for (const seed of [1, 2, 3, 4]) {
       it(`${name}, seed ${seed}: killed three times, resumed, output equals the uninterrupted run's`, async () => {
         const ref = await reference(make);

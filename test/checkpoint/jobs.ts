@@ -80,6 +80,23 @@ export function windowJob(items: readonly Ev[], sink: Sink<unknown> = Sinks.coll
   return job;
 }
 
+/**
+ * windowJob with a merging aggregate over sliding windows: records cross the shuffle as
+ * partial sums (lib/operators/window-combiner.ts), or one by one with `combine` false.
+ */
+export function combinedWindowJob(items: readonly Ev[], sink: Sink<unknown> = Sinks.collect(), combine = true): Job {
+  const job = new Job('ck-combined', { parallelism: 2 });
+  job
+    .fromItems('payments', items, { timestamp: (e) => e.t, watermark: WatermarkStrategies.boundedOutOfOrderness(50) })
+    .keyBy((e) => e.user)
+    .window(Windows.sliding(200, 100))
+    .preAggregate(combine)
+    .aggregate({ createAccumulator: () => 0, add: (e: Ev, n: number) => n + e.amount, getResult: (n) => n, merge: (a: number, b: number) => a + b }, (sum, { key, window }) => ({ user: key, sum, start: window.start }))
+    .name('sums')
+    .sinkTo(sink, 'out');
+  return job;
+}
+
 export function tmp(prefix: string): string {
   return mkdtempSync(join(tmpdir(), prefix));
 }

@@ -1,0 +1,144 @@
+/**
+ * The sender of a combined edge (StageEdge.combine: the hash edge into a window that
+ * pre-aggregates, lib/operators/window-combiner.ts). It routes a record as the keyed
+ * sender does, then adds it to the partial aggregate of its (key, pane) in the target
+ * partition's open buffer, or starts one there. A buffer is sealed into one envelope
+ * whenever this partition's watermark moves (outputs.ts flushChannels), so the records
+ * one partial stands for all meet the same watermark downstream.
+ *
+ * The partial's timestamp is the latest of its records (a time inside the pane: the
+ * receiver finds the same pane, windows and lateness) and the envelope's largest
+ * timestamp stays that of the records. Partials keep the order of their first records.
+ */
+import { type Key, keyToString } from '../api/types.ts';
+import type { StageEdge } from '../graph/compile.ts';
+import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
+import type { LogicalNode } from '../graph/logical.ts';
+import { InvariantError } from '../errors.ts';
+import { PaneCombiner, type PartialAggregate } from '../operators/window-combiner.ts';
+import type { Push } from './chain.ts';
+import type { ChannelBuffer } from './channel-buffer.ts';
+
+/** The error for user code of `operator` that threw on `value` while this partition applied its input (attributed to the input record or callback). */
+export type FailureOf = (operator: string, value: unknown, cause: unknown) => Error;
+
+/** Keys whose routing a sender remembers; past it the cache starts over (keys come and go: auctions, windows). */
+const ROUTES_LIMIT = 16_384;
+
+/** A key's routing, computed once while it stays cached, and where its partials in the open buffer are. */
+class KeyRoute {
+  /** The buffer `slots` describes (ChannelBuffer.id; 0: none). */
+  buffer = 0;
+  /** [pane start, column index, ...] of this key's partials in that buffer. */
+  readonly slots: number[] = [];
+
+  constructor(
+    readonly ks: string,
+    readonly kg: number,
+    readonly p: number,
+  ) {}
+}
+
+/**
+ * `open(p)`: opens a buffer for target partition p (when it has none). `failure`: the error
+ * for a throw in the window's add() or first record (or a timestamp the window would
+ * reject), attributed to the window and the input record or callback being applied here,
+ * so it is retried and dead-lettered like any user-code failure.
+ */
+export function combiningSender(edge: StageEdge, window: LogicalNode, maxP: number, targetP: number, buffers: readonly (ChannelBuffer | undefined)[], open: (p: number) => ChannelBuffer, failure: FailureOf): Push {
+  if (window.spec.kind !== 'window') throw new InvariantError(`edge ${edge.id} combines but feeds ${window.spec.kind} "${window.name}"`);
+  const combiner = new PaneCombiner(window.spec);
+  const operator = window.name;
+  const keyOf = edge.key!;
+  // Routes by key: numbers and strings by value (no key string to build and hash), other
+  // keys by key string. Three maps, so that a string can never meet a key string.
+  const numbers = new Map<number, KeyRoute>();
+  const strings = new Map<string, KeyRoute>();
+  const others = new Map<string, KeyRoute>();
+  const newRoute = (ks: string) => {
+    const kg = keyGroupOfString(ks, maxP);
+    return new KeyRoute(ks, kg, partitionOfKeyGroup(kg, targetP, maxP));
+  };
+  const routeOf = (key: Key): KeyRoute => {
+    let r: KeyRoute | undefined;
+    if (typeof key === 'number') {
+      r = numbers.get(key);
+      if (r === undefined) {
+        if (numbers.size >= ROUTES_LIMIT) numbers.clear();
+        numbers.set(key, (r = newRoute(keyToString(key))));
+      }
+    } else if (typeof key === 'string') {
+      r = strings.get(key);
+      if (r === undefined) {
+        if (strings.size >= ROUTES_LIMIT) strings.clear();
+        strings.set(key, (r = newRoute(keyToString(key))));
+      }
+    } else {
+      const ks = keyToString(key);
+      r = others.get(ks);
+      if (r === undefined) {
+        if (others.size >= ROUTES_LIMIT) others.clear();
+        others.set(ks, (r = newRoute(ks)));
+      }
+    }
+    return r;
+  };
+
+  let lastKey: unknown;
+  let last: KeyRoute | undefined;
+  return (value, timestamp) => {
+    const key = keyOf(value) as Key;
+    // Consecutive records often share a key (a window's number, a hot auction).
+    const r = key === lastKey && last !== undefined && typeof key !== 'object' ? last : routeOf(key);
+    lastKey = key;
+    last = r;
+    let pane: number;
+    try {
+      pane = combiner.paneOf(timestamp);
+    } catch (e) {
+      throw failure(operator, value, e);
+    }
+    const b = buffers[r.p] ?? open(r.p);
+    // In no window (a slide longer than the size): the window would ignore it, so it is
+    // not sent; its buffer is still opened, so the target gets the envelope it would have
+    // got (without records), and the envelopes are those of an uncombined run.
+    if (pane !== pane) return;
+    const slots = r.slots;
+    if (r.buffer !== b.id) {
+      r.buffer = b.id;
+      slots.length = 0;
+    }
+    let i = -1;
+    for (let j = slots.length - 2; j >= 0; j -= 2) {
+      if (slots[j] === pane) {
+        i = slots[j + 1];
+        break;
+      }
+    }
+    if (i < 0) {
+      let partial: unknown;
+      try {
+        partial = combiner.first(value);
+      } catch (e) {
+        throw failure(operator, value, e);
+      }
+      slots.push(pane, b.values.length);
+      b.values.push({ partial, records: 1 } satisfies PartialAggregate);
+      b.timestamps.push(timestamp);
+      if (timestamp > b.maxTimestamp) b.maxTimestamp = timestamp;
+      b.keys!.push(key);
+      b.keyStrings!.push(r.ks);
+      b.keyGroups!.push(r.kg);
+      return;
+    }
+    const agg = b.values[i] as PartialAggregate;
+    try {
+      agg.partial = combiner.add(agg.partial, value);
+    } catch (e) {
+      throw failure(operator, value, e);
+    }
+    agg.records++;
+    if (timestamp > b.timestamps[i]) b.timestamps[i] = timestamp;
+    if (timestamp > b.maxTimestamp) b.maxTimestamp = timestamp;
+  };
+}
