@@ -9,14 +9,14 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type Sink, Sinks } from '../../lib/api/sinks.ts';
-import { ManualClock } from '../../lib/api/types.ts';
 import { RestoreError } from '../../lib/checkpoint/driver-errors.ts';
 import { PlanMismatchError } from '../../lib/checkpoint/errors.ts';
 import { openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
-import { CommittedFileSink, type CommittedState } from '../../lib/local/committed-sink.ts';
+import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { compareOutputs } from '../../lib/testing/checker.ts';
 import { combinedWindowJob, payments, tmp } from './jobs.ts';
+import { runWithSavepoint } from './savepoint-run.ts';
 
 const N = 2000;
 
@@ -26,28 +26,7 @@ describe('pre-aggregation and restores', () => {
     await runJob(combinedWindowJob(payments(N), ref, false), { sourceBatchSize: 32 });
 
     // An uncombined run with checkpoints and a savepoint midway.
-    const a = tmp('sluice-preagg-a-');
-    const outA = join(a, 'out.jsonl');
-    const sinkA = new CommittedFileSink(outA, join(a, 'sinks', 'out'), false);
-    const clock = new ManualClock(1_000_000);
-    let taken: Promise<{ stats: { epoch: number } }> | undefined;
-    const first = await openCheckpointedRuntime(
-      combinedWindowJob(payments(N), sinkA, false),
-      {
-        clock,
-        sinks: { out: sinkA },
-        sourceBatchSize: 32,
-        onSourceRecords: (n) => {
-          clock.advance(1);
-          if (n >= 900 && !taken) taken = first.checkpoints.savepoint('mid');
-        },
-      },
-      { dir: a, intervalMs: 5, sinks: [sinkA], durable: false },
-    );
-    await first.runtime.run();
-    first.checkpoints.close();
-    const { stats } = await taken!;
-    const lastEpoch = first.checkpoints.driver.completed.at(-1)!.epoch;
+    const { dir: a, epoch, lastEpoch, before } = await runWithSavepoint('sluice-preagg-a-', (sink) => combinedWindowJob(payments(N), sink, false));
 
     // The combined plan refuses the uncombined chain: resumed, or restored from one of its checkpoints.
     const combined = (sink: Sink<unknown> = Sinks.collect()) => combinedWindowJob(payments(N), sink, true);
@@ -55,15 +34,12 @@ describe('pre-aggregation and restores', () => {
     await expect(openCheckpointedRuntime(combined(), {}, { dir: a, intervalMs: 5, durable: false, start: { from: String(lastEpoch) } })).rejects.toThrow(RestoreError);
 
     // The savepoint restores into the combined plan and the output continues exactly.
-    const state = JSON.parse(readFileSync(join(a, 'sinks', 'out', 'committed.json'), 'utf8')) as CommittedState;
-    const at = state.history.find((h) => h.epoch === stats.epoch)!;
-    const before = readFileSync(outA, 'utf8').slice(0, at.length).split('\n').filter(Boolean).map((l) => JSON.parse(l));
     expect(before.length).toBeGreaterThan(0);
     const b = tmp('sluice-preagg-b-');
     const outB = join(b, 'out.jsonl');
     const sinkB = new CommittedFileSink(outB, join(b, 'sinks', 'out'), false);
     const second = await openCheckpointedRuntime(combined(sinkB), { sinks: { out: sinkB }, sourceBatchSize: 32 }, { dir: b, intervalMs: 0, sinks: [sinkB], durable: false, start: { from: join(a, 'savepoints', 'mid') } });
-    expect(second.checkpoints.restoredEpoch).toBe(stats.epoch);
+    expect(second.checkpoints.restoredEpoch).toBe(epoch);
     expect(second.runtime.plan.edges.some((e) => e.combine)).toBe(true);
     await second.runtime.run();
     second.checkpoints.close();

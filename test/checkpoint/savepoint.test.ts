@@ -9,12 +9,12 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Sinks } from '../../lib/api/sinks.ts';
-import { ManualClock } from '../../lib/api/types.ts';
 import { openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
-import { CommittedFileSink, type CommittedState } from '../../lib/local/committed-sink.ts';
+import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { compareOutputs } from '../../lib/testing/checker.ts';
 import { payments, tmp, totalsJob } from './jobs.ts';
+import { runWithSavepoint } from './savepoint-run.ts';
 
 const N = 2000;
 
@@ -24,30 +24,7 @@ describe('savepoints', () => {
       const ref = Sinks.collect<unknown>();
       await runJob(totalsJob(payments(N), ref), { sourceBatchSize: 32 });
 
-      const a = tmp('sluice-sp-a-');
-      const outA = join(a, 'out.jsonl');
-      const sinkA = new CommittedFileSink(outA, join(a, 'sinks', 'out'), false);
-      const clock = new ManualClock(1_000_000);
-      let taken: Promise<{ stats: { epoch: number } }> | undefined;
-      const first = await openCheckpointedRuntime(
-        totalsJob(payments(N), sinkA),
-        {
-          clock,
-          sinks: { out: sinkA },
-          sourceBatchSize: 32,
-          onSourceRecords: (n) => {
-            clock.advance(1);
-            if (n >= 900 && !taken) taken = first.checkpoints.savepoint('mid');
-          },
-        },
-        { dir: a, intervalMs: 5, sinks: [sinkA], durable: false },
-      );
-      await first.runtime.run();
-      const { stats } = await taken!;
-      // What readers saw committed at the savepoint's epoch.
-      const state = JSON.parse(readFileSync(join(a, 'sinks', 'out', 'committed.json'), 'utf8')) as CommittedState;
-      const at = state.history.find((h) => h.epoch === stats.epoch)!;
-      const before = readFileSync(outA, 'utf8').slice(0, at.length).split('\n').filter(Boolean).map((l) => JSON.parse(l));
+      const { dir: a, epoch, before } = await runWithSavepoint('sluice-sp-a-', (sink) => totalsJob(payments(N), sink));
       expect(before.length).toBeGreaterThan(0);
 
       const b = tmp('sluice-sp-b-');
@@ -58,7 +35,7 @@ describe('savepoints', () => {
         { sinks: { out: sinkB }, sourceBatchSize: 32 },
         { dir: b, intervalMs: 0, sinks: [sinkB], durable: false, start: { from: join(a, 'savepoints', 'mid') } },
       );
-      expect(second.checkpoints.restoredEpoch).toBe(stats.epoch);
+      expect(second.checkpoints.restoredEpoch).toBe(epoch);
       await second.runtime.run();
       const after = readFileSync(outB, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
       const cmp = compareOutputs(ref.records, [...before, ...after]);
