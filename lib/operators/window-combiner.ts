@@ -26,7 +26,7 @@ import type { NodeSpec } from '../graph/logical.ts';
 import { cloneValue } from '../state/txn.ts';
 import type { WindowSpec } from './window.ts';
 import { PaneGeometry, panesApply } from './window-panes.ts';
-import { checkTimestamp, type FixedWindows } from './window-state.ts';
+import { checkTimestamp, fixedWindowsOf } from './window-state.ts';
 
 /**
  * What crosses a combined edge in place of records: the partial accumulator of `records`
@@ -39,16 +39,10 @@ export interface PartialAggregate {
   records: number;
 }
 
-function fixedWindowsOf(spec: WindowSpec): FixedWindows | undefined {
-  const a = spec.assigner;
-  if (a.kind === 'session') return undefined;
-  return { size: a.size, slide: a.kind === 'tumbling' ? a.size : a.slide, offset: a.offset };
-}
-
 /** True when the window operator of `spec` takes partial aggregates from its (hash) input edge. */
 export function combinesInput(spec: NodeSpec): boolean {
   if (spec.kind !== 'window' || spec.preAggregate === false || spec.lateTag !== undefined) return false;
-  const w = fixedWindowsOf(spec);
+  const w = fixedWindowsOf(spec.assigner);
   if (!w || !panesApply(spec, w)) return false;
   return spec.fn.kind === 'reduce' || (spec.fn.kind === 'aggregate' && spec.fn.agg.merge !== undefined);
 }
@@ -65,7 +59,7 @@ export class PaneCombiner {
   readonly add: (partial: unknown, value: unknown) => unknown;
 
   constructor(spec: WindowSpec) {
-    const w = fixedWindowsOf(spec);
+    const w = fixedWindowsOf(spec.assigner);
     if (!w || !combinesInput(spec)) throw new InvariantError(`a combiner for a window that does not pre-aggregate (${spec.assigner.kind}, ${spec.fn.kind})`);
     this.geo = new PaneGeometry(w);
     const fn = spec.fn;

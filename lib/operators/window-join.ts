@@ -14,14 +14,13 @@ import { JobDefinitionError } from '../errors.ts';
 import type { NodeSpec } from '../graph/logical.ts';
 import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
 import type { WindowOperator } from './window.ts';
-import { checkTimestamp, firstWindowStart, type FixedWindows, WindowKeyCache } from './window-state.ts';
+import { checkTimestamp, firstWindowStart, fixedWindowsOf, WindowKeyCache } from './window-state.ts';
 
 export function windowJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec, { kind: 'windowJoin' }>): WindowOperator {
-  const a = spec.assigner;
-  if (a.kind === 'session') {
+  const w = fixedWindowsOf(spec.assigner);
+  if (!w) {
     throw new JobDefinitionError(ctx.node.name, 'a tumbling or sliding window for a window join', 'session windows (merging windows are not supported in joins)');
   }
-  const w: FixedWindows = { size: a.size, slide: a.kind === 'tumbling' ? a.size : a.slide, offset: a.offset };
   const cache = new WindowKeyCache(w.size, ['l', 'r']);
   const fn = spec.fn;
   // One collector for every firing, not a closure per (key, window): the firing's

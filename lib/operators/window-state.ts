@@ -19,7 +19,7 @@
  */
 import type { Collector, WindowInfo } from '../api/functions.ts';
 import type { Key } from '../api/types.ts';
-import type { TimeWindow } from '../api/windows.ts';
+import type { TimeWindow, WindowAssigner } from '../api/windows.ts';
 import { InputRejectedError, JobDefinitionError } from '../errors.ts';
 import type { WindowFunctionSpec } from '../graph/logical.ts';
 import type { OperatorContext } from '../runtime/operator.ts';
@@ -62,6 +62,12 @@ export interface FixedWindows {
   readonly size: number;
   readonly slide: number;
   readonly offset: number;
+}
+
+/** A tumbling or sliding assigner as size, slide and offset (a tumbling window slides by its size); undefined for sessions. */
+export function fixedWindowsOf(a: WindowAssigner): FixedWindows | undefined {
+  if (a.kind === 'session') return undefined;
+  return { size: a.size, slide: a.kind === 'tumbling' ? a.size : a.slide, offset: a.offset };
 }
 
 /**

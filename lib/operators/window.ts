@@ -23,7 +23,7 @@ import type { OperatorContext, StreamOperator, TimeDomain } from '../runtime/ope
 import { combinesInput } from './window-combiner.ts';
 import { paneWindowOperator, panesApply } from './window-panes.ts';
 import { sessionWindowOperator } from './window-session.ts';
-import { checkTimestamp, decodeWindowKey, firstWindowStart, type FixedWindows, windowContents, WindowKeyCache } from './window-state.ts';
+import { checkTimestamp, decodeWindowKey, firstWindowStart, type FixedWindows, fixedWindowsOf, windowContents, WindowKeyCache } from './window-state.ts';
 
 export type WindowSpec = Extract<NodeSpec, { kind: 'window' }>;
 
@@ -37,9 +37,8 @@ export interface WindowOperator extends StreamOperator {
 }
 
 export function windowOperator(ctx: OperatorContext, spec: WindowSpec): WindowOperator {
-  const a = spec.assigner;
-  if (a.kind === 'session') return sessionWindowOperator(ctx, spec);
-  const w: FixedWindows = { size: a.size, slide: a.kind === 'tumbling' ? a.size : a.slide, offset: a.offset };
+  const w = fixedWindowsOf(spec.assigner);
+  if (!w) return sessionWindowOperator(ctx, spec);
   // Whether the input carries partial aggregates is a function of the spec alone, the one
   // the compiler used to mark the edge (lib/graph/compile.ts): both sides agree.
   return panesApply(spec, w) ? paneWindowOperator(ctx, spec, w, combinesInput(spec)) : fixedWindowOperator(ctx, spec, w);

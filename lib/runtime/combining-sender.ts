@@ -50,36 +50,21 @@ export function combiningSender(edge: StageEdge, window: LogicalNode, maxP: numb
   const combiner = new PaneCombiner(window.spec);
   const operator = window.name;
   const keyOf = edge.key!;
-  // Routes by key: numbers and strings by value (no key string to build and hash), other
-  // keys by key string. Three maps, so that a string can never meet a key string.
-  const numbers = new Map<number, KeyRoute>();
-  const strings = new Map<string, KeyRoute>();
-  const others = new Map<string, KeyRoute>();
-  const newRoute = (ks: string) => {
-    const kg = keyGroupOfString(ks, maxP);
-    return new KeyRoute(ks, kg, partitionOfKeyGroup(kg, targetP, maxP));
-  };
+  // Routes by key: numbers and strings by value (no key string to build and hash; a Map
+  // tells 1 from '1'), other keys by key string, in a map of their own so that a string
+  // key can never meet another key's key string.
+  const byValue = new Map<number | string, KeyRoute>();
+  const byKeyString = new Map<number | string, KeyRoute>();
   const routeOf = (key: Key): KeyRoute => {
-    let r: KeyRoute | undefined;
-    if (typeof key === 'number') {
-      r = numbers.get(key);
-      if (r === undefined) {
-        if (numbers.size >= ROUTES_LIMIT) numbers.clear();
-        numbers.set(key, (r = newRoute(keyToString(key))));
-      }
-    } else if (typeof key === 'string') {
-      r = strings.get(key);
-      if (r === undefined) {
-        if (strings.size >= ROUTES_LIMIT) strings.clear();
-        strings.set(key, (r = newRoute(keyToString(key))));
-      }
-    } else {
-      const ks = keyToString(key);
-      r = others.get(ks);
-      if (r === undefined) {
-        if (others.size >= ROUTES_LIMIT) others.clear();
-        others.set(ks, (r = newRoute(ks)));
-      }
+    const primitive = typeof key === 'number' || typeof key === 'string';
+    const routes = primitive ? byValue : byKeyString;
+    const k = primitive ? key : keyToString(key);
+    let r = routes.get(k);
+    if (r === undefined) {
+      if (routes.size >= ROUTES_LIMIT) routes.clear();
+      const ks = primitive ? keyToString(key) : (k as string);
+      const kg = keyGroupOfString(ks, maxP);
+      routes.set(k, (r = new KeyRoute(ks, kg, partitionOfKeyGroup(kg, targetP, maxP))));
     }
     return r;
   };
