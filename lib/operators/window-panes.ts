@@ -149,7 +149,8 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
         if (i >= 0 && panes[i] === p) {
           panes[i + 1] = add(panes[i + 1], r.value);
           fresh = false;
-        } else panes.splice(i + 2, 0, p, first(r.value));
+        } else if (i + 2 === panes.length) panes.push(p, first(r.value));
+        else panes.splice(i + 2, 0, p, first(r.value));
       }
       ctx.stateSet(PANES, panes);
       // A pane that already existed has its chain of timers.
@@ -181,7 +182,9 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
         return;
       }
       if (drop > 0) {
-        panes.splice(0, drop);
+        // Shifted in place: splice would allocate the array of what it removes, at every firing.
+        panes.copyWithin(0, drop);
+        panes.length -= drop;
         ctx.stateSet(PANES, panes);
       }
       if ((panes[0] as number) < end + slide) ctx.registerTimer('event', end + slide - 1);

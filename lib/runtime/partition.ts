@@ -324,7 +324,7 @@ export class PartitionRuntime {
     this.inputWatermark = wm;
     for (const n of this.order) {
       for (let t = n.timers.event.pollUpTo(wm); t; t = n.timers.event.pollUpTo(wm)) this.fireTimer(n, t);
-      if (n.op.onWatermark) this.at.callback(n, undefined, wm, () => n.op.onWatermark!(wm));
+      if (n.op.onWatermark) this.at.watermark(n, wm);
     }
     this.progress.outputWatermark = wm;
     this.outputs.watermarkMoved = true;
@@ -343,7 +343,7 @@ export class PartitionRuntime {
   private fireTimer(n: NodeRuntime, t: TimerEntry): void {
     if (!n.op.onTimer) return;
     n.ctx.setCurrentKeyString(t.key, t.kg);
-    this.at.callback(n, t, 0, () => n.op.onTimer!(t.domain, t.time, t.ns));
+    this.at.timer(n, t);
   }
 
   /** @internal Deliver a record to a node of this stage. */

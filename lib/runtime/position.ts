@@ -63,34 +63,56 @@ export class BatchPosition {
   }
 
   /**
-   * Run a timer or watermark callback. A throw (there or in an operator fed what it
-   * emitted) names the callback, so a retry can park it; a parked one is not run: the
-   * timer counts as consumed, as its dead letter says.
+   * Fire a timer: the operator's onTimer for `t`, with the current key already set. A throw
+   * (there or in an operator fed what it emitted) names the timer, so a retry can park it;
+   * a parked one is not run: the timer counts as consumed, as its dead letter says. No
+   * closure per firing (a window operator fires one timer per key and window).
    */
-  callback(n: NodeRuntime, t: TimerEntry | undefined, watermark: number, f: () => void): void {
-    if (this.skip) {
-      const id = locationId(this.callbackLocation(n, t, watermark));
-      const parked = this.skip.get(id);
-      if (parked) {
-        const what = t ? { timer: { operator: n.node.name, domain: t.domain, time: t.time, key: keyFromString(t.key), namespace: t.ns, consumed: true as const } } : { watermark };
-        this.deadLetters.push({ operator: parked.operator ?? n.node.name, ...what, error: parked.error, attempts: parked.attempts });
-        this.parked.push(id);
-        return;
-      }
-    }
+  timer(n: NodeRuntime, t: TimerEntry): void {
+    if (this.skip !== undefined && this.parkCallback(n, t, 0)) return;
     const firing = this.firing;
     firing.node = n;
     firing.timer = t;
-    firing.watermark = watermark;
     try {
-      f();
+      n.op.onTimer!(t.domain, t.time, t.ns);
     } catch (e) {
-      if (e instanceof UserCodeError) throw e;
-      throw new RecordFailedError(n.node.name, undefined, e, this.location());
+      throw this.callbackFailure(n, e);
     } finally {
       firing.node = undefined;
       firing.timer = undefined;
     }
+  }
+
+  /** Run an operator's onWatermark(wm); a throw names the watermark callback, as timer() does a timer. */
+  watermark(n: NodeRuntime, wm: number): void {
+    if (this.skip !== undefined && this.parkCallback(n, undefined, wm)) return;
+    const firing = this.firing;
+    firing.node = n;
+    firing.timer = undefined;
+    firing.watermark = wm;
+    try {
+      n.op.onWatermark!(wm);
+    } catch (e) {
+      throw this.callbackFailure(n, e);
+    } finally {
+      firing.node = undefined;
+    }
+  }
+
+  /** A callback a retry asked to park: its dead letter is recorded (true: do not run it). */
+  private parkCallback(n: NodeRuntime, t: TimerEntry | undefined, watermark: number): boolean {
+    const id = locationId(this.callbackLocation(n, t, watermark));
+    const parked = this.skip!.get(id);
+    if (!parked) return false;
+    const what = t ? { timer: { operator: n.node.name, domain: t.domain, time: t.time, key: keyFromString(t.key), namespace: t.ns, consumed: true as const } } : { watermark };
+    this.deadLetters.push({ operator: parked.operator ?? n.node.name, ...what, error: parked.error, attempts: parked.attempts });
+    this.parked.push(id);
+    return true;
+  }
+
+  private callbackFailure(n: NodeRuntime, e: unknown): unknown {
+    if (e instanceof UserCodeError) return e;
+    return new RecordFailedError(n.node.name, undefined, e, this.location());
   }
 
   /** The input record being applied, or the timer or watermark callback running (built only when needed). */

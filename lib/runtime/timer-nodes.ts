@@ -17,12 +17,8 @@ export class Node implements TimerEntry {
   readonly ns: string;
   /** The key's timers this node is filed under. */
   #kt: KeyTimers;
-  #live = true;
-  #inHeap = false;
-  /** The backend has it (loaded at recovery, or added by an earlier commit). */
-  #committed = false;
-  /** In the list of nodes changed since the last commit. */
-  #changed = true;
+  /** LIVE | IN_HEAP | COMMITTED | CHANGED: one field rather than four (one object per timer). */
+  #flags = LIVE | CHANGED;
 
   constructor(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, kt: KeyTimers) {
     this.node = node;
@@ -38,30 +34,38 @@ export class Node implements TimerEntry {
     return this.#kt;
   }
   get live(): boolean {
-    return this.#live;
+    return (this.#flags & LIVE) !== 0;
   }
   set live(v: boolean) {
-    this.#live = v;
+    this.#flags = v ? this.#flags | LIVE : this.#flags & ~LIVE;
   }
+  /** Queued in its time's bucket. */
   get inHeap(): boolean {
-    return this.#inHeap;
+    return (this.#flags & IN_HEAP) !== 0;
   }
   set inHeap(v: boolean) {
-    this.#inHeap = v;
+    this.#flags = v ? this.#flags | IN_HEAP : this.#flags & ~IN_HEAP;
   }
+  /** The backend has it (loaded at recovery, or added by an earlier commit). */
   get committed(): boolean {
-    return this.#committed;
+    return (this.#flags & COMMITTED) !== 0;
   }
   set committed(v: boolean) {
-    this.#committed = v;
+    this.#flags = v ? this.#flags | COMMITTED : this.#flags & ~COMMITTED;
   }
+  /** In the list of nodes changed since the last commit. */
   get changed(): boolean {
-    return this.#changed;
+    return (this.#flags & CHANGED) !== 0;
   }
   set changed(v: boolean) {
-    this.#changed = v;
+    this.#flags = v ? this.#flags | CHANGED : this.#flags & ~CHANGED;
   }
 }
+
+const LIVE = 1;
+const IN_HEAP = 2;
+const COMMITTED = 4;
+const CHANGED = 8;
 
 /**
  * A key's timers (live, and committed ones deleted in this batch): usually one or two,

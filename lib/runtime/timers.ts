@@ -24,6 +24,8 @@ export class TimerQueue {
   /** Min-heap of the buckets by time; the map finds a time's bucket. */
   private readonly order: Bucket[] = [];
   private readonly buckets = new Map<number, Bucket>();
+  /** The bucket the last push went to: a firing window's timers all register the same next end. */
+  private lastBucket: Bucket | undefined;
   /** Live timers, and committed ones deleted in this batch (so that registering again revives them). */
   private readonly byKey = new Map<string, KeyTimers>();
   private liveCount = 0;
@@ -251,6 +253,7 @@ export class TimerQueue {
       } else if (b.nodes.some((n) => n.live)) return b;
       else for (const n of b.nodes) n.inHeap = false;
       this.buckets.delete(b.time);
+      if (this.lastBucket === b) this.lastBucket = undefined;
       this.popBucket();
     }
     return undefined;
@@ -259,12 +262,17 @@ export class TimerQueue {
   /** Queue a node for firing; into a bucket being fired, at its place among the rest. */
   private push(n: Node): void {
     n.inHeap = true;
-    const b = this.buckets.get(n.time);
+    const last = this.lastBucket;
+    const b = last !== undefined && last.time === n.time ? last : this.buckets.get(n.time);
     if (b === undefined) {
       const fresh: Bucket = { time: n.time, nodes: [n], sorted: false, next: 0 };
       this.buckets.set(n.time, fresh);
       this.pushBucket(fresh);
-    } else if (!b.sorted) b.nodes.push(n);
+      this.lastBucket = fresh;
+      return;
+    }
+    this.lastBucket = b;
+    if (!b.sorted) b.nodes.push(n);
     else {
       let lo = b.next;
       let hi = b.nodes.length;
