@@ -386,13 +386,14 @@ export class PartitionRuntime {
     const inputLog = this.consumed.take();
 
     const { writes, entities } = this.txn.changes();
-    const { adds: timerAdds, deletes: timerDeletes } = timerChanges(this.order);
+    // A commit goes to the interval after the last barrier; one that starts a new interval reports every key.
+    const interval = next ? undefined : (this.progress.lastBarrier ?? 0);
+    const timerEntities = this.tracking ? [] : undefined;
+    const { adds: timerAdds, deletes: timerDeletes } = timerChanges(this.order, timerEntities, interval);
     this.deps.beforeCommit?.();
     const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || entities !== undefined || timerAdds.length > 0 || timerDeletes.length > 0;
     if (changed) {
-      // A commit goes to the interval after the last barrier; one that starts a new interval reports every key.
-      const interval = next ? undefined : (this.progress.lastBarrier ?? 0);
-      const tracking = this.tracking ? { entities: timerAdds.length || timerDeletes.length ? changedTimerEntities(this.order, interval) : [], ...(next ? { next } : {}) } : undefined;
+      const tracking = timerEntities ? { entities: timerEntities, ...(next ? { next } : {}) } : undefined;
       await this.deps.backend.commit({
         scope: this.scope,
         expectedVersion: this.version,

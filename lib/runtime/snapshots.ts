@@ -111,14 +111,18 @@ export function allTimerEntities(order: readonly NodeRuntime[]): DirtyEntity[] {
   return order.flatMap((n) => [...n.timers.event.liveUpTo(Infinity), ...n.timers.processing.liveUpTo(Infinity)].map((t) => ({ entity: entityId(n.node.name, t.key), kg: t.kg })));
 }
 
-/** Timer adds and deletes of all nodes since the last commit. */
-export function timerChanges(order: readonly NodeRuntime[]): { adds: TimerEntry[]; deletes: TimerEntry[] } {
+/**
+ * Timer adds and deletes of all nodes since the last commit; with `entities`, the entities
+ * whose timers changed appended to it, as changedTimerEntities(order, interval) lists them
+ * (one pass over the changes for both).
+ */
+export function timerChanges(order: readonly NodeRuntime[], entities?: DirtyEntity[], interval?: number): { adds: TimerEntry[]; deletes: TimerEntry[] } {
   const adds: TimerEntry[] = [];
   const deletes: TimerEntry[] = [];
   for (const n of order) {
     const { event, processing } = n.timers;
-    if (event.hasChanges) event.changesTo(adds, deletes);
-    if (processing.hasChanges) processing.changesTo(adds, deletes);
+    if (event.hasChanges) event.collect(adds, deletes, entities, interval);
+    if (processing.hasChanges) processing.collect(adds, deletes, entities, interval);
   }
   return { adds, deletes };
 }

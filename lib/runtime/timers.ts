@@ -105,6 +105,24 @@ export class TimerQueue {
   }
 
   /**
+   * A commit's changes in one pass: changesTo(adds, deletes), and with `entities`,
+   * changedEntities(entities, interval) (the stamps work the same).
+   */
+  collect(adds: TimerEntry[], deletes: TimerEntry[], entities: ChangedEntity[] | undefined, interval: number | undefined): void {
+    const call = entities === undefined ? 0 : (interval ?? -++reports);
+    for (const n of this.changed) {
+      if (n.live === n.committed) continue;
+      if (n.live) adds.push(n);
+      else deletes.push(n);
+      if (entities === undefined) continue;
+      const kt = n.kt;
+      if (kt.reported === call) continue;
+      kt.reported = call;
+      entities.push((kt.dirty ??= { entity: (kt.entity ??= this.owner.entityOf(n.key)), kg: n.kg }));
+    }
+  }
+
+  /**
    * Append the entities whose timers changed since the last commit, each once. `interval`:
    * the tracked interval the commit goes to (incremental snapshots); a key reported for it by
    * an earlier commit is left out (it is tracked already). Without it, every changed key.

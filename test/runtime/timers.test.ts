@@ -103,4 +103,32 @@ describe('TimerQueue', () => {
     expect(none).toEqual([{ entity: 'op\u0001a', kg: 2 }]);
     expect(q.deleted.map((t) => t.time)).toEqual([1]);
   });
+
+  it('collects a commit\'s adds, deletes and changed entities in one pass, each entity once per interval', () => {
+    const q = new TimerQueue({ node: 0, domain: 'event', entityOf: (key) => `op\u0001${key}` });
+    q.registerAt(1, 'a', 2, '');
+    q.registerAt(2, 'a', 2, '');
+    q.registerAt(1, 'b', 3, '');
+    q.clearChanges();
+    expect(q.pollUpTo(1)?.key).toBe('a');
+    q.registerAt(5, 'c', 4, '');
+    const adds: TimerEntry[] = [];
+    const deletes: TimerEntry[] = [];
+    const entities: { entity: string; kg: number }[] = [];
+    q.collect(adds, deletes, entities, 7);
+    expect(adds.map(id)).toEqual(['5|c|']);
+    expect(deletes.map(id)).toEqual(['1|a|']);
+    expect(entities).toEqual([
+      { entity: 'op\u0001a', kg: 2 },
+      { entity: 'op\u0001c', kg: 4 },
+    ]);
+    q.clearChanges();
+    // The same interval: a key reported already is left out; without entities, none are stamped.
+    expect(q.pollUpTo(1)?.key).toBe('b');
+    q.deleteAt(2, 'a', '');
+    const later: { entity: string; kg: number }[] = [];
+    q.collect([], [], undefined, 7);
+    q.collect([], [], later, 7);
+    expect(later).toEqual([{ entity: 'op\u0001b', kg: 3 }]);
+  });
 });
