@@ -30,7 +30,12 @@ export class TimerQueue {
   private readonly byKey = new Map<string, KeyTimers>();
   private liveCount = 0;
   /** Nodes added or deleted since the last commit (each once; its flags say which change is left). */
-  private changed: Node[] = [];
+  private changed: (Node | null)[] = [];
+  /**
+   * How many of `changed` are this batch's: the array is kept across commits (cleared
+   * slots set to null) rather than grown again from empty at every commit.
+   */
+  private changedCount = 0;
 
   constructor(private readonly owner: TimerOwner = { node: 0, domain: 'event', entityOf: (key) => key }) {}
 
@@ -39,7 +44,7 @@ export class TimerQueue {
     const n = this.insert(t.node, t.domain, t.time, t.kg, t.key, t.ns);
     n.committed = true;
     n.changed = false;
-    this.changed.pop();
+    this.changed[--this.changedCount] = null;
   }
 
   register(t: TimerEntry): void {
@@ -92,12 +97,13 @@ export class TimerQueue {
   }
 
   get hasChanges(): boolean {
-    return this.changed.length > 0;
+    return this.changedCount > 0;
   }
 
   /** Append the adds and deletes since the last commit. */
   changesTo(adds: TimerEntry[] | undefined, deletes: TimerEntry[] | undefined): void {
-    for (const n of this.changed) {
+    for (let i = 0; i < this.changedCount; i++) {
+      const n = this.changed[i]!;
       if (n.live === n.committed) continue;
       if (n.live) adds?.push(n);
       else deletes?.push(n);
@@ -110,7 +116,8 @@ export class TimerQueue {
    */
   collect(adds: TimerEntry[], deletes: TimerEntry[], entities: ChangedEntity[] | undefined, interval: number | undefined): void {
     const call = entities === undefined ? 0 : (interval ?? -++reports);
-    for (const n of this.changed) {
+    for (let i = 0; i < this.changedCount; i++) {
+      const n = this.changed[i]!;
       if (n.live === n.committed) continue;
       if (n.live) adds.push(n);
       else deletes.push(n);
@@ -130,7 +137,8 @@ export class TimerQueue {
   changedEntities(out: ChangedEntity[], interval?: number): void {
     // Calls without an interval get a stamp of their own, below any interval's.
     const call = interval ?? -++reports;
-    for (const n of this.changed) {
+    for (let i = 0; i < this.changedCount; i++) {
+      const n = this.changed[i]!;
       if (n.live === n.committed) continue;
       const kt = n.kt;
       if (kt.reported === call) continue;
@@ -197,8 +205,11 @@ export class TimerQueue {
   clearChanges(): void {
     // Nothing added or deleted (added and deleted hold changed nodes only): nothing to clear,
     // and Map/Set clear() would allocate fresh tables for every queue at every commit.
-    if (this.changed.length === 0) return;
-    for (const n of this.changed) {
+    if (this.changedCount === 0) return;
+    const changed = this.changed;
+    for (let i = 0; i < this.changedCount; i++) {
+      const n = changed[i]!;
+      changed[i] = null;
       n.changed = false;
       if (n.live) n.committed = true;
       else if (n.committed) {
@@ -206,7 +217,9 @@ export class TimerQueue {
         this.remove(n);
       }
     }
-    this.changed = [];
+    this.changedCount = 0;
+    // A batch far larger than usual (a recovery's firings) does not keep its slots for good.
+    if (changed.length > 65_536) this.changed = [];
   }
 
   private find(key: string, ns: string, time: number): Node | undefined {
@@ -227,7 +240,7 @@ export class TimerQueue {
       kt.list = [];
     }
     this.liveCount++;
-    this.changed.push(n);
+    this.changed[this.changedCount++] = n;
     this.push(n);
     return n;
   }
@@ -239,7 +252,7 @@ export class TimerQueue {
     if (n.committed) {
       if (!n.changed) {
         n.changed = true;
-        this.changed.push(n);
+        this.changed[this.changedCount++] = n;
       }
     } else this.remove(n);
   }
