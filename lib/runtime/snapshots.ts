@@ -11,6 +11,7 @@ import type { PartitionProgress, PartitionScope, StateBackend, StateWrite, Timer
 import type { StateTxn } from '../state/txn.ts';
 import { type SnapshotObject, type SnapshotRow, sortedEntries, toSnapshotTimer } from '../checkpoint/snapshot.ts';
 import { entityId, type NodeRuntime } from './context.ts';
+import type { ChangeLists } from './timers.ts';
 
 /** The key groups a partition owns (contiguous ranges, as the router computes them). */
 export function keyGroupsOf(partition: number, parallelism: number, maxParallelism: number): number[] {
@@ -117,12 +118,21 @@ export function allTimerEntities(order: readonly NodeRuntime[]): DirtyEntity[] {
  * (one pass over the changes for both).
  */
 export function timerChanges(order: readonly NodeRuntime[], entities?: DirtyEntity[], interval?: number): { adds: TimerEntry[]; deletes: TimerEntry[] } {
-  const adds: TimerEntry[] = [];
-  const deletes: TimerEntry[] = [];
+  // Sized first: a commit's lists are short and many, and a list grown from empty allocates
+  // room for 17 on its first push.
+  const counts = { adds: 0, deletes: 0 };
   for (const n of order) {
     const { event, processing } = n.timers;
-    if (event.hasChanges) event.collect(adds, deletes, entities, interval);
-    if (processing.hasChanges) processing.collect(adds, deletes, entities, interval);
+    if (event.hasChanges) event.countChanges(counts);
+    if (processing.hasChanges) processing.countChanges(counts);
   }
-  return { adds, deletes };
+  const lists: ChangeLists = { adds: counts.adds ? new Array<TimerEntry>(counts.adds) : [], deletes: counts.deletes ? new Array<TimerEntry>(counts.deletes) : [], added: 0, deleted: 0 };
+  if (counts.adds + counts.deletes > 0) {
+    for (const n of order) {
+      const { event, processing } = n.timers;
+      if (event.hasChanges) event.collect(lists, entities, interval);
+      if (processing.hasChanges) processing.collect(lists, entities, interval);
+    }
+  }
+  return { adds: lists.adds, deletes: lists.deletes };
 }

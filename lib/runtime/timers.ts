@@ -20,6 +20,14 @@ export type { ChangedEntity, TimerOwner } from './timer-nodes.ts';
 
 let reports = 0;
 
+/** A commit's timer adds and deletes, and how many of each collect() has written. */
+export interface ChangeLists {
+  readonly adds: TimerEntry[];
+  readonly deletes: TimerEntry[];
+  added: number;
+  deleted: number;
+}
+
 export class TimerQueue {
   /** Min-heap of the buckets by time; the map finds a time's bucket. */
   private readonly order: Bucket[] = [];
@@ -110,17 +118,28 @@ export class TimerQueue {
     }
   }
 
+  /** Add this batch's adds and deletes to `counts` (a commit sizes its lists before collect()). */
+  countChanges(counts: { adds: number; deletes: number }): void {
+    for (let i = 0; i < this.changedCount; i++) {
+      const n = this.changed[i]!;
+      if (n.live === n.committed) continue;
+      if (n.live) counts.adds++;
+      else counts.deletes++;
+    }
+  }
+
   /**
-   * A commit's changes in one pass: changesTo(adds, deletes), and with `entities`,
+   * A commit's changes in one pass: the adds and deletes written into `into`'s lists from its
+   * positions on (sized by countChanges(), so no list grows), and with `entities`,
    * changedEntities(entities, interval) (the stamps work the same).
    */
-  collect(adds: TimerEntry[], deletes: TimerEntry[], entities: ChangedEntity[] | undefined, interval: number | undefined): void {
+  collect(into: ChangeLists, entities: ChangedEntity[] | undefined, interval: number | undefined): void {
     const call = entities === undefined ? 0 : (interval ?? -++reports);
     for (let i = 0; i < this.changedCount; i++) {
       const n = this.changed[i]!;
       if (n.live === n.committed) continue;
-      if (n.live) adds.push(n);
-      else deletes.push(n);
+      if (n.live) into.adds[into.added++] = n;
+      else into.deletes[into.deleted++] = n;
       if (entities === undefined) continue;
       const kt = n.kt;
       if (kt.reported === call) continue;

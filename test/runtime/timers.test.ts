@@ -112,12 +112,15 @@ describe('TimerQueue', () => {
     q.clearChanges();
     expect(q.pollUpTo(1)?.key).toBe('a');
     q.registerAt(5, 'c', 4, '');
-    const adds: TimerEntry[] = [];
-    const deletes: TimerEntry[] = [];
+    const counts = { adds: 0, deletes: 0 };
+    q.countChanges(counts);
+    expect(counts).toEqual({ adds: 1, deletes: 1 });
+    const lists = { adds: new Array<TimerEntry>(1), deletes: new Array<TimerEntry>(1), added: 0, deleted: 0 };
     const entities: { entity: string; kg: number }[] = [];
-    q.collect(adds, deletes, entities, 7);
-    expect(adds.map(id)).toEqual(['5|c|']);
-    expect(deletes.map(id)).toEqual(['1|a|']);
+    q.collect(lists, entities, 7);
+    expect(lists.adds.map(id)).toEqual(['5|c|']);
+    expect(lists.deletes.map(id)).toEqual(['1|a|']);
+    expect([lists.added, lists.deleted]).toEqual([1, 1]);
     expect(entities).toEqual([
       { entity: 'op\u0001a', kg: 2 },
       { entity: 'op\u0001c', kg: 4 },
@@ -127,8 +130,8 @@ describe('TimerQueue', () => {
     expect(q.pollUpTo(1)?.key).toBe('b');
     q.deleteAt(2, 'a', '');
     const later: { entity: string; kg: number }[] = [];
-    q.collect([], [], undefined, 7);
-    q.collect([], [], later, 7);
+    q.collect({ adds: [], deletes: [], added: 0, deleted: 0 }, undefined, 7);
+    q.collect({ adds: [], deletes: [], added: 0, deleted: 0 }, later, 7);
     expect(later).toEqual([{ entity: 'op\u0001b', kg: 3 }]);
   });
 });
