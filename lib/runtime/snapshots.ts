@@ -45,6 +45,9 @@ export interface SnapshotInput {
   allTimerEntities(): DirtyEntity[];
 }
 
+/** No fields, or no timers: one empty list for every such row (rows are only read and encoded). */
+const NONE: readonly never[] = Object.freeze([]);
+
 /** Builds the snapshot object of one barrier: state as of the barrier, committed merged with the batch. */
 export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
   const entities = new Map<string, number>();
@@ -73,11 +76,15 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
   // Sorted by entity (the default sort compares UTF-16 code units, as `<` does).
   for (const entity of [...entities.keys()].sort()) {
     const kg = entities.get(entity)!;
-    const committed = written.has(entity) ? undefined : s.backend.peek(s.scope, kg, entity);
-    const fields = written.has(entity) ? s.txn.fields(kg, entity, '') : committed ? sortedEntries(committed) : [];
+    let fields: readonly (readonly [string, unknown])[] = NONE;
+    if (written.has(entity)) fields = s.txn.fields(kg, entity, '');
+    else {
+      const committed = s.backend.peek(s.scope, kg, entity);
+      if (committed !== undefined) fields = sortedEntries(committed);
+    }
     const timers = s.timersOf(entity);
     if (s.full && fields.length === 0 && timers.length === 0) continue;
-    rows.push([kg, entity, fields.length ? fields : null, timers.map(toSnapshotTimer)]);
+    rows.push([kg, entity, fields.length ? fields : null, timers.length ? timers.map(toSnapshotTimer) : NONE]);
   }
   return { format: 1, job: s.job, stage: s.scope.stage, partition: s.scope.partition, epoch: s.epoch, baseEpoch: s.baseEpoch, full: s.full, progress: s.progress, entities: rows };
 }
