@@ -11,7 +11,8 @@
  * field inline and needs a map only for further ones. The operator context keeps the
  * current key's entry, so its reads and writes skip every lookup.
  */
-import type { EntityChanges, PartitionScope, StateBackend, StateCell, StateWrite } from './backend.ts';
+import { InvariantError } from '../errors.ts';
+import type { EntityChanges, PartitionScope, StateBackend, StateCell, StateWrite, WritableFields } from './backend.ts';
 
 /** An absent value in the overlay (read as absent, or deleted in this batch). */
 const DELETED: unique symbol = Symbol('deleted');
@@ -37,13 +38,31 @@ export function entityId(operator: string, keyString: string): string {
   return `${operator}\u0001${keyString}`;
 }
 
+/** Slot flags: written in this batch. */
+const DIRTY = 1;
+/** The value is a list the overlay made (append): nothing outside holds it, so append pushes in place. */
+const OWN = 2;
+/** The list's elements are the committed list's (append copied it shallowly): deep-copied before it is handed out. */
+const SHARED = 4;
+
+/** A field of the overlay past the two inline slots. */
+interface Overflow {
+  v: unknown;
+  flags: number;
+}
+
 /**
  * One key of one operator. Entries live as long as the operator's overlay keeps them
  * (see OperatorOverlay), so a key's entity string is built and hashed once, not per
  * batch; what a batch read or wrote is cleared when the batch ends (`batch` says which
- * batch touched it last). Its first field is inline (`f0`, `v0`); further fields go to `more`.
- * With an in-memory store the entry keeps the store's cell of the entity across batches
- * (StateBackend.cellOf), and the commit applies the entry's writes to it directly.
+ * batch touched it last). Its first two fields are inline (`f0`, `f1`); further fields
+ * go to `more`. With an in-memory store the entry keeps the store's cell of the entity
+ * across batches (StateBackend.cellOf), and the commit applies the entry's writes to it directly.
+ *
+ * Copy discipline: committed values are never changed by the overlay. get() answers a
+ * copy the caller may change; append() copies a committed list shallowly (its elements
+ * are shared with the committed list, marked SHARED) and deep-copies them only if the
+ * list is handed out in the same batch, so an aborted batch leaves committed state as it was.
  */
 export class EntityEntry implements EntityChanges {
   /** The batch that touched this entry last (-1: none). */
@@ -52,21 +71,31 @@ export class EntityEntry implements EntityChanges {
   private committed: StateCell | null = null;
   private f0: string | undefined = undefined;
   private v0: unknown = undefined;
-  private dirty0 = false;
-  private more: Map<string, unknown> | undefined = undefined;
-  private dirtyMore: Set<string> | undefined = undefined;
+  private s0 = 0;
+  private f1: string | undefined = undefined;
+  private v1: unknown = undefined;
+  private s1 = 0;
+  private more: Map<string, Overflow> | undefined = undefined;
+  private anyDirty = false;
+  /** find()'s answer: the slot's value and flags (no object per look-up). */
+  private hitV: unknown = undefined;
+  private hitFlags = 0;
 
   constructor(
     private readonly txn: StateTxn,
+    /** @internal The overlay that keeps this entry, by `keyString`. */
+    readonly overlay: OperatorOverlay,
+    readonly keyString: string,
     readonly kg: number,
     readonly entity: string,
   ) {}
 
-  private peek(): ReadonlyMap<string, unknown> | undefined {
+  /** A committed field's value (not a copy). */
+  private committedValue(field: string): unknown {
     // Nothing commits during a batch, so one look-up per entity serves all its fields.
     let c = this.committed;
     if (c === null) c = this.committed = this.txn.cellOf(this.kg, this.entity);
-    return c.fields;
+    return c.get(field);
   }
 
   /** The entity's cell (EntityChanges): looked up now if this batch has not read the entity. */
@@ -76,91 +105,141 @@ export class EntityEntry implements EntityChanges {
     return c;
   }
 
-  get(field: string): unknown {
+  /** Has this batch a value (or a deletion) for the field? Sets hitV and hitFlags when it has. */
+  private find(field: string): boolean {
     if (field === this.f0) {
-      const v = this.v0;
-      return v === DELETED ? undefined : v;
+      this.hitV = this.v0;
+      this.hitFlags = this.s0;
+      return true;
     }
-    if (this.f0 === undefined) {
-      const copy = cloneValue(this.peek()?.get(field));
+    if (field === this.f1) {
+      this.hitV = this.v1;
+      this.hitFlags = this.s1;
+      return true;
+    }
+    const o = this.more === undefined ? undefined : this.more.get(field);
+    if (o === undefined) return false;
+    this.hitV = o.v;
+    this.hitFlags = o.flags;
+    return true;
+  }
+
+  /** Store the batch's value of a field (slots fill in order and are freed together, at clear()). */
+  private put(field: string, v: unknown, flags: number): void {
+    if (field === this.f0 || this.f0 === undefined) {
       this.f0 = field;
-      this.v0 = copy === undefined ? DELETED : copy;
-      return copy;
+      this.v0 = v;
+      this.s0 = flags;
+    } else if (field === this.f1 || this.f1 === undefined) {
+      this.f1 = field;
+      this.v1 = v;
+      this.s1 = flags;
+    } else {
+      const more = (this.more ??= new Map());
+      const o = more.get(field);
+      if (o === undefined) more.set(field, { v, flags });
+      else {
+        o.v = v;
+        o.flags = flags;
+      }
     }
-    let more = this.more;
-    if (more === undefined) more = this.more = new Map();
-    // The overlay never holds undefined (absent is DELETED): one lookup answers.
-    const v = more.get(field);
-    if (v !== undefined) return v === DELETED ? undefined : v;
-    const copy = cloneValue(this.peek()?.get(field));
-    more.set(field, copy === undefined ? DELETED : copy);
+    if ((flags & DIRTY) !== 0) this.anyDirty = true;
+  }
+
+  /** A value of the overlay about to be handed out: no longer the overlay's own, and deep-copied if shared. */
+  private handOut(field: string, v: unknown, flags: number): unknown {
+    const out = (flags & SHARED) !== 0 ? cloneValue(v) : v;
+    this.put(field, out, flags & DIRTY);
+    return out;
+  }
+
+  get(field: string): unknown {
+    if (this.find(field)) {
+      const v = this.hitV;
+      if (v === DELETED) return undefined;
+      const flags = this.hitFlags;
+      return (flags & (OWN | SHARED)) === 0 ? v : this.handOut(field, v, flags);
+    }
+    const copy = cloneValue(this.committedValue(field));
+    this.put(field, copy === undefined ? DELETED : copy, 0);
     return copy;
   }
 
   set(field: string, value: unknown): void {
-    const v = value === undefined ? DELETED : value;
-    if (field === this.f0 || this.f0 === undefined) {
-      this.f0 = field;
-      this.v0 = v;
-      this.dirty0 = true;
-    } else {
-      (this.more ??= new Map()).set(field, v);
-      (this.dirtyMore ??= new Set()).add(field);
-    }
+    this.put(field, value === undefined ? DELETED : value, DIRTY);
   }
 
-  /** Has this batch a value (or a deletion) for the field? */
-  private has(field: string): boolean {
-    return field === this.f0 || (this.more !== undefined && this.more.has(field));
+  /**
+   * Add `value` at the end of the list in `field` (absent: an empty list), as
+   * set(field, [...(get(field) ?? []), value]) would, without copying the list per call:
+   * the first append of a batch copies the list shallowly, later ones push to that copy.
+   * The value is kept as given (as set keeps it). Returns the list's new length.
+   */
+  append(field: string, value: unknown): number {
+    let base: unknown;
+    let shared = false;
+    if (this.find(field)) {
+      const v = this.hitV;
+      if ((this.hitFlags & OWN) !== 0) {
+        const own = v as unknown[];
+        own.push(value);
+        return own.length;
+      }
+      base = v === DELETED ? undefined : v;
+    } else {
+      base = this.committedValue(field);
+      shared = base !== undefined;
+    }
+    let list: unknown[];
+    if (base === undefined) list = [value];
+    else if (Array.isArray(base)) {
+      list = base.slice();
+      list.push(value);
+    } else {
+      throw new InvariantError(`state field "${field}" of ${JSON.stringify(this.entity)}: append expects a list, found ${typeof base}`);
+    }
+    this.put(field, list, DIRTY | OWN | (shared ? SHARED : 0));
+    return list.length;
   }
 
   /** Written in this batch? */
   get written(): boolean {
-    return this.dirty0 || this.dirtyMore !== undefined;
+    return this.anyDirty;
   }
 
   /** Every live field whose name starts with prefix (committed merged with the overlay), sorted by name. */
   fields(prefix: string): [string, unknown][] {
     const out = new Map<string, unknown>();
-    const committed = this.peek();
-    if (committed) {
-      for (const [f, v] of committed) if (f.startsWith(prefix) && !this.has(f)) out.set(f, cloneValue(v));
+    const committed = this.cell;
+    committed.forEach((v, f) => {
+      if (f.startsWith(prefix) && !this.find(f)) out.set(f, cloneValue(v));
+    });
+    if (this.f0 !== undefined && this.v0 !== DELETED && this.f0.startsWith(prefix)) out.set(this.f0, this.handOut(this.f0, this.v0, this.s0));
+    if (this.f1 !== undefined && this.v1 !== DELETED && this.f1.startsWith(prefix)) out.set(this.f1, this.handOut(this.f1, this.v1, this.s1));
+    if (this.more) {
+      for (const [f, o] of this.more) if (f.startsWith(prefix) && o.v !== DELETED) out.set(f, this.handOut(f, o.v, o.flags));
     }
-    if (this.f0 !== undefined && this.v0 !== DELETED && this.f0.startsWith(prefix)) out.set(this.f0, this.v0);
-    if (this.more) for (const [f, v] of this.more) if (f.startsWith(prefix) && v !== DELETED) out.set(f, v);
     return [...out].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
   }
 
   /** @internal Append this entry's dirty fields, with their final values. */
   writesTo(out: StateWrite[]): void {
-    if (this.dirty0) out.push({ kg: this.kg, entity: this.entity, field: this.f0!, value: this.v0 === DELETED ? undefined : this.v0 });
-    if (this.dirtyMore) {
-      for (const field of this.dirtyMore) {
-        const v = this.more!.get(field);
-        out.push({ kg: this.kg, entity: this.entity, field, value: v === DELETED ? undefined : v });
+    if (!this.anyDirty) return;
+    if ((this.s0 & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field: this.f0!, value: this.v0 === DELETED ? undefined : this.v0 });
+    if ((this.s1 & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field: this.f1!, value: this.v1 === DELETED ? undefined : this.v1 });
+    if (this.more !== undefined) {
+      for (const [field, o] of this.more) {
+        if ((o.flags & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field, value: o.v === DELETED ? undefined : o.v });
       }
     }
   }
 
-  /**
-   * Apply this batch's writes to `fields` (EntityChanges). Returns whether any field is left;
-   * when none is, `fields` may be left as it was.
-   */
-  applyTo(fields: Map<string, unknown>): boolean {
-    const f0 = this.f0!;
-    if (this.dirty0) {
-      const v = this.v0;
-      if (v !== DELETED) fields.set(f0, v);
-      // Deleting a map's only entry makes V8 shrink its table (an allocation); the map is dropped instead.
-      else if (this.dirtyMore === undefined && fields.size === 1 && fields.has(f0)) return false;
-      else fields.delete(f0);
-    }
-    if (this.dirtyMore !== undefined) {
-      for (const field of this.dirtyMore) {
-        const v = this.more!.get(field);
-        if (v === DELETED) fields.delete(field);
-        else fields.set(field, v);
-      }
+  /** Apply this batch's writes to `fields` (EntityChanges). Returns whether any field is left. */
+  applyTo(fields: WritableFields): boolean {
+    if ((this.s0 & DIRTY) !== 0) applyField(fields, this.f0!, this.v0);
+    if ((this.s1 & DIRTY) !== 0) applyField(fields, this.f1!, this.v1);
+    if (this.more !== undefined) {
+      for (const [field, o] of this.more) if ((o.flags & DIRTY) !== 0) applyField(fields, field, o.v);
     }
     return fields.size > 0;
   }
@@ -178,15 +257,39 @@ export class EntityEntry implements EntityChanges {
   /**
    * @internal The batch is over: drop what it read and wrote (no copy of state outlives its
    * batch), and a detached cell (a remote store's view is not kept past its batch).
+   * Returns whether the entity is known to have no committed fields (its cell is detached).
    */
-  clear(): void {
+  clear(): boolean {
     const c = this.committed;
-    if (c !== null && !c.attached) this.committed = null;
+    const absent = c !== null && !c.attached;
+    if (absent) this.committed = null;
     this.f0 = undefined;
     this.v0 = undefined;
-    this.dirty0 = false;
+    this.s0 = 0;
+    this.f1 = undefined;
+    this.v1 = undefined;
+    this.s1 = 0;
     this.more = undefined;
-    this.dirtyMore = undefined;
+    this.anyDirty = false;
+    this.hitV = undefined;
+    return absent;
+  }
+}
+
+function applyField(fields: WritableFields, field: string, v: unknown): void {
+  if (v === DELETED) fields.delete(field);
+  else fields.set(field, v);
+}
+
+/** A remote store's committed fields of one entity, for one batch. */
+class PeekedCell implements StateCell {
+  readonly attached = false;
+  constructor(private readonly fields: ReadonlyMap<string, unknown> | undefined) {}
+  get(field: string): unknown {
+    return this.fields === undefined ? undefined : this.fields.get(field);
+  }
+  forEach(fn: (value: unknown, field: string) => void): void {
+    if (this.fields !== undefined) for (const [f, v] of this.fields) fn(v, f);
   }
 }
 
@@ -208,7 +311,7 @@ export class OperatorOverlay {
   entry(keyString: string, kg: number): EntityEntry {
     let e = this.entries.get(keyString);
     if (e === undefined) {
-      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString));
+      e = new EntityEntry(this.txn, this, keyString, kg, entityId(this.operator, keyString));
       this.entries.set(keyString, e);
     }
     if (e.batch !== this.batch) {
@@ -221,6 +324,11 @@ export class OperatorOverlay {
   /** The key's entity string (the remembered one when there is one: its hash is already computed). */
   entityOf(keyString: string): string {
     return this.entries.get(keyString)?.entity ?? entityId(this.operator, keyString);
+  }
+
+  /** @internal Drop an entry whose entity has no committed fields (its next use makes a new one). */
+  forget(e: EntityEntry): void {
+    if (this.entries.get(e.keyString) === e) this.entries.delete(e.keyString);
   }
 
   /** @internal */
@@ -274,7 +382,7 @@ export class StateTxn {
   /** @internal The entity's committed fields: the store's cell, or a view for this batch. */
   cellOf(kg: number, entity: string): StateCell {
     if (this.cells) return this.backend.cellOf!(this.scope, kg, entity);
-    return { fields: this.backend.peek(this.scope, kg, entity), attached: false };
+    return new PeekedCell(this.backend.peek(this.scope, kg, entity));
   }
 
   /** @internal */
@@ -334,7 +442,14 @@ export class StateTxn {
   reset(): void {
     this.batch++;
     for (const o of this.overlays.values()) o.reset(this.batch);
-    for (let i = 0; i < this.touchedCount; i++) this.touched[i].clear();
+    for (let i = 0; i < this.touchedCount; i++) {
+      const e = this.touched[i];
+      const absent = e.clear();
+      // With cells, an entry keeps its entity's cell across batches; one whose entity has no
+      // fields left (short-lived keys: a window join's persons) is dropped, so the overlay
+      // holds live keys rather than every key seen. Remote stores keep entries (their entity strings).
+      if (absent && this.cells) e.overlay.forget(e);
+    }
     this.touchedCount = 0;
     // Past the overlays' bound, start over rather than keep entries they have forgotten.
     if (this.touched.length > MAX_REMEMBERED_KEYS) this.touched.length = 0;

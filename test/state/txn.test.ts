@@ -61,12 +61,13 @@ function open(live = true, byEntity = false) {
 
 const value = fc.oneof(fc.integer({ min: 0, max: 9 }), fc.array(fc.integer({ min: 0, max: 9 }), { maxLength: 4 }), fc.record({ n: fc.integer({ min: 0, max: 9 }) }));
 /** Operations on the given entities and fields. */
-function opsOver(operators: readonly string[], keys: readonly string[], fields: readonly string[]) {
+function opsOver(operators: readonly string[], keys: readonly string[], fields: readonly string[], v: fc.Arbitrary<unknown> = value) {
   const target = fc.record({ op: fc.constantFrom(...operators), key: fc.constantFrom(...keys), field: fc.constantFrom(...fields) });
   return fc.oneof(
     fc.record({ kind: fc.constant('get' as const), t: target, mutate: fc.boolean() }),
-    fc.record({ kind: fc.constant('set' as const), t: target, v: value }),
+    fc.record({ kind: fc.constant('set' as const), t: target, v }),
     fc.record({ kind: fc.constant('delete' as const), t: target }),
+    fc.record({ kind: fc.constant('append' as const), t: target, v }),
     fc.record({ kind: fc.constant('fields' as const), t: target, prefix: fc.constantFrom('', 'm\u0002', 'P') }),
     fc.record({ kind: fc.constant('commit' as const) }),
     fc.record({ kind: fc.constant('abandon' as const) }),
@@ -75,11 +76,15 @@ function opsOver(operators: readonly string[], keys: readonly string[], fields: 
 const opArb = opsOver(OPERATORS, KEYS, FIELDS);
 /** Few entities and fields: entities often lose their last field and come back (cells detached and attached again). */
 const narrowOpArb = opsOver(['op'], ['a', 'b'], ['P', 'x']);
+/** Lists of objects appended across batches: appends share the committed list's elements until the list is handed out. */
+const listOpArb = opsOver(['op'], ['a'], ['L', 'x'], fc.oneof(fc.record({ n: fc.integer({ min: 0, max: 9 }) }), fc.array(fc.record({ n: fc.integer({ min: 0, max: 9 }) }), { maxLength: 2 })));
 
-/** Change a value read, without writing it back. */
+/** Change a value read, without writing it back (its elements too: a list's elements may be shared with committed state). */
 function scribble(v: unknown): void {
-  if (Array.isArray(v)) v.push(99);
-  else if (v !== null && typeof v === 'object') (v as { n: number }).n = 99;
+  if (Array.isArray(v)) {
+    for (const x of v) scribble(x);
+    v.push(99);
+  } else if (v !== null && typeof v === 'object') (v as { n: number }).n = 99;
 }
 
 describe('StateTxn', () => {
@@ -89,6 +94,8 @@ describe('StateTxn', () => {
     ['a view per batch (remote stores)', false, false, opArb],
     ['few entities, cells, commits by entity', true, true, narrowOpArb],
     ['few entities, cells, commits field by field', true, false, narrowOpArb],
+    ['lists of objects, cells, commits by entity', true, true, listOpArb],
+    ['lists of objects, a view per batch', false, false, listOpArb],
   ])('behaves like committed maps plus a batch overlay, %s (property)', (_name, live, byEntity, arb) => {
     fc.assert(
       fc.property(fc.array(arb, { maxLength: 60 }), (ops) => {
@@ -131,6 +138,16 @@ describe('StateTxn', () => {
             } else if (o.kind === 'delete') {
               entry.set(field, undefined);
               view.set(id, { e, f: field, v: undefined, dirty: true });
+            } else if (o.kind === 'append') {
+              const cur = view.has(id) ? view.get(id)!.v : model.get(e)?.get(field);
+              if (cur !== undefined && !Array.isArray(cur)) {
+                // Only lists take appends: a clear error, and the field as it was.
+                expect(() => entry.append(field, structuredClone(o.v))).toThrow(/append expects a list/);
+              } else {
+                const next = [...((structuredClone(cur) as unknown[] | undefined) ?? []), structuredClone(o.v)];
+                expect(entry.append(field, structuredClone(o.v))).toBe(next.length);
+                view.set(id, { e, f: field, v: next, dirty: true });
+              }
             } else {
               const want = new Map<string, unknown>();
               for (const [f, v] of model.get(e) ?? []) want.set(f, v);
@@ -189,7 +206,8 @@ describe('StateTxn', () => {
   });
 
   it('finds entries by entity string as by (operator, key), and keeps a key entry across batches', () => {
-    const { txn, commit } = open();
+    // Commits by entity, as the runtime commits to a store with cells: the entry's cell is the one attached.
+    const { txn, commit } = open(true, true);
     const e1 = txn.overlay('op').entry('n1', kgOf('n1'));
     e1.set('P', 7);
     expect(txn.get(kgOf('n1'), entityId('op', 'n1'), 'P')).toBe(7);
@@ -200,5 +218,69 @@ describe('StateTxn', () => {
     expect(e2.entity).toBe(entityId('op', 'n1'));
     expect(txn.overlay('op').entityOf('n1')).toBe(e1.entity);
     expect(e2.get('P')).toBe(7);
+  });
+
+  it('append copies a committed list once per batch, shallowly, and never changes committed state (abandon, then re-apply)', () => {
+    const { txn, commit, committed } = open();
+    const entry = () => txn.overlay('op').entry('a', kgOf('a'));
+    expect(entry().append('L', { n: 1 })).toBe(1);
+    commit();
+    const run = () => {
+      expect(entry().append('L', { n: 2 })).toBe(2);
+      expect(entry().append('L', { n: 3 })).toBe(3);
+      // Handed out in the batch that appended: a deep copy, whose changes reach nothing.
+      const got = entry().get('L') as { n: number }[];
+      expect(got).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }]);
+      got[0].n = 99;
+      // The caller's list is its own: a later append makes a new one.
+      expect(entry().append('L', { n: 4 })).toBe(4);
+      expect(got).toHaveLength(3);
+      expect(committed().get(entityId('op', 'a'))?.get('L')).toEqual([{ n: 1 }]);
+    };
+    run();
+    // A failed batch is abandoned and re-applied: it sees committed state as it was.
+    txn.reset();
+    expect(committed().get(entityId('op', 'a'))?.get('L')).toEqual([{ n: 1 }]);
+    run();
+    commit();
+    expect(committed().get(entityId('op', 'a'))?.get('L')).toEqual([{ n: 99 }, { n: 2 }, { n: 3 }, { n: 4 }]);
+  });
+
+  it('append to a field that holds no list is refused with the field and what it holds', () => {
+    const { txn } = open();
+    const entry = txn.overlay('op').entry('a', kgOf('a'));
+    entry.set('P', 5);
+    expect(() => entry.append('P', 1)).toThrow('state field "P" of "op\\u0001a": append expects a list, found number');
+    expect(entry.get('P')).toBe(5);
+  });
+
+  it("drops the entry of a key whose state is gone (short-lived keys), keeps a live key's", () => {
+    const { txn, commit, committed } = open(true, true);
+    const entry = (k: string) => txn.overlay('op').entry(k, kgOf(k));
+    const a = entry('a');
+    const b = entry('b');
+    a.append('l', 1);
+    b.set('P', 1);
+    commit();
+    expect(entry('a')).toBe(a);
+    expect(entry('b')).toBe(b);
+    a.set('l', undefined);
+    commit();
+    // A new entry for the key: it reads the store again.
+    const a2 = entry('a');
+    expect(a2).not.toBe(a);
+    expect(a2.get('l')).toBeUndefined();
+    expect(entry('b')).toBe(b);
+    expect(a2.append('l', 2)).toBe(1);
+    commit();
+    expect(committed().get(entityId('op', 'a'))?.get('l')).toEqual([2]);
+    // A key only read, absent, is not kept either; an abandoned batch keeps nothing it wrote.
+    const c = entry('a2');
+    expect(c.get('P')).toBeUndefined();
+    commit();
+    expect(entry('a2')).not.toBe(c);
+    entry('a2').set('P', 3);
+    txn.reset();
+    expect(entry('a2').get('P')).toBeUndefined();
   });
 });
