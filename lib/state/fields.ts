@@ -3,9 +3,10 @@
  * fields per key (window panes `P`, a join's two sides of a window, a process
  * function's value), so most entities need no Map of their own (a Map with one entry
  * costs ~170 bytes and a hash per access). Further fields go to an overflow Map.
- * Values are never undefined (absent fields are not stored).
+ * Values are never undefined (absent fields are not stored). It reads as a ReadonlyMap, so
+ * a store can hand it out as an entity's fields (peek, entitiesOf) without copying.
  */
-export class FieldTable {
+export class FieldTable implements ReadonlyMap<string, unknown> {
   /** Inline slots (f0/f1 undefined: the slot is free). */
   private f0: string | undefined = undefined;
   private v0: unknown = undefined;
@@ -47,14 +48,36 @@ export class FieldTable {
     }
   }
 
+  has(field: string): boolean {
+    return field === this.f0 || field === this.f1 || (this.more !== undefined && this.more.has(field));
+  }
+
   get size(): number {
     return (this.f0 === undefined ? 0 : 1) + (this.f1 === undefined ? 0 : 1) + (this.more === undefined ? 0 : this.more.size);
   }
 
-  forEach(fn: (value: unknown, field: string) => void): void {
-    if (this.f0 !== undefined) fn(this.v0, this.f0);
-    if (this.f1 !== undefined) fn(this.v1, this.f1);
-    if (this.more !== undefined) for (const [f, v] of this.more) fn(v, f);
+  forEach(fn: (value: unknown, field: string, map: ReadonlyMap<string, unknown>) => void): void {
+    if (this.f0 !== undefined) fn(this.v0, this.f0, this);
+    if (this.f1 !== undefined) fn(this.v1, this.f1, this);
+    if (this.more !== undefined) for (const [f, v] of this.more) fn(v, f, this);
+  }
+
+  *entries(): MapIterator<[string, unknown]> {
+    if (this.f0 !== undefined) yield [this.f0, this.v0];
+    if (this.f1 !== undefined) yield [this.f1, this.v1];
+    if (this.more !== undefined) yield* this.more;
+  }
+
+  *keys(): MapIterator<string> {
+    for (const [f] of this.entries()) yield f;
+  }
+
+  *values(): MapIterator<unknown> {
+    for (const [, v] of this.entries()) yield v;
+  }
+
+  [Symbol.iterator](): MapIterator<[string, unknown]> {
+    return this.entries();
   }
 
   /** Drop every field. */
@@ -66,7 +89,7 @@ export class FieldTable {
     this.more = undefined;
   }
 
-  /** A Map of the fields (snapshots, peek: not on the hot path). */
+  /** A copy of the fields as a Map. */
   toMap(): Map<string, unknown> {
     const out = new Map<string, unknown>();
     this.forEach((v, f) => out.set(f, v));

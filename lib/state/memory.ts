@@ -122,9 +122,9 @@ export class InMemoryStateBackend implements StateBackend {
 
   async prefetch(): Promise<void> {}
 
-  /** A copy of the fields (snapshots, tests): the hot path reads cells (cellOf). */
+  /** The entity's cell (a ReadonlyMap of its fields, updated by later commits), undefined when it has none. */
   peek(scope: PartitionScope, kg: number, entity: string): ReadonlyMap<string, unknown> | undefined {
-    return this.stageState(scope).get(kg)?.get(entity)?.toMap();
+    return this.stageState(scope).get(kg)?.get(entity);
   }
 
   /** The entity's cell; a new detached one when it has no fields (a commit attaches it). */
@@ -170,7 +170,7 @@ export class InMemoryStateBackend implements StateBackend {
     const stage = this.stageState(scope);
     for (const kg of keyGroups) {
       const groups = stage.get(kg);
-      if (groups) for (const [entity, cell] of groups) yield { kg, entity, fields: cell.toMap() };
+      if (groups) for (const [entity, cell] of groups) yield { kg, entity, fields: cell };
     }
   }
 

@@ -33,6 +33,11 @@ describe('FieldTable', () => {
           expect(new Map(seen)).toEqual(model);
           expect(seen).toHaveLength(model.size);
           expect(t.toMap()).toEqual(model);
+          // A ReadonlyMap: iteration, keys, values, has.
+          expect(new Map(t)).toEqual(model);
+          expect(new Set(t.keys())).toEqual(new Set(model.keys()));
+          expect([...t.values()].sort()).toEqual([...model.values()].sort());
+          for (const f of ['a', 'b', 'c', 'd']) expect(t.has(f)).toBe(model.has(f));
         }
       }),
       { seed: 17, numRuns: 300 },

@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { emptyProgress, type PartitionScope, type StateBackend } from '../../lib/state/backend.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';
-import { entityId, StateTxn } from '../../lib/state/txn.ts';
+import { cloneValue, entityId, StateTxn } from '../../lib/state/txn.ts';
 
 const scope: PartitionScope = { job: 'txn', stage: 0, partition: 0 };
 const OPERATORS = ['op', 'other'];
@@ -282,5 +282,25 @@ describe('StateTxn', () => {
     entry('a2').set('P', 3);
     txn.reset();
     expect(entry('a2').get('P')).toBeUndefined();
+  });
+
+  it('cloneValue copies JSON-like values deeply: equal, and no object shared', () => {
+    const json = fc.jsonValue({ maxDepth: 4 });
+    fc.assert(
+      fc.property(json, (v) => {
+        const c = cloneValue(v);
+        expect(c).toEqual(v);
+        const objects = (x: unknown, out: Set<unknown>): Set<unknown> => {
+          if (x !== null && typeof x === 'object') {
+            out.add(x);
+            for (const y of Object.values(x)) objects(y, out);
+          }
+          return out;
+        };
+        const mine = objects(v, new Set());
+        for (const o of objects(c, new Set())) expect(mine.has(o)).toBe(false);
+      }),
+      { seed: 7, numRuns: 300 },
+    );
   });
 });
