@@ -2,14 +2,15 @@
  * The per-batch view of keyed state: reads fall through to the backend's committed
  * values, writes stay in an overlay until the batch commits. Values read are copied,
  * so a change counts only when written back (as with DynamoDB or RocksDB), and a
- * crash before the commit leaves committed state untouched.
+ * crash before the commit leaves committed state untouched; appends to a list copy it
+ * once per batch, shallowly (see EntityEntry).
  *
  * Hot path: an operator switches keys once per record. The overlay is kept per operator
  * and found by the key's string form, so no entity string (`${operator}\u0001${key}`) is
- * built per switch: it is built once, when a key's entry is created in a batch. Most
- * operators keep one field per key (window panes: `P`), so an entry holds its first
- * field inline and needs a map only for further ones. The operator context keeps the
- * current key's entry, so its reads and writes skip every lookup.
+ * built per switch: it is built once, when a key's entry is created. Most operators keep
+ * one or two fields per key (window panes: `P`; a join: a window's two sides), so an
+ * entry holds two fields inline and needs a map only for further ones. The operator
+ * context keeps the current key's entry, so its reads and writes skip every lookup.
  */
 import { InvariantError } from '../errors.ts';
 import type { EntityChanges, PartitionScope, StateBackend, StateCell, StateWrite, WritableFields } from './backend.ts';
