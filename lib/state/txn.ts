@@ -89,9 +89,6 @@ export class EntityEntry implements EntityChanges {
 
   constructor(
     private readonly txn: StateTxn,
-    /** @internal The overlay that keeps this entry, by `keyString`. */
-    readonly overlay: OperatorOverlay,
-    readonly keyString: string,
     readonly kg: number,
     readonly entity: string,
   ) {}
@@ -263,12 +260,10 @@ export class EntityEntry implements EntityChanges {
   /**
    * @internal The batch is over: drop what it read and wrote (no copy of state outlives its
    * batch), and a detached cell (a remote store's view is not kept past its batch).
-   * Returns whether the entity is known to have no committed fields (its cell is detached).
    */
-  clear(): boolean {
+  clear(): void {
     const c = this.committed;
-    const absent = c !== null && !c.attached;
-    if (absent) this.committed = null;
+    if (c !== null && !c.attached) this.committed = null;
     this.f0 = undefined;
     this.v0 = undefined;
     this.s0 = 0;
@@ -278,7 +273,11 @@ export class EntityEntry implements EntityChanges {
     this.more = undefined;
     this.anyDirty = false;
     this.hitV = undefined;
-    return absent;
+  }
+
+  /** @internal Between batches: the entry keeps the store's cell of its entity (the entity has fields). */
+  get keepsCell(): boolean {
+    return this.committed !== null;
   }
 }
 
@@ -299,7 +298,7 @@ class PeekedCell implements StateCell {
   }
 }
 
-/** Keys an operator's overlay remembers across batches before it starts over (bounds memory). */
+/** Keys an operator's overlay remembers across batches before it sweeps (bounds memory). */
 const MAX_REMEMBERED_KEYS = 1 << 16;
 
 /** One operator's entries, by key string. */
@@ -311,13 +310,14 @@ export class OperatorOverlay {
   constructor(
     private readonly txn: StateTxn,
     readonly operator: string,
+    private readonly maxKeys: number,
   ) {}
 
   /** The key's entry, touched by this batch (created on first use: the only place its entity string is built). */
   entry(keyString: string, kg: number): EntityEntry {
     let e = this.entries.get(keyString);
     if (e === undefined) {
-      e = new EntityEntry(this.txn, this, keyString, kg, entityId(this.operator, keyString));
+      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString));
       this.entries.set(keyString, e);
     }
     if (e.batch !== this.batch) {
@@ -332,17 +332,20 @@ export class OperatorOverlay {
     return this.entries.get(keyString)?.entity ?? entityId(this.operator, keyString);
   }
 
-  /** @internal Drop an entry whose entity has no committed fields (its next use makes a new one). */
-  forget(e: EntityEntry): void {
-    if (this.entries.get(e.keyString) === e) this.entries.delete(e.keyString);
-  }
-
   /** @internal */
   reset(batch: number): void {
     this.batch = batch;
-    // Between batches no entry is in use: a full map starts over rather than grow with every key ever seen.
-    if (this.entries.size > MAX_REMEMBERED_KEYS) this.entries = new Map();
+    // Between batches no entry is in use. Past the bound, drop the entries that keep no cell
+    // (their entities have no fields: short-lived keys such as a window join's persons), so
+    // the live keys keep theirs; a key that comes back makes a new entry. Kept until then, a
+    // key whose state dies and comes back soon (a window's auction) reuses its entry. When
+    // mostly live keys fill the map, start over (each sweep frees at least half the bound).
+    if (this.entries.size > this.maxKeys) {
+      for (const [k, e] of this.entries) if (!e.keepsCell) this.entries.delete(k);
+      if (this.entries.size > this.maxKeys >> 1) this.entries = new Map();
+    }
   }
+
 }
 
 /** A batch's state writes, as the commit carries them (CommitBatch.writes and .entities). */
@@ -370,6 +373,8 @@ export class StateTxn {
   constructor(
     private readonly backend: StateBackend,
     private readonly scope: PartitionScope,
+    /** Keys an operator's overlay remembers across batches before it sweeps (tests set it low). */
+    private readonly maxKeys = MAX_REMEMBERED_KEYS,
   ) {
     this.cells = backend.cellOf !== undefined;
   }
@@ -378,7 +383,7 @@ export class StateTxn {
   overlay(operator: string): OperatorOverlay {
     let o = this.overlays.get(operator);
     if (o === undefined) {
-      o = new OperatorOverlay(this, operator);
+      o = new OperatorOverlay(this, operator, this.maxKeys);
       o.batch = this.batch;
       this.overlays.set(operator, o);
     }
@@ -447,17 +452,11 @@ export class StateTxn {
   /** Forget the batch's overlay (after its commit, or to abandon it). */
   reset(): void {
     this.batch++;
+    // Entries first: an overlay's sweep asks which of them keep a cell.
+    for (let i = 0; i < this.touchedCount; i++) this.touched[i].clear();
     for (const o of this.overlays.values()) o.reset(this.batch);
-    for (let i = 0; i < this.touchedCount; i++) {
-      const e = this.touched[i];
-      const absent = e.clear();
-      // With cells, an entry keeps its entity's cell across batches; one whose entity has no
-      // fields left (short-lived keys: a window join's persons) is dropped, so the overlay
-      // holds live keys rather than every key seen. Remote stores keep entries (their entity strings).
-      if (absent && this.cells) e.overlay.forget(e);
-    }
     this.touchedCount = 0;
     // Past the overlays' bound, start over rather than keep entries they have forgotten.
-    if (this.touched.length > MAX_REMEMBERED_KEYS) this.touched.length = 0;
+    if (this.touched.length > this.maxKeys) this.touched.length = 0;
   }
 }
