@@ -73,14 +73,7 @@ export function intervalJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpe
       if (cleanupAt <= wm) return;
       const side = isLeft ? 'L' : 'R';
       const field = side + encodeTime(t);
-      const list = ctx.stateGet(field) as unknown[] | undefined;
-      if (list === undefined) {
-        ctx.stateSet(field, [r.value]);
-        ctx.registerTimer('event', cleanupAt, side);
-      } else {
-        list.push(r.value);
-        ctx.stateSet(field, list);
-      }
+      if (ctx.stateAppend(field, r.value) === 1) ctx.registerTimer('event', cleanupAt, side);
     },
 
     onTimer(domain: TimeDomain, time: number, ns: string): void {

@@ -43,15 +43,11 @@ export function windowJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec,
         live++;
         const names = cache.get(start);
         const field = input === 0 ? names[1] : names[2];
-        const list = ctx.stateGet(field) as unknown[] | undefined;
-        if (list === undefined) {
-          ctx.stateSet(field, [r.value]);
+        // The side's list grows in the batch's overlay: no copy of it per record.
+        if (ctx.stateAppend(field, r.value) === 1) {
           // At most twice per window (once per side); registering again is a no-op. The
           // time names the window (its size is fixed), so no namespace is needed.
           ctx.registerTimer('event', fireAt);
-        } else {
-          list.push(r.value);
-          ctx.stateSet(field, list);
         }
       }
       if (live === 0 && first <= t) op.droppedLate++;

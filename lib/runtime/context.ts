@@ -157,6 +157,9 @@ export class NodeContext implements OperatorContext {
   stateDelete(field: string): void {
     this.state().set(field, undefined);
   }
+  stateAppend(field: string, value: unknown): number {
+    return this.state().append(field, value);
+  }
   stateFields(prefix: string): [string, unknown][] {
     return this.state().fields(prefix);
   }

@@ -26,6 +26,12 @@ export interface OperatorContext {
   stateGet(field: string): unknown;
   stateSet(field: string, value: unknown): void;
   stateDelete(field: string): void;
+  /**
+   * Add a value at the end of the list in a field (absent: an empty list); returns the
+   * list's new length. As stateSet(field, [...(stateGet(field) ?? []), value]), without
+   * copying the list per call.
+   */
+  stateAppend(field: string, value: unknown): number;
   /** Live fields of the current key whose names start with prefix, sorted by name. */
   stateFields(prefix: string): [string, unknown][];
 

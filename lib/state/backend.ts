@@ -126,10 +126,19 @@ export interface TrackingUpdate {
  * fields when it was looked up) answers for the batch that looked it up.
  */
 export interface StateCell {
-  /** The committed fields (undefined: none). */
-  readonly fields: ReadonlyMap<string, unknown> | undefined;
+  /** A committed field's value (undefined: absent). */
+  get(field: string): unknown;
+  /** Every committed field. */
+  forEach(fn: (value: unknown, field: string) => void): void;
   /** In the store: later commits show through this cell until one drops the entity's last field. */
   readonly attached: boolean;
+}
+
+/** What EntityChanges.applyTo writes into: a store's fields of one entity. */
+export interface WritableFields {
+  set(field: string, value: unknown): void;
+  delete(field: string): void;
+  readonly size: number;
 }
 
 /**
@@ -143,9 +152,9 @@ export interface EntityChanges {
   readonly cell: StateCell;
   /**
    * Apply the batch's writes to `fields` (set every written field, delete every deleted one).
-   * Returns whether any field is left; when none is, `fields` may be left as it was.
+   * Returns whether any field is left.
    */
-  applyTo(fields: Map<string, unknown>): boolean;
+  applyTo(fields: WritableFields): boolean;
 }
 
 export interface CommitBatch {

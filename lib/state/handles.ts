@@ -57,7 +57,8 @@ function listHandle<T>(ctx: OperatorContext, name: string, d: StateDescriptor): 
   const get = () => (cell.read(name) as T[] | undefined) ?? [];
   return {
     get,
-    add: (v) => cell.write(name, [...get(), v]),
+    // Without TTL the list grows in the batch's overlay (no copy of it per add); with TTL it is wrapped.
+    add: d.ttlMs === undefined ? (v) => void ctx.stateAppend(name, v) : (v) => cell.write(name, [...get(), v]),
     update: (vs) => (vs.length ? cell.write(name, [...vs]) : ctx.stateDelete(name)),
     clear: () => ctx.stateDelete(name),
   };

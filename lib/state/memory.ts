@@ -14,13 +14,13 @@ import {
   type PartitionScope,
   type RecoveredPartition,
   type StateBackend,
-  type StateCell,
   type StateWrite,
   scopeId,
   type TimerEntry,
   type TrackedInterval,
   type TrackingUpdate,
 } from './backend.ts';
+import { FieldTable } from './fields.ts';
 
 interface MutableInterval {
   readonly after: number;
@@ -28,13 +28,19 @@ interface MutableInterval {
 }
 
 /**
- * An entity's committed fields (StateCell). The stage's map holds the cells of entities with
- * fields (attached); commits update them in place, so an overlay that keeps a cell needs no
- * look-up per batch, and a commit applies an entity's writes without finding it.
+ * An entity's committed fields (StateCell), the first two inline (FieldTable). The stage's map
+ * holds the cells of entities with fields (attached); commits update them in place, so an
+ * overlay that keeps a cell needs no look-up per batch, and a commit applies an entity's
+ * writes without finding it.
  */
-class Cell implements StateCell {
-  fields: Map<string, unknown> | undefined = undefined;
+class Cell extends FieldTable {
   attached = false;
+  /**
+   * A detached cell: the store's change count when cellOf() made it. While no commit or
+   * install has happened since, the entity is still absent from the store: its commit
+   * attaches this cell without looking the entity up again.
+   */
+  born = -1;
   /** The tracked interval this entity last joined (saves the interval's map look-up per commit). */
   tracked: MutableInterval | undefined = undefined;
 }
@@ -69,6 +75,8 @@ export class InMemoryStateBackend implements StateBackend {
   private recordOfScope = new WeakMap<PartitionScope, PartitionRecord>();
   /** Commits applied (for tests and metrics). */
   commits = 0;
+  /** Commits and installs applied, to every partition (Cell.born). */
+  private changeCount = 0;
 
   /** The last scope asked for: a batch's peeks and its commit come from one partition in a row. */
   private lastScope: PartitionScope | undefined;
@@ -114,13 +122,18 @@ export class InMemoryStateBackend implements StateBackend {
 
   async prefetch(): Promise<void> {}
 
+  /** The entity's cell (a ReadonlyMap of its fields, updated by later commits), undefined when it has none. */
   peek(scope: PartitionScope, kg: number, entity: string): ReadonlyMap<string, unknown> | undefined {
-    return this.stageState(scope).get(kg)?.get(entity)?.fields;
+    return this.stageState(scope).get(kg)?.get(entity);
   }
 
   /** The entity's cell; a new detached one when it has no fields (a commit attaches it). */
-  cellOf(scope: PartitionScope, kg: number, entity: string): StateCell {
-    return this.stageState(scope).get(kg)?.get(entity) ?? new Cell();
+  cellOf(scope: PartitionScope, kg: number, entity: string): Cell {
+    const found = this.stageState(scope).get(kg)?.get(entity);
+    if (found !== undefined) return found;
+    const cell = new Cell();
+    cell.born = this.changeCount;
+    return cell;
   }
 
   async commit(batch: CommitBatch): Promise<void> {
@@ -136,7 +149,7 @@ export class InMemoryStateBackend implements StateBackend {
     const stage = this.stageState(batch.scope);
     // Incremental snapshots: every written entity joins the newest tracked interval (once: the cell remembers).
     const cur = batch.tracking ? currentInterval(r) : undefined;
-    if (batch.entities !== undefined) for (const e of batch.entities) applyEntity(stage, e, cur);
+    if (batch.entities !== undefined) for (const e of batch.entities) applyEntity(stage, e, cur, this.changeCount);
     if (batch.writes.length > 0) applyWrites(stage, batch.writes, cur);
     for (const t of batch.timerDeletes) r.timers.delete(t);
     for (const t of batch.timerAdds) r.timers.set(t);
@@ -146,6 +159,7 @@ export class InMemoryStateBackend implements StateBackend {
     if (batch.outbox.length > 0) r.outbox.push({ version: r.version, entries: batch.outbox });
     if (batch.tracking) track(r, batch.tracking);
     this.commits++;
+    this.changeCount++;
   }
 
   tracked(scope: PartitionScope): readonly TrackedInterval[] {
@@ -156,7 +170,7 @@ export class InMemoryStateBackend implements StateBackend {
     const stage = this.stageState(scope);
     for (const kg of keyGroups) {
       const groups = stage.get(kg);
-      if (groups) for (const [entity, cell] of groups) yield { kg, entity, fields: cell.fields! };
+      if (groups) for (const [entity, cell] of groups) yield { kg, entity, fields: cell };
     }
   }
 
@@ -176,10 +190,11 @@ export class InMemoryStateBackend implements StateBackend {
       let groups = stage.get(kg);
       if (!groups) stage.set(kg, (groups = new Map()));
       const cell = new Cell();
-      cell.fields = new Map(fields);
+      for (const [f, v] of fields) cell.set(f, v);
       cell.attached = true;
       groups.set(entity, cell);
     }
+    this.changeCount++;
     const after = part.progress.lastBarrier ?? 0;
     // The partition's record is replaced below: forget cached ones.
     this.recordOfScope = new WeakMap();
@@ -284,13 +299,13 @@ function groupsOf(stage: StageCells, kg: number): Map<string, Cell> {
 
 function detach(cell: Cell): void {
   cell.attached = false;
-  cell.fields = undefined;
+  cell.clearFields();
 }
 
 /** An entity's changes straight from the overlay: its cell, usually attached, is updated in place. */
-function applyEntity(stage: StageCells, e: EntityChanges, cur: MutableInterval | undefined): void {
+function applyEntity(stage: StageCells, e: EntityChanges, cur: MutableInterval | undefined, changeCount: number): void {
   let cell = e.cell as Cell;
-  if (!cell.attached || !(cell instanceof Cell)) {
+  if (!(cell instanceof Cell) || (!cell.attached && cell.born !== changeCount)) {
     // Looked up when the entity had no fields (or not this store's cell): a commit since may have given it some.
     const found = stage.get(e.kg)?.get(e.entity);
     cell = found ?? (cell instanceof Cell ? cell : new Cell());
@@ -300,18 +315,17 @@ function applyEntity(stage: StageCells, e: EntityChanges, cur: MutableInterval |
     cell.tracked = cur;
   }
   if (cell.attached) {
-    if (!e.applyTo(cell.fields!)) {
+    if (!e.applyTo(cell)) {
       groupsOf(stage, e.kg).delete(e.entity);
       detach(cell);
     }
     return;
   }
-  const fields = new Map<string, unknown>();
-  if (e.applyTo(fields)) {
-    cell.fields = fields;
+  if (e.applyTo(cell)) {
     cell.attached = true;
+    cell.born = -1;
     groupsOf(stage, e.kg).set(e.entity, cell);
-  }
+  } else cell.clearFields();
 }
 
 /** Field by field (the writes form of a commit). An entity's writes are consecutive: its cell is found once. */
@@ -335,19 +349,17 @@ function applyWrites(stage: StageCells, writes: readonly StateWrite[], cur: Muta
     const c = cell!;
     if (w.value === undefined) {
       if (!c.attached) continue;
-      const fields = c.fields!;
-      // The last field: drop the map rather than delete from it (V8 shrinks a map emptied by delete).
-      if (fields.size === 1 && fields.has(w.field)) {
+      c.delete(w.field);
+      if (c.size === 0) {
         groups!.delete(w.entity);
         detach(c);
-      } else fields.delete(w.field);
+      }
     } else {
       if (!c.attached) {
-        c.fields = new Map();
         c.attached = true;
         groups!.set(w.entity, c);
       }
-      c.fields!.set(w.field, w.value);
+      c.set(w.field, w.value);
     }
   }
 }

@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { emptyProgress, type PartitionScope, type StateBackend } from '../../lib/state/backend.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';
-import { entityId, StateTxn } from '../../lib/state/txn.ts';
+import { cloneValue, entityId, StateTxn } from '../../lib/state/txn.ts';
 
 const scope: PartitionScope = { job: 'txn', stage: 0, partition: 0 };
 const OPERATORS = ['op', 'other'];
@@ -23,7 +23,7 @@ type Model = Map<string, Map<string, unknown>>;
  * batches, else a view per batch. `byEntity`: commits carry the writes per entity
  * (CommitBatch.entities, as the runtime commits to such a store), else field by field.
  */
-function open(live = true, byEntity = false) {
+function open(live = true, byEntity = false, maxKeys?: number) {
   const backend = new InMemoryStateBackend();
   const view: StateBackend = live
     ? backend
@@ -38,7 +38,7 @@ function open(live = true, byEntity = false) {
         commit: (b) => backend.commit(b),
         clearOutbox: (s, v) => backend.clearOutbox(s, v),
       };
-  const txn = new StateTxn(view, scope);
+  const txn = new StateTxn(view, scope, maxKeys);
   let version = 0;
   const commit = () => {
     const { writes, entities } = byEntity ? txn.changes() : { writes: txn.writes(), entities: undefined };
@@ -61,12 +61,13 @@ function open(live = true, byEntity = false) {
 
 const value = fc.oneof(fc.integer({ min: 0, max: 9 }), fc.array(fc.integer({ min: 0, max: 9 }), { maxLength: 4 }), fc.record({ n: fc.integer({ min: 0, max: 9 }) }));
 /** Operations on the given entities and fields. */
-function opsOver(operators: readonly string[], keys: readonly string[], fields: readonly string[]) {
+function opsOver(operators: readonly string[], keys: readonly string[], fields: readonly string[], v: fc.Arbitrary<unknown> = value) {
   const target = fc.record({ op: fc.constantFrom(...operators), key: fc.constantFrom(...keys), field: fc.constantFrom(...fields) });
   return fc.oneof(
     fc.record({ kind: fc.constant('get' as const), t: target, mutate: fc.boolean() }),
-    fc.record({ kind: fc.constant('set' as const), t: target, v: value }),
+    fc.record({ kind: fc.constant('set' as const), t: target, v }),
     fc.record({ kind: fc.constant('delete' as const), t: target }),
+    fc.record({ kind: fc.constant('append' as const), t: target, v }),
     fc.record({ kind: fc.constant('fields' as const), t: target, prefix: fc.constantFrom('', 'm\u0002', 'P') }),
     fc.record({ kind: fc.constant('commit' as const) }),
     fc.record({ kind: fc.constant('abandon' as const) }),
@@ -75,11 +76,15 @@ function opsOver(operators: readonly string[], keys: readonly string[], fields: 
 const opArb = opsOver(OPERATORS, KEYS, FIELDS);
 /** Few entities and fields: entities often lose their last field and come back (cells detached and attached again). */
 const narrowOpArb = opsOver(['op'], ['a', 'b'], ['P', 'x']);
+/** Lists of objects appended across batches: appends share the committed list's elements until the list is handed out. */
+const listOpArb = opsOver(['op'], ['a'], ['L', 'x'], fc.oneof(fc.record({ n: fc.integer({ min: 0, max: 9 }) }), fc.array(fc.record({ n: fc.integer({ min: 0, max: 9 }) }), { maxLength: 2 })));
 
-/** Change a value read, without writing it back. */
+/** Change a value read, without writing it back (its elements too: a list's elements may be shared with committed state). */
 function scribble(v: unknown): void {
-  if (Array.isArray(v)) v.push(99);
-  else if (v !== null && typeof v === 'object') (v as { n: number }).n = 99;
+  if (Array.isArray(v)) {
+    for (const x of v) scribble(x);
+    v.push(99);
+  } else if (v !== null && typeof v === 'object') (v as { n: number }).n = 99;
 }
 
 describe('StateTxn', () => {
@@ -89,6 +94,8 @@ describe('StateTxn', () => {
     ['a view per batch (remote stores)', false, false, opArb],
     ['few entities, cells, commits by entity', true, true, narrowOpArb],
     ['few entities, cells, commits field by field', true, false, narrowOpArb],
+    ['lists of objects, cells, commits by entity', true, true, listOpArb],
+    ['lists of objects, a view per batch', false, false, listOpArb],
   ])('behaves like committed maps plus a batch overlay, %s (property)', (_name, live, byEntity, arb) => {
     fc.assert(
       fc.property(fc.array(arb, { maxLength: 60 }), (ops) => {
@@ -131,6 +138,16 @@ describe('StateTxn', () => {
             } else if (o.kind === 'delete') {
               entry.set(field, undefined);
               view.set(id, { e, f: field, v: undefined, dirty: true });
+            } else if (o.kind === 'append') {
+              const cur = view.has(id) ? view.get(id)!.v : model.get(e)?.get(field);
+              if (cur !== undefined && !Array.isArray(cur)) {
+                // Only lists take appends: a clear error, and the field as it was.
+                expect(() => entry.append(field, structuredClone(o.v))).toThrow(/append expects a list/);
+              } else {
+                const next = [...((structuredClone(cur) as unknown[] | undefined) ?? []), structuredClone(o.v)];
+                expect(entry.append(field, structuredClone(o.v))).toBe(next.length);
+                view.set(id, { e, f: field, v: next, dirty: true });
+              }
             } else {
               const want = new Map<string, unknown>();
               for (const [f, v] of model.get(e) ?? []) want.set(f, v);
@@ -189,7 +206,8 @@ describe('StateTxn', () => {
   });
 
   it('finds entries by entity string as by (operator, key), and keeps a key entry across batches', () => {
-    const { txn, commit } = open();
+    // Commits by entity, as the runtime commits to a store with cells: the entry's cell is the one attached.
+    const { txn, commit } = open(true, true);
     const e1 = txn.overlay('op').entry('n1', kgOf('n1'));
     e1.set('P', 7);
     expect(txn.get(kgOf('n1'), entityId('op', 'n1'), 'P')).toBe(7);
@@ -200,5 +218,90 @@ describe('StateTxn', () => {
     expect(e2.entity).toBe(entityId('op', 'n1'));
     expect(txn.overlay('op').entityOf('n1')).toBe(e1.entity);
     expect(e2.get('P')).toBe(7);
+  });
+
+  it('append copies a committed list once per batch, shallowly, and never changes committed state (abandon, then re-apply)', () => {
+    const { txn, commit, committed } = open();
+    const entry = () => txn.overlay('op').entry('a', kgOf('a'));
+    expect(entry().append('L', { n: 1 })).toBe(1);
+    commit();
+    const run = () => {
+      expect(entry().append('L', { n: 2 })).toBe(2);
+      expect(entry().append('L', { n: 3 })).toBe(3);
+      // Handed out in the batch that appended: a deep copy, whose changes reach nothing.
+      const got = entry().get('L') as { n: number }[];
+      expect(got).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }]);
+      got[0].n = 99;
+      // The caller's list is its own: a later append makes a new one.
+      expect(entry().append('L', { n: 4 })).toBe(4);
+      expect(got).toHaveLength(3);
+      expect(committed().get(entityId('op', 'a'))?.get('L')).toEqual([{ n: 1 }]);
+    };
+    run();
+    // A failed batch is abandoned and re-applied: it sees committed state as it was.
+    txn.reset();
+    expect(committed().get(entityId('op', 'a'))?.get('L')).toEqual([{ n: 1 }]);
+    run();
+    commit();
+    expect(committed().get(entityId('op', 'a'))?.get('L')).toEqual([{ n: 99 }, { n: 2 }, { n: 3 }, { n: 4 }]);
+  });
+
+  it('append to a field that holds no list is refused with the field and what it holds', () => {
+    const { txn } = open();
+    const entry = txn.overlay('op').entry('a', kgOf('a'));
+    entry.set('P', 5);
+    expect(() => entry.append('P', 1)).toThrow('state field "P" of "op\\u0001a": append expects a list, found number');
+    expect(entry.get('P')).toBe(5);
+  });
+
+  it("past its bound, an overlay drops the entries of keys whose state is gone and keeps live keys'", () => {
+    const { txn, commit, committed } = open(true, true, 4);
+    const entry = (k: string) => txn.overlay('op').entry(k, kgOf(k));
+    const a = entry('a');
+    const b = entry('b');
+    a.append('l', 1);
+    b.set('P', 1);
+    commit();
+    a.set('l', undefined);
+    commit();
+    // Within the bound, a key whose state died keeps its entry (it may come back soon).
+    expect(entry('a')).toBe(a);
+    expect(a.get('l')).toBeUndefined();
+    expect(entry('b')).toBe(b);
+    // Keys only read (absent) pass the bound: the entries without state go, the live one stays.
+    for (const k of ['c', 'd', 'e']) expect(entry(k).get('P')).toBeUndefined();
+    commit();
+    expect(entry('b')).toBe(b);
+    const a2 = entry('a');
+    expect(a2).not.toBe(a);
+    expect(a2.append('l', 2)).toBe(1);
+    commit();
+    expect(committed().get(entityId('op', 'a'))?.get('l')).toEqual([2]);
+    // Mostly live keys past the bound: the overlay starts over (their entries are made again, their state read again).
+    for (const k of ['c', 'd', 'e']) entry(k).set('P', k);
+    commit();
+    expect(entry('b')).not.toBe(b);
+    expect(entry('b').get('P')).toBe(1);
+    expect(entry('c').get('P')).toBe('c');
+  });
+
+  it('cloneValue copies JSON-like values deeply: equal, and no object shared', () => {
+    const json = fc.jsonValue({ maxDepth: 4 });
+    fc.assert(
+      fc.property(json, (v) => {
+        const c = cloneValue(v);
+        expect(c).toEqual(v);
+        const objects = (x: unknown, out: Set<unknown>): Set<unknown> => {
+          if (x !== null && typeof x === 'object') {
+            out.add(x);
+            for (const y of Object.values(x)) objects(y, out);
+          }
+          return out;
+        };
+        const mine = objects(v, new Set());
+        for (const o of objects(c, new Set())) expect(mine.has(o)).toBe(false);
+      }),
+      { seed: 7, numRuns: 300 },
+    );
   });
 });
