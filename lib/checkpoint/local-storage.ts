@@ -86,11 +86,7 @@ export class DirectoryBlobStore implements BlobStore {
 
   async put(key: string, body: Uint8Array): Promise<void> {
     const path = this.path(key);
-    const stored = await this.get(key);
-    if (stored) {
-      if (sameBytes(stored, body)) return;
-      throw new BlobOverwriteError(key);
-    }
+    // No read first: the link below refuses an existing name, and only then are the stored bytes compared.
     const tmp = writeTemp(path, body, this.durable);
     try {
       linkSync(tmp, path);
