@@ -192,6 +192,15 @@ describe('operator handler', () => {
       for (const f of out.fired) covered.add(`${f.when} ${f.command}`);
       lost += out.stats.crashes - out.fired.length;
     }
+    // How often a command runs depends on how fauxqs batches deliveries, which moves with
+    // the machine's load: a boundary the seeded runs missed gets a run that crashes at its
+    // first call, so every boundary is crossed whatever the timing.
+    for (const b of boundaries) {
+      if (covered.has(`${b.when} ${b.command}`)) continue;
+      const out = await runOnAws({ crashes: [{ ...b, nth: 1 }] });
+      expectSameAsReference(out);
+      for (const f of out.fired) covered.add(`${f.when} ${f.command}`);
+    }
     for (const b of boundaries) expect(covered, `never crashed ${b.when} ${b.command}`).toContain(`${b.when} ${b.command}`);
     expect(lost).toBeGreaterThan(0); // answers lost just before returning
   }, 240_000);

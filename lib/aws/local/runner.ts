@@ -23,7 +23,6 @@
  *   of queue depths go to a separate accounting: a deployment pays them once, not per event.
  */
 import { randomBytes } from 'node:crypto';
-import { ReceiveMessageCommand, DeleteMessageBatchCommand } from '@aws-sdk/client-sqs';
 import type { Sink } from '../../api/sinks.ts';
 import type { SourceBinding, SourceDef } from '../../api/sources.ts';
 import type { Job } from '../../api/stream.ts';
@@ -41,13 +40,15 @@ import { stateTableName } from '../naming.ts';
 import { createOperatorHandler } from '../operator-handler.ts';
 import { type CostEstimate, estimateCost, type LambdaUsage } from '../prices.ts';
 import { createBucket, S3BlobStore } from '../s3-blob-store.ts';
-import { decodeBody, type DeadLetterMessage } from '../sqs-codec.ts';
 import { createStageQueues, type StageQueues, StaticQueues } from '../sqs-queues.ts';
 import { SqsTransport } from '../sqs-transport.ts';
 import type { LocalAwsEnvironment } from './endpoints.ts';
+import { type DeadLetterReport, drainDeadLetters } from './dead-letters.ts';
 import { type EventSourceMetrics, SqsEventSource } from './event-source.ts';
 import { type FeederContext, type FeedTarget, feedSource } from './feeder.ts';
 import { queueDepth } from './queues.ts';
+
+export type { DeadLetterReport } from './dead-letters.ts';
 
 export interface LocalAwsOptions {
   readonly env: LocalAwsEnvironment;
@@ -86,9 +87,6 @@ export interface StageReport {
   readonly name: string;
   readonly metrics: EventSourceMetrics;
 }
-
-/** A record parked by the operator handler, or a message SQS redrove after maxReceiveCount. */
-export type DeadLetterReport = ({ kind: 'deadLetter' } & DeadLetterMessage) | { kind: 'redriven'; stage: number; messageId: string; receives: string; body: string };
 
 export interface LocalAwsRunResult {
   readonly sourceRecords: number;
@@ -353,30 +351,8 @@ export class LocalAwsRuntime {
   }
 
   /** Drain the stage DLQs: parked records (with their errors) and messages SQS redrove whole. */
-  async deadLetters(): Promise<DeadLetterReport[]> {
-    const sqs = this.options.env.clients.sqs;
-    const out: DeadLetterReport[] = [];
-    for (const [stage, q] of this.queues.entries()) {
-      for (;;) {
-        const got = await sqs.send(new ReceiveMessageCommand({ QueueUrl: q.dlqUrl, MaxNumberOfMessages: 10, MessageSystemAttributeNames: ['All'] }));
-        this.overhead.record('sqs', 'ReceiveMessage', { requests: 1 });
-        const messages = got.Messages ?? [];
-        if (!messages.length) break;
-        for (const m of messages) {
-          let report: DeadLetterReport;
-          try {
-            const body = decodeBody(m.Body ?? '', m.MessageId);
-            report = body.k === 'd' ? { kind: 'deadLetter', ...body } : redriven(stage, m);
-          } catch {
-            report = redriven(stage, m);
-          }
-          out.push(report);
-        }
-        // Drained as read: fauxqs hands out one message per group while any is in flight.
-        await sqs.send(new DeleteMessageBatchCommand({ QueueUrl: q.dlqUrl, Entries: messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle! })) }));
-      }
-    }
-    return out;
+  deadLetters(): Promise<DeadLetterReport[]> {
+    return drainDeadLetters(this.options.env.clients.sqs, this.queues, this.overhead);
   }
 
   lambdaUsage(): LambdaUsage {
@@ -406,8 +382,4 @@ export class LocalAwsRuntime {
     this.ingestUsage.invocations++;
     this.ingestUsage.billedMs += billedMs;
   }
-}
-
-function redriven(stage: number, m: { MessageId?: string; Body?: string; Attributes?: Record<string, string> }): DeadLetterReport {
-  return { kind: 'redriven', stage, messageId: m.MessageId ?? '?', receives: m.Attributes?.ApproximateReceiveCount ?? '?', body: (m.Body ?? '').slice(0, 200) };
 }

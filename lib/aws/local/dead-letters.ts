@@ -1,0 +1,43 @@
+/**
+ * What a local-AWS run parked: the stage DLQs drained into reports. A DLQ holds two kinds
+ * of message: a record the operator handler parked with its error (an envelope of kind
+ * dead letter), and a whole message SQS moved there after maxReceiveCount receives.
+ */
+import { DeleteMessageBatchCommand, ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import type { AwsAccounting } from '../accounting.ts';
+import { type DeadLetterMessage, decodeBody } from '../sqs-codec.ts';
+import type { StageQueues } from '../sqs-queues.ts';
+
+/** A record parked by the operator handler, or a message SQS redrove after maxReceiveCount. */
+export type DeadLetterReport = ({ kind: 'deadLetter' } & DeadLetterMessage) | { kind: 'redriven'; stage: number; messageId: string; receives: string; body: string };
+
+/** Read and delete every message of the stages' DLQs; requests are counted in `overhead`. */
+export async function drainDeadLetters(sqs: SQSClient, queues: readonly StageQueues[], overhead: AwsAccounting): Promise<DeadLetterReport[]> {
+  const out: DeadLetterReport[] = [];
+  for (const [stage, q] of queues.entries()) {
+    for (;;) {
+      const got = await sqs.send(new ReceiveMessageCommand({ QueueUrl: q.dlqUrl, MaxNumberOfMessages: 10, MessageSystemAttributeNames: ['All'] }));
+      overhead.record('sqs', 'ReceiveMessage', { requests: 1 });
+      const messages = got.Messages ?? [];
+      if (!messages.length) break;
+      for (const m of messages) {
+        let report: DeadLetterReport;
+        try {
+          const body = decodeBody(m.Body ?? '', m.MessageId);
+          report = body.k === 'd' ? { kind: 'deadLetter', ...body } : redriven(stage, m);
+        } catch {
+          report = redriven(stage, m);
+        }
+        out.push(report);
+      }
+      // Drained as read: fauxqs hands out one message per group while any is in flight.
+      await sqs.send(new DeleteMessageBatchCommand({ QueueUrl: q.dlqUrl, Entries: messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle! })) }));
+      overhead.record('sqs', 'DeleteMessageBatch', { requests: 1 });
+    }
+  }
+  return out;
+}
+
+function redriven(stage: number, m: { MessageId?: string; Body?: string; Attributes?: Record<string, string> }): DeadLetterReport {
+  return { kind: 'redriven', stage, messageId: m.MessageId ?? '?', receives: m.Attributes?.ApproximateReceiveCount ?? '?', body: (m.Body ?? '').slice(0, 200) };
+}
