@@ -4,8 +4,9 @@
  *   hard-links it into place, so an object is either absent or complete and is never
  *   overwritten (link fails when the name exists);
  * - FilePointerStore: one small JSON file per name, changed by compare-and-set under a
- *   lock file; the new value is written to a temporary file, fsynced and renamed over
- *   the old one, then the directory is fsynced, so a crash leaves the old or the new one.
+ *   lock file created exclusively; the lock file holds the new value, fsynced, and is
+ *   renamed over the old one (publishing it and releasing the lock in one step), then the
+ *   directory is fsynced, so a crash leaves the old or the new one.
  * Plus in-memory versions for tests.
  */
 import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeSync } from 'node:fs';
@@ -85,11 +86,7 @@ export class DirectoryBlobStore implements BlobStore {
 
   async put(key: string, body: Uint8Array): Promise<void> {
     const path = this.path(key);
-    const stored = await this.get(key);
-    if (stored) {
-      if (sameBytes(stored, body)) return;
-      throw new BlobOverwriteError(key);
-    }
+    // No read first: the link below refuses an existing name, and only then are the stored bytes compared.
     const tmp = writeTemp(path, body, this.durable);
     try {
       linkSync(tmp, path);
@@ -156,8 +153,13 @@ function sleepSync(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
+/** The holder's pid at the head of a lock file: the new pointer value, JSON with `holder` first (or a bare pid, as earlier versions wrote). */
+const HOLDER = /^(?:\{"holder":)?(\d+)(?:[,}]|$)/;
+
 export class FilePointerStore implements PointerStore {
   private readonly durable: boolean;
+  /** Whether `dir` is known to exist (created once, again only if it disappears). */
+  private dirReady = false;
   constructor(
     readonly dir: string,
     options: LocalStorageOptions = {},
@@ -171,41 +173,73 @@ export class FilePointerStore implements PointerStore {
   }
 
   async read<T>(name: string): Promise<PointerValue<T> | undefined> {
+    let text: string;
     try {
-      return decodeJson<PointerValue<T>>(readFileSync(this.file(name), 'utf8'));
+      text = readFileSync(this.file(name), 'utf8');
     } catch (e) {
       if (code(e) === 'ENOENT') return undefined;
       throw e;
     }
+    const { version, value } = decodeJson<PointerValue<T>>(text);
+    return { version, value };
   }
 
+  /**
+   * Under `<name>.json.lock`, created exclusively: the lock file is written with the new
+   * value (and its holder's pid), so that when the stored version is the expected one,
+   * one rename publishes the value and releases the lock together (one file created per
+   * write, not a lock file and a temporary file); otherwise the lock file is removed.
+   */
   async compareAndSet<T>(name: string, expectedVersion: number, value: T): Promise<boolean> {
     const path = this.file(name);
-    const unlock = this.lock(`${path}.lock`);
+    const lock = `${path}.lock`;
+    const body = encodeJson({ holder: process.pid, version: expectedVersion + 1, value });
+    this.lock(lock, body);
+    let published = false;
     try {
       const current = (await this.read<T>(name))?.version ?? 0;
       if (current !== expectedVersion) return false;
-      writeFileAtomic(path, encodeJson({ version: current + 1, value }), this.durable);
-      return true;
+      renameSync(lock, path);
+      published = true;
     } finally {
-      unlock();
+      if (!published) unlinkSync(lock);
     }
+    if (this.durable) fsyncDir(this.dir);
+    return true;
   }
 
-  private lock(path: string): () => void {
-    mkdirSync(dirname(path), { recursive: true });
+  /** Create the lock file with `body` (fsynced when durable), waiting briefly for a live holder; a dead holder's lock is taken over. */
+  private lock(path: string, body: string): void {
     for (let attempt = 0; ; attempt++) {
+      let fd: number | undefined;
       try {
-        const fd = openSync(path, 'wx');
-        writeSync(fd, String(process.pid));
-        closeSync(fd);
-        return () => rmSync(path, { force: true });
+        fd = openSync(path, 'wx');
       } catch (e) {
-        if (code(e) !== 'EEXIST') throw e;
+        if (code(e) === 'ENOENT' && !this.dirReady) {
+          mkdirSync(this.dir, { recursive: true });
+          this.dirReady = true;
+          continue;
+        }
+        if (code(e) === 'ENOENT') this.dirReady = false;
+        else if (code(e) !== 'EEXIST') throw e;
       }
+      if (fd !== undefined) {
+        this.dirReady = true;
+        try {
+          writeSync(fd, body);
+          if (this.durable) fsyncSync(fd);
+        } catch (e) {
+          closeSync(fd);
+          unlinkSync(path);
+          throw e;
+        }
+        closeSync(fd);
+        return;
+      }
+      if (!this.dirReady) continue;
       let holder = NaN;
       try {
-        holder = Number(readFileSync(path, 'utf8'));
+        holder = Number(HOLDER.exec(readFileSync(path, 'utf8'))?.[1] ?? NaN);
       } catch {
         // Released between our attempts.
       }
