@@ -158,8 +158,6 @@ const HOLDER = /^(?:\{"holder":)?(\d+)(?:[,}]|$)/;
 
 export class FilePointerStore implements PointerStore {
   private readonly durable: boolean;
-  /** Whether `dir` is known to exist (created once, again only if it disappears). */
-  private dirReady = false;
   constructor(
     readonly dir: string,
     options: LocalStorageOptions = {},
@@ -215,16 +213,14 @@ export class FilePointerStore implements PointerStore {
       try {
         fd = openSync(path, 'wx');
       } catch (e) {
-        if (code(e) === 'ENOENT' && !this.dirReady) {
+        // The directory is made on the first write, and again if it disappears.
+        if (code(e) === 'ENOENT') {
           mkdirSync(this.dir, { recursive: true });
-          this.dirReady = true;
           continue;
         }
-        if (code(e) === 'ENOENT') this.dirReady = false;
-        else if (code(e) !== 'EEXIST') throw e;
+        if (code(e) !== 'EEXIST') throw e;
       }
       if (fd !== undefined) {
-        this.dirReady = true;
         try {
           writeSync(fd, body);
           if (this.durable) fsyncSync(fd);
@@ -236,7 +232,6 @@ export class FilePointerStore implements PointerStore {
         closeSync(fd);
         return;
       }
-      if (!this.dirReady) continue;
       let holder = NaN;
       try {
         holder = Number(HOLDER.exec(readFileSync(path, 'utf8'))?.[1] ?? NaN);
