@@ -162,7 +162,8 @@ export class PartitionRuntime {
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
     this.unchangedProbes.clear();
     let progressMoved = false;
-    for (const env of fresh) {
+    for (let i = 0; i < fresh.length; i++) {
+      const env = fresh[i];
       // Only a barrier waits for anything (its snapshot): other envelopes apply synchronously.
       const taken = this.take(env, true);
       if (taken) await taken;
