@@ -58,8 +58,10 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
   } else {
     for (const t of s.backend.tracked!(s.scope)) {
       if (t.after < s.baseEpoch) continue;
-      // forEach: no [entity, kg] pair per entry (a delta lists every key changed since the base).
-      t.entities.forEach((kg, e) => entities.set(e, kg));
+      // forEach: no [entity, kg] pair per entry (a delta lists every key changed since the base);
+      // forEachChanged, where the store has it, spares it building a map of the interval's entities.
+      if (t.forEachChanged) t.forEachChanged((kg, e) => entities.set(e, kg));
+      else t.entities.forEach((kg, e) => entities.set(e, kg));
     }
     for (const e of s.timerEntities) entities.set(e.entity, e.kg);
   }

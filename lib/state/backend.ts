@@ -102,6 +102,12 @@ export interface TrackedInterval {
   readonly after: number;
   /** entity -> key group */
   readonly entities: ReadonlyMap<string, number>;
+  /**
+   * Optional: every entity of `entities` at least once (one may repeat), without building
+   * the map; for a caller that deduplicates anyway (a snapshot collects the entities of
+   * several intervals into one map).
+   */
+  forEachChanged?(fn: (kg: number, entity: string) => void): void;
 }
 
 /** Changes of one commit for the tracked intervals. */
