@@ -87,9 +87,6 @@ export class EntityEntry implements EntityChanges {
     private readonly txn: CellSource,
     readonly kg: number,
     readonly entity: string,
-    /** The overlay that keeps this entry, and the key it keeps it by (entries made by entity string have none). */
-    readonly overlay?: { forget(e: EntityEntry): void },
-    readonly keyString = '',
   ) {}
 
   /** A committed field's value (not a copy). */

@@ -48,7 +48,7 @@ export class OperatorOverlay {
   entry(keyString: string, kg: number): EntityEntry {
     let e = this.entries.get(keyString);
     if (e === undefined) {
-      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString), this, keyString);
+      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString));
       this.entries.set(keyString, e);
     }
     if (e.batch !== this.batch) {
@@ -63,18 +63,14 @@ export class OperatorOverlay {
     return this.entries.get(keyString)?.entity ?? entityId(this.operator, keyString);
   }
 
-  /** @internal The batch is over and the entry keeps no cell (its entity has no fields): forget it. */
-  forget(e: EntityEntry): void {
-    if (this.entries.get(e.keyString) === e) this.entries.delete(e.keyString);
-  }
-
   /** @internal */
   reset(batch: number): void {
     this.batch = batch;
-    // Between batches no entry is in use. With a store of cells, entries of keys without
-    // state are gone already (StateTxn.reset); past the bound, drop those left (a remote
-    // store's, whose entries keep no cell) so that live keys keep theirs, and when mostly
-    // live keys fill the map, start over (each sweep frees at least half the bound).
+    // Between batches no entry is in use. Past the bound, drop the entries that keep no cell
+    // (their entities have no fields: short-lived keys such as a window join's persons), so
+    // the live keys keep theirs; a key that comes back makes a new entry. Kept until then, a
+    // key whose state dies and comes back soon (a window's auction) reuses its entry. When
+    // mostly live keys fill the map, start over (each sweep frees at least half the bound).
     if (this.entries.size > this.maxKeys) {
       for (const [k, e] of this.entries) if (!e.keepsCell) this.entries.delete(k);
       if (this.entries.size > this.maxKeys >> 1) this.entries = new Map();
@@ -188,15 +184,7 @@ export class StateTxn implements CellSource {
   reset(): void {
     this.batch++;
     // Entries first: an overlay's sweep asks which of them keep a cell.
-    // With a store of cells, an entry whose entity has no fields is dropped at once: the
-    // overlay's map holds live keys only (short-lived keys, such as a window join's, churn
-    // a small map instead of filling a large one up to its bound).
-    const cells = this.cells;
-    for (let i = 0; i < this.touchedCount; i++) {
-      const e = this.touched[i];
-      e.clear();
-      if (cells && !e.keepsCell) e.overlay?.forget(e);
-    }
+    for (let i = 0; i < this.touchedCount; i++) this.touched[i].clear();
     for (const o of this.overlays.values()) o.reset(this.batch);
     this.touchedCount = 0;
     // Past the overlays' bound, start over rather than keep entries they have forgotten.
