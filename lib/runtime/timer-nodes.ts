@@ -9,12 +9,13 @@ import type { TimerEntry } from '../state/backend.ts';
  * bookkeeping in private fields, which JSON and object spreads leave out: one object per timer.
  */
 export class Node implements TimerEntry {
-  readonly node: number;
-  readonly domain: 'event' | 'processing';
-  readonly time: number;
-  readonly kg: number;
-  readonly key: string;
-  readonly ns: string;
+  // Not readonly to the queue: a node nothing refers to any more is reused for a new timer (TimerQueue.free).
+  node: number;
+  domain: 'event' | 'processing';
+  time: number;
+  kg: number;
+  key: string;
+  ns: string;
   /** The key's timers this node is filed under. */
   #kt: KeyTimers;
   /** LIVE | IN_HEAP | COMMITTED | CHANGED: one field rather than four (one object per timer). */
@@ -28,6 +29,17 @@ export class Node implements TimerEntry {
     this.key = key;
     this.ns = ns;
     this.#kt = kt;
+  }
+
+  /** A free node as a new timer of its queue's node and domain (the constructor's work, without the allocation). */
+  renew(time: number, kg: number, key: string, ns: string, kt: KeyTimers): this {
+    this.time = time;
+    this.kg = kg;
+    this.key = key;
+    this.ns = ns;
+    this.#kt = kt;
+    this.#flags = LIVE | CHANGED;
+    return this;
   }
 
   get kt(): KeyTimers {

@@ -20,6 +20,9 @@ export type { ChangedEntity, TimerOwner } from './timer-nodes.ts';
 
 let reports = 0;
 
+/** Free nodes kept per queue (a window's firing frees about as many as it registers). */
+const FREE_MAX = 4096;
+
 /** A commit's timer adds and deletes, and how many of each collect() has written. */
 export interface ChangeLists {
   readonly adds: TimerEntry[];
@@ -45,7 +48,22 @@ export class TimerQueue {
    */
   private changedCount = 0;
 
-  constructor(private readonly owner: TimerOwner = { node: 0, domain: 'event', entityOf: (key) => key }) {}
+  /**
+   * Nodes of deleted timers that nothing refers to any more (committed deletes the backend
+   * has applied, adds cancelled in their batch, out of the heap), reused for new timers: a
+   * window's firing deletes one timer per key and registers the next, and a fresh object
+   * per registration lived long enough (a slide) to be copied by the young-generation GC.
+   */
+  private readonly free: Node[] = [];
+
+  /**
+   * `reuse`: the backend keeps no reference to a deleted timer's entry
+   * (StateBackend.releasesTimerEntries), so committed-deleted nodes may be reused.
+   */
+  constructor(
+    private readonly owner: TimerOwner = { node: 0, domain: 'event', entityOf: (key) => key },
+    private readonly reuse = false,
+  ) {}
 
   load(t: TimerEntry): void {
     if (this.find(t.key, t.ns, t.time)) return;
@@ -231,9 +249,13 @@ export class TimerQueue {
       changed[i] = null;
       n.changed = false;
       if (n.live) n.committed = true;
-      else if (n.committed) {
-        n.committed = false;
-        this.remove(n);
+      else {
+        if (n.committed) {
+          n.committed = false;
+          this.remove(n);
+        }
+        // Out of every list now (the backend applied its delete, if it had it): reusable.
+        if (this.reuse && !n.inHeap && this.free.length < FREE_MAX) this.free.push(n);
       }
     }
     this.changedCount = 0;
@@ -250,7 +272,8 @@ export class TimerQueue {
   private insert(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, known?: KeyTimers): Node {
     let kt = known ?? this.byKey.get(key);
     if (kt === undefined) this.byKey.set(key, (kt = { list: [], reported: Number.NaN }));
-    const n = new Node(node, domain, time, kg, key, ns, kt);
+    const free = this.free;
+    const n = free.length > 0 && node === this.owner.node && domain === this.owner.domain ? free.pop()!.renew(time, kg, key, ns, kt) : new Node(node, domain, time, kg, key, ns, kt);
     if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
     else if (kt.list.length < LIST_MAX) kt.list.push(n);
     else {
