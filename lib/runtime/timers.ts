@@ -49,6 +49,12 @@ export class TimerQueue {
   private changedCount = 0;
 
   /**
+   * The key of the timer pollUpTo() returned last, and its timers: a firing window registers
+   * its key's next timer from its callback, which then needs no look-up by key.
+   */
+  private firedKey: string | undefined;
+  private firedKt: KeyTimers | undefined;
+  /**
    * Nodes of deleted timers that nothing refers to any more (committed deletes the backend
    * has applied, adds cancelled in their batch, out of the heap), reused for new timers: a
    * window's firing deletes one timer per key and registers the next, and a fresh object
@@ -84,7 +90,9 @@ export class TimerQueue {
    * `entity`: the key's entity string when the caller has it (spares a lookup when the key's changes are reported).
    */
   registerAt(time: number, key: string, kg: number, ns: string, entity?: string): void {
-    const known = this.byKey.get(key);
+    const fired = this.firedKt;
+    // The fired key's timers, while they are still filed (a key leaves byKey only with its last node).
+    const known = key === this.firedKey && fired !== undefined && (fired.map !== undefined ? fired.map.size > 0 : fired.list.length > 0) ? fired : this.byKey.get(key);
     const n = known === undefined ? undefined : findIn(known, ns, time);
     if (n === undefined) {
       const kt = this.insert(this.owner.node, this.owner.domain, time, kg, key, ns, known).kt;
@@ -203,6 +211,8 @@ export class TimerQueue {
     const n = b.nodes[b.next++];
     n.inHeap = false;
     this.kill(n);
+    this.firedKey = n.key;
+    this.firedKt = n.kt;
     return n;
   }
 

@@ -10,7 +10,7 @@ const order = (a: TimerEntry, b: TimerEntry) => a.time - b.time || (a.key < b.ke
 
 const timerArb = fc.record({ time: fc.integer({ min: 0, max: 6 }), key: fc.constantFrom('sa', 'sb', 'n1', 'n10'), ns: fc.constantFrom('', 'x', 'L') });
 const opArb = fc.oneof(
-  fc.record({ op: fc.constant('register' as const), t: timerArb }),
+  fc.record({ op: fc.constant('register' as const), t: timerArb, at: fc.boolean() }),
   fc.record({ op: fc.constant('delete' as const), t: timerArb }),
   fc.record({ op: fc.constant('poll' as const), upTo: fc.integer({ min: -1, max: 7 }) }),
   fc.record({ op: fc.constant('commit' as const) }),
@@ -34,7 +34,9 @@ describe('TimerQueue', () => {
         for (const o of ops) {
           if (o.op === 'register') {
             const e = entry(o.t.time, o.t.key, o.t.ns);
-            q.register(e);
+            // registerAt: as a context does, also right after a poll of the same key (its timers are not looked up again).
+            if (o.at) q.registerAt(e.time, e.key, e.kg, e.ns);
+            else q.register(e);
             if (!live.has(id(e))) live.set(id(e), e);
           } else if (o.op === 'delete') {
             const e = entry(o.t.time, o.t.key, o.t.ns);
