@@ -113,17 +113,17 @@ export function combiningSender(edge: StageEdge, window: LogicalNode, maxP: numb
       } catch (e) {
         throw failure(operator, value, e);
       }
-      const at = b.values.length;
+      const at = b.count++;
       if (r.pane !== r.pane) {
         r.pane = pane;
         r.at = at;
       } else (r.more ??= []).push(pane, at);
-      b.values.push({ partial, records: 1 } satisfies PartialAggregate);
-      b.timestamps.push(timestamp);
+      b.values[at] = { partial, records: 1 } satisfies PartialAggregate;
+      b.timestamps[at] = timestamp;
       if (timestamp > b.maxTimestamp) b.maxTimestamp = timestamp;
-      b.keys!.push(key);
-      b.keyStrings!.push(r.ks);
-      b.keyGroups!.push(r.kg);
+      b.keys![at] = key;
+      b.keyStrings![at] = r.ks;
+      b.keyGroups![at] = r.kg;
       return;
     }
     const agg = b.values[i] as PartialAggregate;
