@@ -81,17 +81,29 @@ const CHANGED = 8;
 
 /**
  * A key's timers (live, and committed ones deleted in this batch): usually one or two,
- * searched in a list; a map by (namespace, time) only for keys with many.
+ * searched in a list; a map by (namespace, time) only for keys with many. A class with
+ * every field set at construction: fields added later would give the objects several
+ * shapes and a property store each.
  */
-export interface KeyTimers {
+export class KeyTimers {
   list: Node[];
-  map?: Map<string, Node>;
+  map: Map<string, Node> | undefined = undefined;
   /** The key's entity string, built once for the key's timers (incremental snapshots track it). */
-  entity?: string;
+  entity: string | undefined = undefined;
   /** The key as a changed entity, reported as is by every commit that changes the key's timers. */
-  dirty?: ChangedEntity;
+  dirty: ChangedEntity | undefined = undefined;
   /** The interval, or the call without one, that changedEntities() last reported this key for (NaN: none). */
-  reported: number;
+  reported = Number.NaN;
+
+  constructor() {
+    // Room for two: a firing window's key holds its fired timer and its next one until the
+    // commit, and a list grown from empty by push takes room for 17.
+    // (Emptied by pop: setting the length to 0 would drop the room.)
+    const list: Node[] = [undefined as unknown as Node, undefined as unknown as Node];
+    list.pop();
+    list.pop();
+    this.list = list;
+  }
 }
 
 /** An entity whose timers changed (TrackingUpdate.entities); never changed once built. */

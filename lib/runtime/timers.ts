@@ -14,7 +14,7 @@
  * nodes (flags say add or delete) rather than sets kept in step.
  */
 import type { TimerEntry } from '../state/backend.ts';
-import { type Bucket, type ChangedEntity, compare, findIn, type KeyTimers, LIST_MAX, Node, removeAt, slot, type TimerOwner } from './timer-nodes.ts';
+import { type Bucket, type ChangedEntity, compare, findIn, KeyTimers, LIST_MAX, Node, removeAt, slot, type TimerOwner } from './timer-nodes.ts';
 
 export type { ChangedEntity, TimerOwner } from './timer-nodes.ts';
 
@@ -281,7 +281,7 @@ export class TimerQueue {
   /** `kt`: the key's timers when the caller looked them up already (register: one lookup per key, not two). */
   private insert(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, known?: KeyTimers): Node {
     let kt = known ?? this.byKey.get(key);
-    if (kt === undefined) this.byKey.set(key, (kt = { list: [], reported: Number.NaN }));
+    if (kt === undefined) this.byKey.set(key, (kt = new KeyTimers()));
     const free = this.free;
     const n = free.length > 0 && node === this.owner.node && domain === this.owner.domain ? free.pop()!.renew(time, kg, key, ns, kt) : new Node(node, domain, time, kg, key, ns, kt);
     if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
