@@ -47,6 +47,9 @@ export class TimerQueue {
    * slots set to null) rather than grown again from empty at every commit.
    */
   private changedCount = 0;
+  /** This batch's adds (live, not committed) and deletes (committed, not live), kept as they change (countChanges without a pass). */
+  private adds = 0;
+  private deletes = 0;
 
   /**
    * The key of the timer pollUpTo() returned last, and its timers: a firing window registers
@@ -76,6 +79,7 @@ export class TimerQueue {
     const n = this.insert(t.node, t.domain, t.time, t.kg, t.key, t.ns);
     n.committed = true;
     n.changed = false;
+    this.adds--;
     this.changed[--this.changedCount] = null;
   }
 
@@ -111,6 +115,9 @@ export class TimerQueue {
 
   /** Deleted earlier in this batch: the deletion is cancelled. */
   private revive(n: Node): void {
+    // Only committed nodes stay filed once dead: reviving one cancels its delete.
+    if (n.committed) this.deletes--;
+    else this.adds++;
     n.live = true;
     this.liveCount++;
     if (!n.inHeap) this.push(n);
@@ -146,12 +153,8 @@ export class TimerQueue {
 
   /** Add this batch's adds and deletes to `counts` (a commit sizes its lists before collect()). */
   countChanges(counts: { adds: number; deletes: number }): void {
-    for (let i = 0; i < this.changedCount; i++) {
-      const n = this.changed[i]!;
-      if (n.live === n.committed) continue;
-      if (n.live) counts.adds++;
-      else counts.deletes++;
-    }
+    counts.adds += this.adds;
+    counts.deletes += this.deletes;
   }
 
   /**
@@ -269,6 +272,8 @@ export class TimerQueue {
       }
     }
     this.changedCount = 0;
+    this.adds = 0;
+    this.deletes = 0;
     // A batch far larger than usual (a recovery's firings) does not keep its slots for good.
     if (changed.length > 65_536) this.changed = [];
   }
@@ -292,6 +297,7 @@ export class TimerQueue {
       kt.list = [];
     }
     this.liveCount++;
+    this.adds++;
     this.changed[this.changedCount++] = n;
     this.push(n);
     return n;
@@ -301,6 +307,8 @@ export class TimerQueue {
   private kill(n: Node): void {
     n.live = false;
     this.liveCount--;
+    if (n.committed) this.deletes++;
+    else this.adds--;
     if (n.committed) {
       if (!n.changed) {
         n.changed = true;

@@ -50,6 +50,10 @@ describe('TimerQueue', () => {
           } else {
             expect(new Set([...q.added].map(id))).toEqual(new Set([...live.keys()].filter((k) => !committed.has(k))));
             expect(new Set([...q.deleted].map(id))).toEqual(new Set([...committed].filter((k) => !live.has(k))));
+            // The counts a commit sizes its lists by, kept as the queue changes.
+            const counts = { adds: 0, deletes: 0 };
+            q.countChanges(counts);
+            expect(counts).toEqual({ adds: q.added.length, deletes: q.deleted.length });
             for (const t of q.deleted) stored.delete(id(t));
             for (const t of q.added) stored.set(id(t), t);
             q.clearChanges();
