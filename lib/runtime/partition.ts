@@ -366,6 +366,11 @@ export class PartitionRuntime {
   }
 
   /** @internal */
+  get reusesTimerEntries(): boolean {
+    return this.deps.backend.releasesTimerEntries === true;
+  }
+
+  /** @internal */
   get clock(): Clock {
     return this.deps.clock;
   }

@@ -242,6 +242,13 @@ export interface StateBackend {
   readonly tracksChanges?: boolean;
   /** With tracksChanges: the committed tracked intervals, oldest first (read only; valid until the next commit). */
   tracked?(scope: PartitionScope): readonly TrackedInterval[];
+  /**
+   * Optional: true when the store keeps no reference to a TimerEntry once a commit deleted
+   * it (it forgets deleted timers, and hands recover() the entries it holds, which the
+   * runtime copies). The runtime may then reuse the objects of deleted timers for new ones
+   * (a window fires one timer per key and window). Stores that keep entries in logs leave it unset.
+   */
+  readonly releasesTimerEntries?: boolean;
   /** Optional, for full snapshots: every committed entity of the given key groups of a stage (remote stores answer asynchronously). */
   entitiesOf?(
     scope: PartitionScope,

@@ -64,6 +64,8 @@ export interface InstalledPartition {
 export class InMemoryStateBackend implements StateBackend {
   readonly needsPrefetch = false;
   readonly tracksChanges = true;
+  /** CommittedTimers drops deleted entries: the runtime may reuse their objects. */
+  readonly releasesTimerEntries = true;
   /** Per stage: key group -> entity -> cell. State belongs to the stage (a rescale moves key groups between partitions). */
   private readonly state = new Map<string, StageCells>();
   private readonly partitions = new Map<string, PartitionRecord>();
