@@ -37,6 +37,14 @@ export interface EmbeddedOptions {
    * commit per few of them would cost more than their records.
    */
   readonly batchRecords?: number;
+  /**
+   * Scheduling rounds a partition fed by another stage may wait while its input keeps
+   * arriving, so that one batch (one commit) takes several rounds' records (linger.ts).
+   * Default 8; 0: take the queue every round.
+   */
+  readonly lingerRounds?: number;
+  /** Queued records at which a lingering partition takes its queue at once. Default 4096. */
+  readonly lingerRecords?: number;
   /** Records a partition's input queue may hold before upstream waits. Default 65536. */
   readonly queueCapacity?: number;
   /** Attempts of a record whose user code throws before it is dead-lettered. Default 3. */

@@ -15,6 +15,10 @@ export interface Slot {
   queue: Envelope[];
   head: number;
   queuedRecords: number;
+  /** Fed only by other stages; the round it was last fed in and the rounds it has waited since (linger.ts). */
+  readonly downstream: boolean;
+  fedRound: number;
+  lingered: number;
   readonly failures: Map<string, ParkedFailure>;
   readonly skip: Map<string, ParkedFailure>;
 }

@@ -19,6 +19,7 @@ import { locationId, type ParkedFailure, PartitionRuntime, RecordFailedError } f
 import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
 import type { StateBackend } from '../state/backend.ts';
+import { type LingerPolicy, shouldLinger } from './linger.ts';
 import { type Barrier, type DeadLetter, type Envelope, type OutboxEntry, recordCount } from '../transport/envelope.ts';
 import { OutboxDelivery } from './outbox-delivery.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
@@ -48,6 +49,9 @@ export class EmbeddedRuntime implements IngestTarget {
   private started = false;
   private stopping = false;
   private wake?: () => void;
+  /** Scheduling rounds so far (linger.ts counts in rounds). */
+  private round = 0;
+  private readonly linger: LingerPolicy;
   private counters: RuntimeCounters = { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0 };
 
   constructor(
@@ -64,6 +68,7 @@ export class EmbeddedRuntime implements IngestTarget {
       queueCapacity: options.queueCapacity ?? 65536,
       maxAttempts: options.maxAttempts ?? 3,
     };
+    this.linger = { rounds: options.lingerRounds ?? 8, records: options.lingerRecords ?? 4096 };
     for (const node of this.plan.job.sinks()) {
       if (node.spec.kind !== 'sink') continue;
       this.sinks.set(node.name, options.sinks?.[node.name] ?? node.spec.sink);
@@ -84,9 +89,10 @@ export class EmbeddedRuntime implements IngestTarget {
     if (this.options.restore) this.install(this.options.restore);
     for (const stage of this.plan.stages) {
       const row: Slot[] = [];
+      const downstream = !this.plan.edges.some((e) => e.toStage === stage.id && e.from.kind === 'source');
       for (let p = 0; p < stage.parallelism; p++) {
         const runtime = await this.openPartition(stage.id, p);
-        row.push({ stage: stage.id, partition: p, runtime, queue: [], head: 0, queuedRecords: 0, failures: new Map(), skip: new Map() });
+        row.push({ stage: stage.id, partition: p, runtime, queue: [], head: 0, queuedRecords: 0, downstream, fedRound: -1, lingered: 0, failures: new Map(), skip: new Map() });
       }
       this.slots.push(row);
     }
@@ -165,14 +171,21 @@ export class EmbeddedRuntime implements IngestTarget {
   async step(): Promise<boolean> {
     let progressed = false;
     const slots = this.slots;
+    const round = ++this.round;
     for (let s = slots.length - 1; s >= 0; s--) {
       if (!this.downstreamHasRoom(s)) continue;
       const row = slots[s];
       for (let i = 0; i < row.length; i++) {
         const slot = row[i];
         if (slot.head < slot.queue.length) {
-          await this.processSlot(slot);
+          // Waiting counts as progress: it only happens while input arrives, so the loop must not sleep.
           progressed = true;
+          if (shouldLinger(slot, round, this.linger)) {
+            slot.lingered++;
+            continue;
+          }
+          slot.lingered = 0;
+          await this.processSlot(slot);
         }
       }
     }
@@ -295,6 +308,7 @@ export class EmbeddedRuntime implements IngestTarget {
     const slot = this.slots[this.plan.edges[env.edge].toStage][env.toPartition];
     slot.queue.push(env);
     slot.queuedRecords += recordCount(env);
+    slot.fedRound = this.round;
   }
 
   private processSlot(slot: Slot): Promise<void> {
