@@ -18,8 +18,8 @@ import { channelsInto, type StagePlan } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
 import type { ChannelProgress, PartitionScope, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
-import { columnsOf, type Envelope, type OutboxEntry, toPlainEnvelope } from '../transport/envelope.ts';
-import { applyColumns } from './apply-columns.ts';
+import { columnsOf, type Envelope, type OutboxEntry, pendingStampOf, toPlainEnvelope } from '../transport/envelope.ts';
+import { applyColumns, applySourceStamp } from './apply-columns.ts';
 import { buildChains } from './chain.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, newNodeRuntime, type NodeRuntime } from './context.ts';
@@ -237,8 +237,10 @@ export class PartitionRuntime {
     at.enter(env);
     // Columns (source chunks, shuffled records) go in without a record object each; with
     // failures to park, the record path checks each record against them.
-    const columns = columnsOf(env);
-    if (columns && !at.skip && applyColumns(columns, target, edge.toInput, at)) {
+    // A source chunk not stamped yet is stamped in the chain's pass (each event touched once).
+    const stamp = at.skip || !source ? undefined : pendingStampOf(env);
+    const columns = stamp ? applySourceStamp(stamp, target, at) : columnsOf(env);
+    if (columns && !at.skip && (stamp !== undefined || applyColumns(columns, target, edge.toInput, at))) {
       this.acc.recordsIn += columns.values.length;
       at.leave();
       this.afterRecords(env, ch, source ? sourceWatermarkAt(this.deps.plan, edge, columns.maxTimestamp) : MIN_WATERMARK);
