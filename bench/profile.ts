@@ -53,7 +53,8 @@ const q = QUERIES.find((x) => x.name === values.query);
 if (!q) throw new Error(`--query: one of ${QUERIES.map((x) => x.name).join(', ')}`);
 const events = generate(Number(values.events), 42);
 const interval = values['checkpoint-interval'];
-const run = async (count: number) => {
+/** One run; the checkpoint directory is removed by `cleanup`, outside the profiled window. */
+const run = async (count: number): Promise<{ ms: number; cleanup: () => void }> => {
   const job = q.job(values.parallelism ? Number(values.parallelism) : undefined);
   const options = {
     sources: { events: { kind: 'generator' as const, count, generate: (n: number) => events[n] } },
@@ -66,13 +67,12 @@ const run = async (count: number) => {
   const t0 = performance.now();
   await runtime.run();
   const ms = performance.now() - t0;
-  if (dir) rmSync(dir, { recursive: true, force: true });
-  return ms;
+  return { ms, cleanup: () => dir && rmSync(dir, { recursive: true, force: true }) };
 };
-await run(Math.min(50_000, events.length)); // warm-up
+(await run(Math.min(50_000, events.length))).cleanup(); // warm-up
 const runs = Number(values.runs);
 if (!Number.isSafeInteger(runs) || runs < 1) throw new Error(`--runs: expected an integer >= 1, received "${values.runs}"`);
-for (let i = 1; i < runs; i++) await run(events.length);
+for (let i = 1; i < runs; i++) (await run(events.length)).cleanup();
 
 const session = new Session();
 session.connect();
@@ -84,10 +84,11 @@ await session.post('Profiler.enable');
 await session.post('Profiler.setSamplingInterval', { interval: 100 });
 await session.post('Profiler.start');
 const cpu0 = process.cpuUsage();
-const ms = await run(events.length);
+const { ms, cleanup } = await run(events.length);
 const cpu = process.cpuUsage(cpu0);
 const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
 session.disconnect();
+cleanup();
 if (values.out) writeFileSync(values.out, JSON.stringify(profile));
 
 const byId = new Map(profile.nodes.map((n) => [n.id, n]));
@@ -138,9 +139,10 @@ interface HeapNode {
 async function heapProfile(s: Session): Promise<void> {
   await s.post('HeapProfiler.enable');
   await s.post('HeapProfiler.startSampling', { samplingInterval: 4096, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
-  await run(events.length);
+  const { cleanup } = await run(events.length);
   const { profile } = (await s.post('HeapProfiler.stopSampling')) as unknown as { profile: { head: HeapNode } };
   s.disconnect();
+  cleanup();
   const where = (n: HeapNode) => `${n.callFrame.functionName || '(anonymous)'} ${n.callFrame.url.split('/').slice(-2).join('/')}`;
   const fileOf = (n: HeapNode) => n.callFrame.url.split('/').slice(-2).join('/') || n.callFrame.functionName;
   const byFunction = new Map<string, number>();
