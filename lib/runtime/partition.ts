@@ -154,14 +154,14 @@ export class PartitionRuntime {
   /** Process envelopes and commit. `skip`: records (by locationId) to park in the dead-letter queue instead. */
   async process(envelopes: readonly Envelope[], skip?: ReadonlyMap<string, ParkedFailure>): Promise<BatchResult> {
     const { fresh, dups } = freshEnvelopes(envelopes, this.progress.inputs, this.where);
-    if (fresh.length === 0 && dups > 0) {
+    if (fresh.length === 0 && dups > 0 && (this.progress.aligning || !this.progress.held)) {
       return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false, parked: [] };
     }
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
     this.unchangedProbes.clear();
-    let progressMoved = false;
+    let progressMoved = await this.applyLeftHeld();
     for (const env of fresh) {
       // Only a barrier waits for anything (its snapshot): other envelopes apply synchronously.
       const taken = this.take(env, true);
@@ -202,6 +202,20 @@ export class PartitionRuntime {
     }
     this.apply(env, ch);
     return undefined;
+  }
+
+  /**
+   * Envelopes held behind a barrier whose commit came just before a crash (the commit keeps
+   * them, their positions consumed): applied before anything else, as they would have been
+   * right after that commit. True when there were any.
+   */
+  private async applyLeftHeld(): Promise<boolean> {
+    const held = this.progress.aligning ? undefined : this.progress.held;
+    if (!held) return false;
+    delete this.progress.held;
+    if (this.deps.backend.needsPrefetch) await this.prefetchFor(held);
+    for (const h of held) await this.take(h, false);
+    return true;
   }
 
   /** The input log replay an in-place restore on AWS left (per source channel: records `from` .. `upTo - 1`); empty: none. */
@@ -290,8 +304,9 @@ export class PartitionRuntime {
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
+    const moved = await this.applyLeftHeld();
     this.fireProcessingTimers();
-    await this.commitPart(false);
+    await this.commitPart(moved);
     const parked = this.at.end();
     return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0, parked };
   }
