@@ -19,7 +19,7 @@ import { channelId, type PhysicalPlan } from '../graph/compile.ts';
 import type { ChannelProgress, PartitionProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import type { StateTxn } from '../state/txn.ts';
 import type { Barrier, Envelope, OutboxEntry } from '../transport/envelope.ts';
-import { buildSnapshot, type DirtyEntity, keyGroupsOf } from './snapshots.ts';
+import { buildSnapshot, type DirtyEntity, keyGroupsOf, PresentEntities } from './snapshots.ts';
 
 interface Aligning {
   barrier: Barrier;
@@ -76,6 +76,8 @@ export interface AlignerHost {
 export class BarrierAligner {
   private readonly key: string;
   private readonly keyGroups: number[];
+  /** What this partition's last snapshot held (deltas leave out entities that came and went since their base). */
+  private readonly present = new PresentEntities();
 
   constructor(
     private readonly plan: PhysicalPlan,
@@ -151,7 +153,9 @@ export class BarrierAligner {
       timerEntities: this.host.timerEntities(),
       timersOf: (e) => this.host.timersOf(e),
       allTimerEntities: () => this.host.allTimerEntities(),
+      aliveAtBase: this.present.at(b.baseEpoch),
     });
+    this.present.update(object);
     const bytes = encodeSnapshot(object);
     const key = snapshotKey(this.scope.job, this.scope.stage, this.scope.partition, b.epoch, bytes);
     await this.store.put(key, bytes);

@@ -27,10 +27,13 @@ const ROUTES_LIMIT = 16_384;
 
 /** A key's routing, computed once while it stays cached, and where its partials in the open buffer are. */
 class KeyRoute {
-  /** The buffer `slots` describes (ChannelBuffer.id; 0: none). */
+  /** The buffer `pane`, `at` and `more` describe (ChannelBuffer.id; 0: none). */
   buffer = 0;
-  /** [pane start, column index, ...] of this key's partials in that buffer. */
-  readonly slots: number[] = [];
+  /** The pane of this key's first partial in that buffer, and its column index (most keys have one pane in a buffer). */
+  pane = Number.NaN;
+  at = -1;
+  /** [pane start, column index, ...] of its other partials there. */
+  more: number[] | undefined = undefined;
 
   constructor(
     readonly ks: string,
@@ -88,16 +91,19 @@ export function combiningSender(edge: StageEdge, window: LogicalNode, maxP: numb
     // not sent; its buffer is still opened, so the target gets the envelope it would have
     // got (without records), and the envelopes are those of an uncombined run.
     if (pane !== pane) return;
-    const slots = r.slots;
+    let i = -1;
     if (r.buffer !== b.id) {
       r.buffer = b.id;
-      slots.length = 0;
-    }
-    let i = -1;
-    for (let j = slots.length - 2; j >= 0; j -= 2) {
-      if (slots[j] === pane) {
-        i = slots[j + 1];
-        break;
+      r.pane = Number.NaN;
+      if (r.more !== undefined) r.more.length = 0;
+    } else if (r.pane === pane) i = r.at;
+    else if (r.more !== undefined) {
+      const more = r.more;
+      for (let j = more.length - 2; j >= 0; j -= 2) {
+        if (more[j] === pane) {
+          i = more[j + 1];
+          break;
+        }
       }
     }
     if (i < 0) {
@@ -107,13 +113,17 @@ export function combiningSender(edge: StageEdge, window: LogicalNode, maxP: numb
       } catch (e) {
         throw failure(operator, value, e);
       }
-      slots.push(pane, b.values.length);
-      b.values.push({ partial, records: 1 } satisfies PartialAggregate);
-      b.timestamps.push(timestamp);
+      const at = b.count++;
+      if (r.pane !== r.pane) {
+        r.pane = pane;
+        r.at = at;
+      } else (r.more ??= []).push(pane, at);
+      b.values[at] = { partial, records: 1 } satisfies PartialAggregate;
+      b.timestamps[at] = timestamp;
       if (timestamp > b.maxTimestamp) b.maxTimestamp = timestamp;
-      b.keys!.push(key);
-      b.keyStrings!.push(r.ks);
-      b.keyGroups!.push(r.kg);
+      b.keys![at] = key;
+      b.keyStrings![at] = r.ks;
+      b.keyGroups![at] = r.kg;
       return;
     }
     const agg = b.values[i] as PartialAggregate;

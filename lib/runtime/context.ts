@@ -31,6 +31,8 @@ export interface ContextHost {
   readonly clock: Clock;
   readonly watermark: number;
   readonly stateTxn: StateTxn;
+  /** The backend forgets deleted timers' entries: timer queues may reuse them (StateBackend.releasesTimerEntries). */
+  readonly reusesTimerEntries?: boolean;
 }
 
 /** A node of a partition: its context, operator, routes and timers (entries are set by buildChains). */
@@ -61,7 +63,7 @@ export { entityId };
 
 function timerQueue(node: LogicalNode, domain: TimeDomain, host: ContextHost): TimerQueue {
   const overlay = host.stateTxn.overlay(node.name);
-  return new TimerQueue({ node: node.id, domain, entityOf: (key) => overlay.entityOf(key) });
+  return new TimerQueue({ node: node.id, domain, entityOf: (key) => overlay.entityOf(key) }, host.reusesTimerEntries === true);
 }
 
 export class NodeContext implements OperatorContext {

@@ -39,6 +39,8 @@ class EdgeOutput {
   readonly targetParallelism: number;
   /** Per target partition (undefined: nothing since the last seal). */
   readonly buffers: (ChannelBuffer | undefined)[];
+  /** Per target partition, its buffer between seals (reopened: its arrays keep their room). */
+  private readonly kept: (ChannelBuffer | undefined)[];
 
   constructor(
     readonly edge: StageEdge,
@@ -47,10 +49,12 @@ class EdgeOutput {
     this.keyed = edge.partitioning === 'hash';
     this.targetParallelism = targetParallelism;
     this.buffers = new Array(targetParallelism).fill(undefined);
+    this.kept = new Array(targetParallelism).fill(undefined);
   }
 
   open(p: number): ChannelBuffer {
-    return (this.buffers[p] = new ChannelBuffer(this.keyed));
+    const kept = this.kept[p];
+    return (this.buffers[p] = kept !== undefined ? kept.reopen() : (this.kept[p] = new ChannelBuffer(this.keyed)));
   }
 }
 
@@ -109,8 +113,9 @@ export class Outputs {
       const p = this.partition % out.targetParallelism;
       return (value, timestamp) => {
         const b = buffers[p] ?? this.open(out, p);
-        b.values.push(value);
-        b.timestamps.push(timestamp);
+        const i = b.count++;
+        b.values[i] = value;
+        b.timestamps[i] = timestamp;
         if (timestamp > b.maxTimestamp) b.maxTimestamp = timestamp;
       };
     }
@@ -137,12 +142,13 @@ export class Outputs {
         lastKey = key;
       }
       const b = buffers[p] ?? this.open(out, p);
-      b.values.push(value);
-      b.timestamps.push(timestamp);
+      const i = b.count++;
+      b.values[i] = value;
+      b.timestamps[i] = timestamp;
       if (timestamp > b.maxTimestamp) b.maxTimestamp = timestamp;
-      b.keys!.push(key);
-      b.keyStrings!.push(ks);
-      b.keyGroups!.push(kg);
+      b.keys![i] = key;
+      b.keyStrings![i] = ks;
+      b.keyGroups![i] = kg;
     };
   }
 
@@ -175,12 +181,12 @@ export class Outputs {
         const watermark = progress.outputWatermark;
         const idle = progress.outputIdle || undefined;
         // A buffer without records: a combined edge's records that lay in no window.
-        if (b === undefined || b.values.length === 0) {
+        if (b === undefined || b.count === 0) {
           buffers[p] = undefined;
           this.push({ kind: 'channel', envelope: { channel, edge: eId, toPartition: p, seq, records: [], watermark, idle } });
         } else {
           buffers[p] = undefined;
-          this.push({ kind: 'channel', envelope: columnarEnvelope({ channel, edge: eId, toPartition: p, seq, watermark, idle }, b) });
+          this.push({ kind: 'channel', envelope: columnarEnvelope({ channel, edge: eId, toPartition: p, seq, watermark, idle }, b.seal()) });
         }
       }
     }
@@ -205,7 +211,12 @@ export class Outputs {
 
   /** Drop what was not sealed (after a commit everything was). */
   reset(): void {
-    if (this.buffered) for (const out of this.edgeOutputs) out.buffers.fill(undefined);
+    if (this.buffered) {
+      for (const out of this.edgeOutputs) {
+        for (const b of out.buffers) b?.discard();
+        out.buffers.fill(undefined);
+      }
+    }
     this.buffered = false;
     for (const slot of this.activeSinks) slot.records = [];
     if (this.activeSinks.length) this.activeSinks = [];

@@ -16,7 +16,7 @@ import { type Clock, type Key, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord }
 import { InvariantError, UserCodeError } from '../errors.ts';
 import { channelsInto, type StagePlan } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
-import type { ChannelProgress, PartitionScope, TimerEntry, TrackingUpdate } from '../state/backend.ts';
+import type { ChannelProgress, CommitBatch, EntityChanges, InputLogAppend, PartitionScope, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import { columnsOf, type Envelope, type OutboxEntry, pendingStampOf, toPlainEnvelope } from '../transport/envelope.ts';
 import { applyColumns, applySourceStamp } from './apply-columns.ts';
@@ -110,7 +110,7 @@ export class PartitionRuntime {
         timerEntities: () => changedTimerEntities(this.order),
         timersOf: (e) => timersOfEntity(this.byName, e),
         allTimerEntities: () => allTimerEntities(this.order),
-        commit: (next) => this.commitPart(true, next),
+        commit: (next) => this.commitPart(true, next) ?? Promise.resolve(),
         take: (env) => this.take(env, false) ?? Promise.resolve(),
         prefetch: (envs) => (this.deps.backend.needsPrefetch ? this.prefetchFor(envs) : Promise.resolve()),
       });
@@ -161,15 +161,18 @@ export class PartitionRuntime {
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
     this.unchangedProbes.clear();
-    let progressMoved = await this.applyLeftHeld();
-    for (const env of fresh) {
+    // Not awaited when there is nothing left (the common case): a batch stays one promise.
+    let progressMoved = this.progress.held !== undefined && (await this.applyLeftHeld());
+    for (let i = 0; i < fresh.length; i++) {
+      const env = fresh[i];
       // Only a barrier waits for anything (its snapshot): other envelopes apply synchronously.
       const taken = this.take(env, true);
       if (taken) await taken;
       progressMoved ||= !this.unchangedProbes.has(env);
     }
     this.fireProcessingTimers();
-    await this.commitPart(progressMoved);
+    const committing = this.commitPart(progressMoved);
+    if (committing) await committing;
     const parked = this.at.end();
     return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups, parked };
   }
@@ -304,9 +307,10 @@ export class PartitionRuntime {
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
-    const moved = await this.applyLeftHeld();
+    const moved = this.progress.held !== undefined && (await this.applyLeftHeld());
     this.fireProcessingTimers();
-    await this.commitPart(moved);
+    const committing = this.commitPart(moved);
+    if (committing) await committing;
     const parked = this.at.end();
     return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0, parked };
   }
@@ -380,6 +384,11 @@ export class PartitionRuntime {
   }
 
   /** @internal */
+  get reusesTimerEntries(): boolean {
+    return this.deps.backend.releasesTimerEntries === true;
+  }
+
+  /** @internal */
   get clock(): Clock {
     return this.deps.clock;
   }
@@ -394,7 +403,7 @@ export class PartitionRuntime {
    * an envelope without records moves a channel's position, which must be committed;
    * `next` (an aligned barrier) forces the commit and starts a new tracked interval.
    */
-  private async commitPart(progressMoved: boolean, next?: TrackingUpdate['next']): Promise<void> {
+  private commitPart(progressMoved: boolean, next?: TrackingUpdate['next']): Promise<void> | undefined {
     this.outputs.flushChannels();
     this.outputs.sealSinks();
     const outbox = this.pendingOutbox;
@@ -409,22 +418,38 @@ export class PartitionRuntime {
     const { adds: timerAdds, deletes: timerDeletes } = timerChanges(this.order, timerEntities, interval);
     this.deps.beforeCommit?.();
     const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || entities !== undefined || timerAdds.length > 0 || timerDeletes.length > 0;
-    if (changed) {
-      const tracking = timerEntities ? { entities: timerEntities, ...(next ? { next } : {}) } : undefined;
-      await this.deps.backend.commit({
-        scope: this.scope,
-        expectedVersion: this.version,
-        writes,
-        ...(entities ? { entities } : {}),
-        timerAdds,
-        timerDeletes,
-        progress: copyProgress(this.progress),
-        outbox,
-        ...(tracking ? { tracking } : {}),
-        ...(inputLog.length ? { inputLog } : {}),
-      });
-      this.version++;
+    if (!changed) {
+      this.afterCommit(outbox, false);
+      return undefined;
     }
+    const batch: CommitBatch = {
+      scope: this.scope,
+      expectedVersion: this.version,
+      writes,
+      timerAdds,
+      timerDeletes,
+      progress: copyProgress(this.progress),
+      outbox,
+    };
+    if (entities) (batch as { entities?: readonly EntityChanges[] }).entities = entities;
+    if (timerEntities) (batch as { tracking?: TrackingUpdate }).tracking = next ? { entities: timerEntities, next } : { entities: timerEntities };
+    if (inputLog.length) (batch as { inputLog?: readonly InputLogAppend[] }).inputLog = inputLog;
+    // An in-memory store commits synchronously: no promise, no turn of the event loop per batch.
+    const backend = this.deps.backend;
+    if (backend.commitSync) {
+      backend.commitSync(batch);
+      this.version++;
+      this.afterCommit(outbox, true);
+      return undefined;
+    }
+    return backend.commit(batch).then(() => {
+      this.version++;
+      this.afterCommit(outbox, true);
+    });
+  }
+
+  /** After a commit (or none, when nothing changed): the next one starts clean. */
+  private afterCommit(outbox: OutboxEntry[], committed: boolean): void {
     this.txn.reset();
     for (const n of this.order) {
       n.timers.event.clearChanges();
@@ -432,7 +457,8 @@ export class PartitionRuntime {
     }
     this.outputs.reset();
     this.at.deadLetters = [];
-    this.acc.outbox.push(...outbox);
-    this.acc.committed ||= changed;
+    const acc = this.acc.outbox;
+    for (let i = 0; i < outbox.length; i++) acc.push(outbox[i]);
+    this.acc.committed ||= committed;
   }
 }

@@ -131,6 +131,7 @@ export class BatchPosition {
   private callbackLocation(n: NodeRuntime, timer: TimerEntry | undefined, watermark: number): CallbackLocation {
     const env = timer?.domain === 'processing' ? undefined : this.applying;
     const at = env ? { at: { channel: env.channel, seq: env.seq } } : {};
-    return timer ? { operator: n.node.name, timer, ...at } : { operator: n.node.name, watermark, ...at };
+    // A copy of the timer: its object may be reused for another timer once its batch commits.
+    return timer ? { operator: n.node.name, timer: { node: timer.node, domain: timer.domain, time: timer.time, kg: timer.kg, key: timer.key, ns: timer.ns }, ...at } : { operator: n.node.name, watermark, ...at };
   }
 }

@@ -43,12 +43,22 @@ export interface SnapshotInput {
   timersOf(entity: string): TimerEntry[];
   /** Full snapshots: the entity of every live timer. */
   allTimerEntities(): DirtyEntity[];
+  /** Deltas: the entities present at the base epoch, when known (the rows of others that are gone are left out). */
+  readonly aliveAtBase?: ReadonlySet<string>;
 }
 
 /** No fields, or no timers: one empty list for every such row (rows are only read and encoded). */
 const NONE: readonly never[] = Object.freeze([]);
 
-/** Builds the snapshot object of one barrier: state as of the barrier, committed merged with the batch. */
+/**
+ * Builds the snapshot object of one barrier: state as of the barrier, committed merged with the batch.
+ *
+ * A delta lists every entity changed since its base, and most of those in a windowed job
+ * are gone again by the barrier (a window's keys live for one window): a row without
+ * fields or timers only matters when the entity was there at the base. With
+ * `s.aliveAtBase` (the entities present at the base, when the caller knows them) the
+ * others are left out: restoring the chain gives the same state either way.
+ */
 export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
   const entities = new Map<string, number>();
   if (s.full) {
@@ -58,8 +68,10 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
   } else {
     for (const t of s.backend.tracked!(s.scope)) {
       if (t.after < s.baseEpoch) continue;
-      // forEach: no [entity, kg] pair per entry (a delta lists every key changed since the base).
-      t.entities.forEach((kg, e) => entities.set(e, kg));
+      // forEach: no [entity, kg] pair per entry (a delta lists every key changed since the base);
+      // forEachChanged, where the store has it, spares it building a map of the interval's entities.
+      if (t.forEachChanged) t.forEachChanged((kg, e) => entities.set(e, kg));
+      else t.entities.forEach((kg, e) => entities.set(e, kg));
     }
     for (const e of s.timerEntities) entities.set(e.entity, e.kg);
   }
@@ -72,10 +84,11 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
     const missing = [...entities].filter(([e]) => !written.has(e)).map(([entity, kg]) => ({ kg, entity }));
     if (missing.length) await s.backend.prefetch(s.scope, missing);
   }
+  // Gone entities are dropped before the sort: a full snapshot holds only present ones, a
+  // delta those that were present at its base.
+  const dropGone = s.full ? undefined : s.aliveAtBase;
   const rows: SnapshotRow[] = [];
-  // Sorted by entity (the default sort compares UTF-16 code units, as `<` does).
-  for (const entity of [...entities.keys()].sort()) {
-    const kg = entities.get(entity)!;
+  entities.forEach((kg, entity) => {
     let fields: readonly (readonly [string, unknown])[] = NONE;
     if (written.has(entity)) fields = s.txn.fields(kg, entity, '');
     else {
@@ -83,10 +96,53 @@ export async function buildSnapshot(s: SnapshotInput): Promise<SnapshotObject> {
       if (committed !== undefined) fields = sortedEntries(committed);
     }
     const timers = s.timersOf(entity);
-    if (s.full && fields.length === 0 && timers.length === 0) continue;
+    if (fields.length === 0 && timers.length === 0 && (s.full || (dropGone !== undefined && !dropGone.has(entity)))) return;
     rows.push([kg, entity, fields.length ? fields : null, timers.length ? timers.map(toSnapshotTimer) : NONE]);
-  }
+  });
+  // Sorted by entity (UTF-16 code units, as `<` compares; entities are unique).
+  rows.sort(byEntity);
   return { format: 1, job: s.job, stage: s.scope.stage, partition: s.scope.partition, epoch: s.epoch, baseEpoch: s.baseEpoch, full: s.full, progress: s.progress, entities: rows };
+}
+
+const byEntity = (a: SnapshotRow, b: SnapshotRow) => (a[1] < b[1] ? -1 : 1);
+
+/**
+ * The entities present in a partition's snapshots, kept by its barrier aligner from one
+ * snapshot to the next, so that a delta can leave out the rows of entities that came and
+ * went since its base (buildSnapshot). Known only for the epochs this runtime snapshotted
+ * since its last full snapshot (a recovered partition starts without it), and given up
+ * past `limit` entities (the memory is the state's key count).
+ */
+export class PresentEntities {
+  private present: Set<string> | undefined;
+  private epoch = -1;
+
+  constructor(private readonly limit = 262_144) {}
+
+  /** The entities present at snapshot `epoch`, if known. */
+  at(epoch: number): ReadonlySet<string> | undefined {
+    return this.epoch === epoch ? this.present : undefined;
+  }
+
+  /** After the snapshot of `epoch` with base `base`: its rows are the state at `epoch` of every entity changed since `base`. */
+  update(object: SnapshotObject): void {
+    const rows = object.entities;
+    if (object.full) this.present = new Set();
+    else if (this.present === undefined || object.baseEpoch > this.epoch) {
+      // Changes between the last snapshot and the base are not in these rows.
+      this.present = undefined;
+      this.epoch = object.epoch;
+      return;
+    }
+    const present = this.present;
+    for (let i = 0; i < rows.length; i++) {
+      const row = rows[i];
+      if (row[2] !== null || row[3].length > 0) present.add(row[1]);
+      else present.delete(row[1]);
+    }
+    this.present = present.size > this.limit ? undefined : present;
+    this.epoch = object.epoch;
+  }
 }
 
 /**

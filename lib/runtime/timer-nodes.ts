@@ -9,12 +9,13 @@ import type { TimerEntry } from '../state/backend.ts';
  * bookkeeping in private fields, which JSON and object spreads leave out: one object per timer.
  */
 export class Node implements TimerEntry {
-  readonly node: number;
-  readonly domain: 'event' | 'processing';
-  readonly time: number;
-  readonly kg: number;
-  readonly key: string;
-  readonly ns: string;
+  // Not readonly to the queue: a node nothing refers to any more is reused for a new timer (TimerQueue.free).
+  node: number;
+  domain: 'event' | 'processing';
+  time: number;
+  kg: number;
+  key: string;
+  ns: string;
   /** The key's timers this node is filed under. */
   #kt: KeyTimers;
   /** LIVE | IN_HEAP | COMMITTED | CHANGED: one field rather than four (one object per timer). */
@@ -28,6 +29,17 @@ export class Node implements TimerEntry {
     this.key = key;
     this.ns = ns;
     this.#kt = kt;
+  }
+
+  /** A free node as a new timer of its queue's node and domain (the constructor's work, without the allocation). */
+  renew(time: number, kg: number, key: string, ns: string, kt: KeyTimers): this {
+    this.time = time;
+    this.kg = kg;
+    this.key = key;
+    this.ns = ns;
+    this.#kt = kt;
+    this.#flags = LIVE | CHANGED;
+    return this;
   }
 
   get kt(): KeyTimers {
@@ -69,17 +81,29 @@ const CHANGED = 8;
 
 /**
  * A key's timers (live, and committed ones deleted in this batch): usually one or two,
- * searched in a list; a map by (namespace, time) only for keys with many.
+ * searched in a list; a map by (namespace, time) only for keys with many. A class with
+ * every field set at construction: fields added later would give the objects several
+ * shapes and a property store each.
  */
-export interface KeyTimers {
+export class KeyTimers {
   list: Node[];
-  map?: Map<string, Node>;
+  map: Map<string, Node> | undefined = undefined;
   /** The key's entity string, built once for the key's timers (incremental snapshots track it). */
-  entity?: string;
+  entity: string | undefined = undefined;
   /** The key as a changed entity, reported as is by every commit that changes the key's timers. */
-  dirty?: ChangedEntity;
+  dirty: ChangedEntity | undefined = undefined;
   /** The interval, or the call without one, that changedEntities() last reported this key for (NaN: none). */
-  reported: number;
+  reported = Number.NaN;
+
+  constructor() {
+    // Room for two: a firing window's key holds its fired timer and its next one until the
+    // commit, and a list grown from empty by push takes room for 17.
+    // (Emptied by pop: setting the length to 0 would drop the room.)
+    const list: Node[] = [undefined as unknown as Node, undefined as unknown as Node];
+    list.pop();
+    list.pop();
+    this.list = list;
+  }
 }
 
 /** An entity whose timers changed (TrackingUpdate.entities); never changed once built. */

@@ -14,11 +14,14 @@
  * nodes (flags say add or delete) rather than sets kept in step.
  */
 import type { TimerEntry } from '../state/backend.ts';
-import { type Bucket, type ChangedEntity, compare, findIn, type KeyTimers, LIST_MAX, Node, removeAt, slot, type TimerOwner } from './timer-nodes.ts';
+import { type Bucket, type ChangedEntity, compare, findIn, KeyTimers, LIST_MAX, Node, removeAt, slot, type TimerOwner } from './timer-nodes.ts';
 
 export type { ChangedEntity, TimerOwner } from './timer-nodes.ts';
 
 let reports = 0;
+
+/** Free nodes kept per queue (a window's firing frees about as many as it registers). */
+const FREE_MAX = 4096;
 
 /** A commit's timer adds and deletes, and how many of each collect() has written. */
 export interface ChangeLists {
@@ -44,14 +47,39 @@ export class TimerQueue {
    * slots set to null) rather than grown again from empty at every commit.
    */
   private changedCount = 0;
+  /** This batch's adds (live, not committed) and deletes (committed, not live), kept as they change (countChanges without a pass). */
+  private adds = 0;
+  private deletes = 0;
 
-  constructor(private readonly owner: TimerOwner = { node: 0, domain: 'event', entityOf: (key) => key }) {}
+  /**
+   * The key of the timer pollUpTo() returned last, and its timers: a firing window registers
+   * its key's next timer from its callback, which then needs no look-up by key.
+   */
+  private firedKey: string | undefined;
+  private firedKt: KeyTimers | undefined;
+  /**
+   * Nodes of deleted timers that nothing refers to any more (committed deletes the backend
+   * has applied, adds cancelled in their batch, out of the heap), reused for new timers: a
+   * window's firing deletes one timer per key and registers the next, and a fresh object
+   * per registration lived long enough (a slide) to be copied by the young-generation GC.
+   */
+  private readonly free: Node[] = [];
+
+  /**
+   * `reuse`: the backend keeps no reference to a deleted timer's entry
+   * (StateBackend.releasesTimerEntries), so committed-deleted nodes may be reused.
+   */
+  constructor(
+    private readonly owner: TimerOwner = { node: 0, domain: 'event', entityOf: (key) => key },
+    private readonly reuse = false,
+  ) {}
 
   load(t: TimerEntry): void {
     if (this.find(t.key, t.ns, t.time)) return;
     const n = this.insert(t.node, t.domain, t.time, t.kg, t.key, t.ns);
     n.committed = true;
     n.changed = false;
+    this.adds--;
     this.changed[--this.changedCount] = null;
   }
 
@@ -66,7 +94,9 @@ export class TimerQueue {
    * `entity`: the key's entity string when the caller has it (spares a lookup when the key's changes are reported).
    */
   registerAt(time: number, key: string, kg: number, ns: string, entity?: string): void {
-    const known = this.byKey.get(key);
+    const fired = this.firedKt;
+    // The fired key's timers, while they are still filed (a key leaves byKey only with its last node).
+    const known = key === this.firedKey && fired !== undefined && (fired.map !== undefined ? fired.map.size > 0 : fired.list.length > 0) ? fired : this.byKey.get(key);
     const n = known === undefined ? undefined : findIn(known, ns, time);
     if (n === undefined) {
       const kt = this.insert(this.owner.node, this.owner.domain, time, kg, key, ns, known).kt;
@@ -85,6 +115,9 @@ export class TimerQueue {
 
   /** Deleted earlier in this batch: the deletion is cancelled. */
   private revive(n: Node): void {
+    // Only committed nodes stay filed once dead: reviving one cancels its delete.
+    if (n.committed) this.deletes--;
+    else this.adds++;
     n.live = true;
     this.liveCount++;
     if (!n.inHeap) this.push(n);
@@ -120,12 +153,8 @@ export class TimerQueue {
 
   /** Add this batch's adds and deletes to `counts` (a commit sizes its lists before collect()). */
   countChanges(counts: { adds: number; deletes: number }): void {
-    for (let i = 0; i < this.changedCount; i++) {
-      const n = this.changed[i]!;
-      if (n.live === n.committed) continue;
-      if (n.live) counts.adds++;
-      else counts.deletes++;
-    }
+    counts.adds += this.adds;
+    counts.deletes += this.deletes;
   }
 
   /**
@@ -185,6 +214,8 @@ export class TimerQueue {
     const n = b.nodes[b.next++];
     n.inHeap = false;
     this.kill(n);
+    this.firedKey = n.key;
+    this.firedKt = n.kt;
     return n;
   }
 
@@ -231,12 +262,18 @@ export class TimerQueue {
       changed[i] = null;
       n.changed = false;
       if (n.live) n.committed = true;
-      else if (n.committed) {
-        n.committed = false;
-        this.remove(n);
+      else {
+        if (n.committed) {
+          n.committed = false;
+          this.remove(n);
+        }
+        // Out of every list now (the backend applied its delete, if it had it): reusable.
+        if (this.reuse && !n.inHeap && this.free.length < FREE_MAX) this.free.push(n);
       }
     }
     this.changedCount = 0;
+    this.adds = 0;
+    this.deletes = 0;
     // A batch far larger than usual (a recovery's firings) does not keep its slots for good.
     if (changed.length > 65_536) this.changed = [];
   }
@@ -249,8 +286,9 @@ export class TimerQueue {
   /** `kt`: the key's timers when the caller looked them up already (register: one lookup per key, not two). */
   private insert(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, known?: KeyTimers): Node {
     let kt = known ?? this.byKey.get(key);
-    if (kt === undefined) this.byKey.set(key, (kt = { list: [], reported: Number.NaN }));
-    const n = new Node(node, domain, time, kg, key, ns, kt);
+    if (kt === undefined) this.byKey.set(key, (kt = new KeyTimers()));
+    const free = this.free;
+    const n = free.length > 0 && node === this.owner.node && domain === this.owner.domain ? free.pop()!.renew(time, kg, key, ns, kt) : new Node(node, domain, time, kg, key, ns, kt);
     if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
     else if (kt.list.length < LIST_MAX) kt.list.push(n);
     else {
@@ -259,6 +297,7 @@ export class TimerQueue {
       kt.list = [];
     }
     this.liveCount++;
+    this.adds++;
     this.changed[this.changedCount++] = n;
     this.push(n);
     return n;
@@ -268,6 +307,8 @@ export class TimerQueue {
   private kill(n: Node): void {
     n.live = false;
     this.liveCount--;
+    if (n.committed) this.deletes++;
+    else this.adds--;
     if (n.committed) {
       if (!n.changed) {
         n.changed = true;

@@ -102,6 +102,12 @@ export interface TrackedInterval {
   readonly after: number;
   /** entity -> key group */
   readonly entities: ReadonlyMap<string, number>;
+  /**
+   * Optional: every entity of `entities` at least once (one may repeat), without building
+   * the map; for a caller that deduplicates anyway (a snapshot collects the entities of
+   * several intervals into one map).
+   */
+  forEachChanged?(fn: (kg: number, entity: string) => void): void;
 }
 
 /** Changes of one commit for the tracked intervals. */
@@ -222,6 +228,11 @@ export interface StateBackend {
   cellOf?(scope: PartitionScope, kg: number, entity: string): StateCell;
   /** Apply a batch atomically: all of it or nothing. Throws CommitConflictError when the version moved. */
   commit(batch: CommitBatch): Promise<void>;
+  /**
+   * Optional (in-memory stores): commit() done synchronously, in one step. The runtime
+   * prefers it: a batch's commit then costs no promise and no turn of the event loop.
+   */
+  commitSync?(batch: CommitBatch): void;
   /** The outbox of the given version has been delivered. */
   clearOutbox(scope: PartitionScope, version: number): Promise<void>;
   /**
@@ -231,6 +242,13 @@ export interface StateBackend {
   readonly tracksChanges?: boolean;
   /** With tracksChanges: the committed tracked intervals, oldest first (read only; valid until the next commit). */
   tracked?(scope: PartitionScope): readonly TrackedInterval[];
+  /**
+   * Optional: true when the store keeps no reference to a TimerEntry once a commit deleted
+   * it (it forgets deleted timers, and hands recover() the entries it holds, which the
+   * runtime copies). The runtime may then reuse the objects of deleted timers for new ones
+   * (a window fires one timer per key and window). Stores that keep entries in logs leave it unset.
+   */
+  readonly releasesTimerEntries?: boolean;
   /** Optional, for full snapshots: every committed entity of the given key groups of a stage (remote stores answer asynchronously). */
   entitiesOf?(
     scope: PartitionScope,

@@ -21,11 +21,8 @@ import {
   type TrackingUpdate,
 } from './backend.ts';
 import { FieldTable } from './fields.ts';
+import { TrackedLog } from './tracked-log.ts';
 
-interface MutableInterval {
-  readonly after: number;
-  readonly entities: Map<string, number>;
-}
 
 /**
  * An entity's committed fields (StateCell), the first two inline (FieldTable). The stage's map
@@ -42,7 +39,7 @@ class Cell extends FieldTable {
    */
   born = -1;
   /** The tracked interval this entity last joined (saves the interval's map look-up per commit). */
-  tracked: MutableInterval | undefined = undefined;
+  tracked: TrackedLog | undefined = undefined;
 }
 
 /** key group -> entity -> cell */
@@ -54,7 +51,7 @@ interface PartitionRecord {
   timers: CommittedTimers;
   outbox: { version: number; entries: readonly OutboxEntry[] }[];
   /** Dirty keys per barrier interval, for incremental snapshots (oldest first). */
-  tracking: MutableInterval[];
+  tracking: TrackedLog[];
 }
 
 /** A partition's committed state as restored from a checkpoint. */
@@ -67,6 +64,8 @@ export interface InstalledPartition {
 export class InMemoryStateBackend implements StateBackend {
   readonly needsPrefetch = false;
   readonly tracksChanges = true;
+  /** CommittedTimers drops deleted entries: the runtime may reuse their objects. */
+  readonly releasesTimerEntries = true;
   /** Per stage: key group -> entity -> cell. State belongs to the stage (a rescale moves key groups between partitions). */
   private readonly state = new Map<string, StageCells>();
   private readonly partitions = new Map<string, PartitionRecord>();
@@ -203,13 +202,17 @@ export class InMemoryStateBackend implements StateBackend {
       progress: structuredClone(part.progress),
       timers: CommittedTimers.of(part.timers),
       outbox: [],
-      tracking: [{ after, entities: new Map() }],
+      tracking: [new TrackedLog(after)],
     });
   }
 
   async clearOutbox(scope: PartitionScope, version: number): Promise<void> {
     const r = this.record(scope);
-    r.outbox = r.outbox.filter((o) => o.version > version);
+    // Versions are in commit order: drop the delivered ones from the front (usually all of them).
+    let n = 0;
+    while (n < r.outbox.length && r.outbox[n].version <= version) n++;
+    if (n === r.outbox.length) r.outbox.length = 0;
+    else if (n > 0) r.outbox.splice(0, n);
   }
 
   /** Tracked dirty entities of a partition, summed over its intervals (tests, metrics). */
@@ -303,7 +306,7 @@ function detach(cell: Cell): void {
 }
 
 /** An entity's changes straight from the overlay: its cell, usually attached, is updated in place. */
-function applyEntity(stage: StageCells, e: EntityChanges, cur: MutableInterval | undefined, changeCount: number): void {
+function applyEntity(stage: StageCells, e: EntityChanges, cur: TrackedLog | undefined, changeCount: number): void {
   let cell = e.cell as Cell;
   if (!(cell instanceof Cell) || (!cell.attached && cell.born !== changeCount)) {
     // Looked up when the entity had no fields (or not this store's cell): a commit since may have given it some.
@@ -311,7 +314,7 @@ function applyEntity(stage: StageCells, e: EntityChanges, cur: MutableInterval |
     cell = found ?? (cell instanceof Cell ? cell : new Cell());
   }
   if (cur !== undefined && cell.tracked !== cur) {
-    cur.entities.set(e.entity, e.kg);
+    cur.add(e.entity, e.kg);
     cell.tracked = cur;
   }
   if (cell.attached) {
@@ -329,7 +332,7 @@ function applyEntity(stage: StageCells, e: EntityChanges, cur: MutableInterval |
 }
 
 /** Field by field (the writes form of a commit). An entity's writes are consecutive: its cell is found once. */
-function applyWrites(stage: StageCells, writes: readonly StateWrite[], cur: MutableInterval | undefined): void {
+function applyWrites(stage: StageCells, writes: readonly StateWrite[], cur: TrackedLog | undefined): void {
   let lastEntity: string | undefined;
   let lastKg = -1;
   let groups: Map<string, Cell> | undefined;
@@ -342,7 +345,7 @@ function applyWrites(stage: StageCells, writes: readonly StateWrite[], cur: Muta
       cell = groups.get(w.entity);
       if (cell === undefined) cell = new Cell();
       if (cur !== undefined && cell.tracked !== cur) {
-        cur.entities.set(w.entity, w.kg);
+        cur.add(w.entity, w.kg);
         cell.tracked = cur;
       }
     }
@@ -365,17 +368,17 @@ function applyWrites(stage: StageCells, writes: readonly StateWrite[], cur: Muta
 }
 
 /** The interval this commit's changes go to (the first one starts after the partition's last barrier). */
-function currentInterval(r: PartitionRecord): MutableInterval {
-  if (r.tracking.length === 0) r.tracking.push({ after: r.progress.lastBarrier ?? 0, entities: new Map() });
+function currentInterval(r: PartitionRecord): TrackedLog {
+  if (r.tracking.length === 0) r.tracking.push(new TrackedLog(r.progress.lastBarrier ?? 0));
   return r.tracking[r.tracking.length - 1];
 }
 
 /** After the writes (marked in commitSync): entities changed otherwise (timers), then maybe a new interval. */
 function track(r: PartitionRecord, u: TrackingUpdate): void {
-  const cur = r.tracking[r.tracking.length - 1].entities;
-  for (const e of u.entities) cur.set(e.entity, e.kg);
+  const cur = r.tracking[r.tracking.length - 1];
+  for (const e of u.entities) cur.add(e.entity, e.kg);
   if (u.next) {
     r.tracking = r.tracking.filter((t) => t.after >= u.next!.dropBefore);
-    r.tracking.push({ after: u.next.after, entities: new Map() });
+    r.tracking.push(new TrackedLog(u.next.after));
   }
 }

@@ -17,14 +17,19 @@ import { PartitionRuntime } from '../../lib/runtime/partition.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';
 import type { Barrier, BarrierAck, Envelope, OutboxEntry } from '../../lib/transport/envelope.ts';
 
+/** Counts per key; a key written `-k` has its count cleared (its entity is gone). */
 function plan() {
   const job = new Job('align', { parallelism: 2 });
   job
     .fromItems<{ k: string }>('in', [])
-    .keyBy((e) => e.k)
+    .keyBy((e) => e.k.replace('-', ''))
     .process({
       state: { n: valueState<number>() },
       processElement(e, ctx) {
+        if (e.k.startsWith('-')) {
+          ctx.state.n.clear();
+          return;
+        }
         const n = (ctx.state.n.get() ?? 0) + 1;
         ctx.state.n.set(n);
         ctx.emit({ k: e.k, n });
@@ -42,7 +47,7 @@ const rec = (ch: string, seq: number, ...keys: string[]): Envelope => ({
   edge: 1,
   toPartition: 0,
   seq,
-  records: keys.map((k) => ({ value: { k }, timestamp: 0, key: k })),
+  records: keys.map((k) => ({ value: { k }, timestamp: 0, key: k.replace('-', '') })),
   watermark: 0,
 });
 const bar = (ch: string, seq: number, b: Barrier): Envelope => ({ channel: ch, edge: 1, toPartition: 0, seq, records: [], watermark: 0, barrier: b });
@@ -142,6 +147,33 @@ describe('barrier alignment', () => {
     expect(await w.snapshotOf(acks(r3.outbox)[0])).toEqual({ c: 2 });
     const r4 = await rt.process([rec('1:0', 7, 'a'), bar('1:0', 8, barrier(4, 2, [])), bar('1:1', 4, barrier(4, 2, []))]);
     expect(await w.snapshotOf(acks(r4.outbox)[0])).toEqual({ a: 2, c: 2 });
+  });
+
+  it('a delta leaves out entities that came and went since its base, while it knows what the base held', async () => {
+    const w = new World();
+    let rt = await w.open();
+    const entitiesOf = async (ack: BarrierAck) => decodeSnapshot((await w.blobs.get(ack.snapshot!.key))!).entities.map(([, e, f]) => `${e.split('\u0001')[1].slice(1)}=${f && Object.fromEntries(f).n}`);
+    const r1 = await rt.process([rec('1:0', 1, 'a', 'b'), bar('1:0', 2, barrier(1)), bar('1:1', 1, barrier(1))]);
+    expect(await entitiesOf(acks(r1.outbox)[0])).toEqual(['a=1', 'b=1']);
+    // c comes and goes after base 1: no row; a goes: its row says so.
+    const r2 = await rt.process([rec('1:0', 3, 'c', '-c', '-a'), bar('1:0', 4, barrier(2, 1, [])), bar('1:1', 2, barrier(2, 1, []))]);
+    expect(await entitiesOf(acks(r2.outbox)[0])).toEqual(['a=null']);
+    // Epoch 2 never committed: epoch 3's base is 1 again, which this runtime no longer knows
+    // (its last snapshot is 2): every changed entity has its row, gone ones included.
+    const r3 = await rt.process([rec('1:0', 5, 'd', '-d'), bar('1:0', 6, barrier(3, 1, [])), bar('1:1', 3, barrier(3, 1, []))]);
+    expect(await entitiesOf(acks(r3.outbox)[0])).toEqual(['a=null', 'c=null', 'd=null']);
+    // Base 3 is known again (the rows of 3 brought the entities at 2 up to date).
+    const r4 = await rt.process([rec('1:0', 7, 'e', '-e', '-b'), bar('1:0', 8, barrier(4, 3, [])), bar('1:1', 4, barrier(4, 3, []))]);
+    expect(await entitiesOf(acks(r4.outbox)[0])).toEqual(['b=null']);
+    // A recovered runtime does not know what its base held: gone entities keep their rows.
+    rt = await w.open();
+    const r5 = await rt.process([rec('1:0', 9, 'f', '-f'), bar('1:0', 10, barrier(5, 4, [])), bar('1:1', 5, barrier(5, 4, []))]);
+    expect(await entitiesOf(acks(r5.outbox)[0])).toEqual(['f=null']);
+    // A full snapshot holds the present entities, and the next delta knows them.
+    const r6 = await rt.process([rec('1:0', 11, 'g'), bar('1:0', 12, barrier(6, 5)), bar('1:1', 6, barrier(6, 5))]);
+    expect(await entitiesOf(acks(r6.outbox)[0])).toEqual(['g=1']);
+    const r7 = await rt.process([rec('1:0', 13, 'h', '-h', '-g'), bar('1:0', 14, barrier(7, 6, [])), bar('1:1', 7, barrier(7, 6, []))]);
+    expect(await entitiesOf(acks(r7.outbox)[0])).toEqual(['g=null']);
   });
 
   it('a barrier above the one being aligned supersedes it; stale barriers are ignored', async () => {

@@ -34,10 +34,11 @@ async function restored(replayUpTo?: number) {
   const backend = new InMemoryStateBackend();
   const scope = { job: 'replay', stage: 0, partition: 0 };
   const logged: CommitBatch[] = [];
-  const commit = backend.commit.bind(backend);
-  backend.commit = async (b) => {
+  // The runtime commits to an in-memory store synchronously (StateBackend.commitSync).
+  const commitSync = backend.commitSync.bind(backend);
+  backend.commitSync = (b) => {
     logged.push(b);
-    return commit(b);
+    commitSync(b);
   };
   backend.install(scope, { progress: { ...emptyProgress(), inputs: { '0:0': { seq: 9, offset: '900', records: 3, watermark: MIN_WATERMARK, idle: false } }, ...(replayUpTo === undefined ? {} : { replay: { '0:0': replayUpTo } }) }, timers: [], entities: [] }, [0, 1, 2, 3]);
   const rt = await PartitionRuntime.open({ plan, stage: 0, partition: 0, backend, clock: new ManualClock(0), logInput: true });

@@ -10,17 +10,19 @@ const order = (a: TimerEntry, b: TimerEntry) => a.time - b.time || (a.key < b.ke
 
 const timerArb = fc.record({ time: fc.integer({ min: 0, max: 6 }), key: fc.constantFrom('sa', 'sb', 'n1', 'n10'), ns: fc.constantFrom('', 'x', 'L') });
 const opArb = fc.oneof(
-  fc.record({ op: fc.constant('register' as const), t: timerArb }),
+  fc.record({ op: fc.constant('register' as const), t: timerArb, at: fc.boolean() }),
   fc.record({ op: fc.constant('delete' as const), t: timerArb }),
   fc.record({ op: fc.constant('poll' as const), upTo: fc.integer({ min: -1, max: 7 }) }),
   fc.record({ op: fc.constant('commit' as const) }),
 );
 
 describe('TimerQueue', () => {
-  it('behaves like a sorted set with a committed copy (property)', () => {
+  it.each([false, true])('behaves like a sorted set with a committed copy (property; reusing deleted nodes: %s)', (reuse) => {
     fc.assert(
       fc.property(fc.uniqueArray(timerArb, { selector: (t) => `${t.time}|${t.key}|${t.ns}`, maxLength: 6 }), fc.array(opArb, { maxLength: 80 }), (initial, ops) => {
-        const q = new TimerQueue();
+        const q = new TimerQueue(undefined, reuse);
+        // What the backend was handed as added and not deleted since: reuse must never change it.
+        const stored = new Map<string, TimerEntry>();
         const live = new Map<string, TimerEntry>();
         let committed = new Set<string>();
         for (const t of initial) {
@@ -32,7 +34,9 @@ describe('TimerQueue', () => {
         for (const o of ops) {
           if (o.op === 'register') {
             const e = entry(o.t.time, o.t.key, o.t.ns);
-            q.register(e);
+            // registerAt: as a context does, also right after a poll of the same key (its timers are not looked up again).
+            if (o.at) q.registerAt(e.time, e.key, e.kg, e.ns);
+            else q.register(e);
             if (!live.has(id(e))) live.set(id(e), e);
           } else if (o.op === 'delete') {
             const e = entry(o.t.time, o.t.key, o.t.ns);
@@ -46,10 +50,17 @@ describe('TimerQueue', () => {
           } else {
             expect(new Set([...q.added].map(id))).toEqual(new Set([...live.keys()].filter((k) => !committed.has(k))));
             expect(new Set([...q.deleted].map(id))).toEqual(new Set([...committed].filter((k) => !live.has(k))));
+            // The counts a commit sizes its lists by, kept as the queue changes.
+            const counts = { adds: 0, deletes: 0 };
+            q.countChanges(counts);
+            expect(counts).toEqual({ adds: q.added.length, deletes: q.deleted.length });
+            for (const t of q.deleted) stored.delete(id(t));
+            for (const t of q.added) stored.set(id(t), t);
             q.clearChanges();
             committed = new Set(live.keys());
           }
           expect(q.size).toBe(live.size);
+          for (const [k, t] of stored) expect(id(t)).toBe(k);
           const min = Math.min(...[...live.values()].map((t) => t.time));
           expect(q.peekTime()).toBe(min);
           expect(new Set(q.liveUpTo(Infinity).map(id))).toEqual(new Set(live.keys()));
@@ -133,5 +144,42 @@ describe('TimerQueue', () => {
     q.collect({ adds: [], deletes: [], added: 0, deleted: 0 }, undefined, 7);
     q.collect({ adds: [], deletes: [], added: 0, deleted: 0 }, later, 7);
     expect(later).toEqual([{ entity: 'op\u0001b', kg: 3 }]);
+  });
+});
+
+describe('TimerQueue reusing deleted nodes', () => {
+  it('reuses the object of a timer whose delete was committed, never one the backend may still hold', () => {
+    const q = new TimerQueue({ node: 0, domain: 'event', entityOf: (key) => key }, true);
+    q.registerAt(1, 'a', 0, '');
+    q.registerAt(1, 'b', 0, '');
+    const [a, b] = q.added;
+    q.clearChanges();
+    // a fires: its delete is pending, so its object is still the backend's.
+    expect(q.pollUpTo(1)).toBe(a);
+    q.registerAt(3, 'a', 0, '');
+    const [a3] = q.added;
+    expect(a3).not.toBe(a);
+    expect(q.deleted).toEqual([a]);
+    q.clearChanges();
+    // Committed: a's object is free, and the next new timer takes it, with its own fields.
+    q.registerAt(5, 'c', 7, 'x');
+    const [c] = q.added;
+    expect(c).toBe(a);
+    expect({ ...c }).toEqual({ node: 0, domain: 'event', time: 5, kg: 7, key: 'c', ns: 'x' });
+    // The live ones were never touched.
+    expect({ ...b }).toEqual({ node: 0, domain: 'event', time: 1, kg: 0, key: 'b', ns: '' });
+    expect({ ...a3 }).toEqual({ node: 0, domain: 'event', time: 3, kg: 0, key: 'a', ns: '' });
+  });
+
+  it('does not reuse without the backend saying it forgets deleted entries', () => {
+    const q = new TimerQueue({ node: 0, domain: 'event', entityOf: (key) => key });
+    q.registerAt(1, 'a', 0, '');
+    const [a] = q.added;
+    q.clearChanges();
+    q.pollUpTo(1);
+    q.clearChanges();
+    q.registerAt(2, 'b', 0, '');
+    expect(q.added[0]).not.toBe(a);
+    expect(a.time).toBe(1);
   });
 });
