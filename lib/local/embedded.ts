@@ -424,6 +424,7 @@ export class EmbeddedRuntime implements IngestTarget {
   // ---- observability ----
 
   stats(): RuntimeStats {
+    for (const s of this.sources) s.settle();
     return runtimeStats(this.plan, this.slots, this.counters, this.deadLetters.length, this.rejectedInputs.length);
   }
 }

@@ -7,11 +7,12 @@
 import type { SourceDef } from '../api/sources.ts';
 import type { Clock, StreamRecord } from '../api/types.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
-import type { Barrier, Envelope, RecordColumns } from '../transport/envelope.ts';
+import type { Barrier, Envelope, RecordColumns, SourceStamp } from '../transport/envelope.ts';
 import type { BarrierEntry, SourceLog } from './input-log.ts';
 import { createReader, type PartitionCursorState, type PullResult, type RejectedInput, type SourceReader, SourcePartitioner, toRecord } from './sources.ts';
 import { channelId, type PhysicalPlan, type StageEdge } from '../graph/compile.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
+import { chunkedRounds } from './rounds.ts';
 
 export interface FeedHost {
   readonly clock: Clock;
@@ -30,6 +31,17 @@ export class SourceFeed {
   read = 0;
   /** Logged records still to replay after a restore, per partition. */
   private replay = new Map<number, { records: StreamRecord[]; i: number }>();
+  /**
+   * Chunks are stamped when their partition applies them, in the chain's pass (SourceStamp),
+   * when the runtime asks for it (a job of one stateless stage: rounds.ts chunkedRounds) and
+   * the source allows it: timestamps from the events alone (an extractor, no schema), records
+   * not logged (the log needs them before they are sent). Idleness is decided from when a
+   * chunk was sent, as before (one whose events are all rejected counts as data); rejections
+   * and counts reach the host at the feed's next pull, in input order.
+   */
+  readonly stampOnApply: boolean;
+  /** Chunks sent whose stamping has not been accounted yet, and reader rejections queued behind them, in input order. */
+  private unsettled: (SourceChunk | { readonly host: FeedHost; readonly rejected: RejectedInput })[] = [];
 
   constructor(
     readonly def: SourceDef<any>,
@@ -39,7 +51,11 @@ export class SourceFeed {
     /** Checkpointed runs: barrier entries always, records too when `logRecords`. */
     readonly log?: SourceLog,
     readonly logRecords = false,
-  ) {}
+    /** Stamp chunks when applied where the source allows it (see stampOnApply). */
+    stampWhenApplied = false,
+  ) {
+    this.stampOnApply = stampWhenApplied && !logRecords && !def.schema && def.timestamp !== undefined;
+  }
 
   /** Replayable readers can seek back to a checkpoint's cursor; others need the log. */
   get replayable(): boolean {
@@ -48,6 +64,7 @@ export class SourceFeed {
 
   /** One round of input: true when something was sent. A promise only when the reader answers asynchronously (a file). */
   pull(host: FeedHost): boolean | Promise<boolean> {
+    if (this.unsettled.length) this.flush();
     if (this.replay.size) {
       if (!host.room()) return false;
       // One chunk per partition per round, like live input: bounded queues stay bounded.
@@ -65,7 +82,8 @@ export class SourceFeed {
   }
 
   private pulled({ events, done, rejected, positions }: PullResult, host: FeedHost): boolean {
-    if (rejected) for (const r of rejected) host.rejected(r);
+    // Behind chunks not stamped yet, a reader's rejections wait for theirs (reports keep the input's order).
+    if (rejected) for (const r of rejected) this.unsettled.length ? this.unsettled.push({ host, rejected: r }) : host.rejected(r);
     this.accept(events, positions, host, true);
     if (done) {
       this.done = true;
@@ -97,7 +115,14 @@ export class SourceFeed {
     for (let i = 0; i < total; i += batch) {
       const end = Math.min(i + batch, total);
       const values = owned && i === 0 && end === total ? (events as unknown[]) : events.slice(i, end);
-      const columns = this.columnsOf(values, i, positions, host);
+      if (this.stampOnApply) {
+        const chunk = new SourceChunk(this, host, values, this.read + i, positions, i);
+        this.unsettled.push(chunk);
+        host.enqueue((chunk.env = this.partitioner.envelopeToStamp(chunk, values.length)));
+        continue;
+      }
+      const rejected = (r: RejectedInput) => host.rejected(r);
+      const columns = stampColumns(this.def, host.clock, values, this.read + i, positions, i, rejected, this.def.schema ? undefined : this.def.timestamp);
       const n = columns.values.length;
       host.accepted(n);
       if (n === 0) continue;
@@ -111,63 +136,46 @@ export class SourceFeed {
   }
 
   /**
-   * A chunk's columns (not a record object per event): each event's timestamp, in one
-   * pass; events that cannot become records are reported with their position and
-   * removed from `values` (in place). `first`: the chunk's index in the pulled events.
+   * The chunks stamped so far (by their partitions, or by settle()), in the order they were
+   * read, now count: their partitions' cursors move, their rejections are reported, their
+   * records counted. A chunk stamped ahead of an earlier one waits for it, so reports keep
+   * the order of the input. Called by the feed itself (at each pull, and when it settles),
+   * so the host hears of its records where it always did: while the source is read, never
+   * from inside a partition's batch.
    */
-  private columnsOf(values: unknown[], first: number, positions: readonly string[] | undefined, host: FeedHost): RecordColumns {
-    const m = values.length;
-    const timestamps: number[] = new Array(m);
-    // Without a schema the extractor is called here directly, in a loop that stops at the
-    // first event it cannot stamp (a throw, or not a finite number); that event goes
-    // through toRecord, which says what is wrong, and the loop goes on after it. (One
-    // try around the loop, not one per event: a timestamp that may also be undefined
-    // would be boxed, a heap number per event.)
-    const extract = this.def.schema ? undefined : this.def.timestamp;
-    let max = Number.NEGATIVE_INFINITY;
-    let n = 0;
-    let j = 0;
-    while (j < m) {
-      if (extract !== undefined) {
-        try {
-          for (; j < m; j++) {
-            const event = values[j];
-            const t = extract(event);
-            if (typeof t !== 'number' || t - t !== 0) break;
-            if (n !== j) values[n] = event;
-            timestamps[n++] = t;
-            if (t > max) max = t;
-          }
-        } catch {
-          // Event j threw: toRecord below names the error.
-        }
-        if (j === m) break;
-      }
-      const event = values[j];
-      const r = toRecord(this.def, event, host.clock);
-      if (typeof r === 'string') host.rejected({ source: this.def.name, position: positions?.[first + j] ?? `event ${this.read + first + j}`, error: r });
-      else {
-        if (n !== j) values[n] = event;
-        timestamps[n++] = r.timestamp;
-        if (r.timestamp > max) max = r.timestamp;
-      }
-      j++;
+  private flush(): void {
+    const q = this.unsettled;
+    while (q.length > 0) {
+      const c = q[0];
+      if (c instanceof SourceChunk && !c.stamped) return;
+      // Out of the queue before its reports: a callback that throws does not report it twice.
+      q.shift();
+      if (c instanceof SourceChunk) {
+        const { values, maxTimestamp } = c.columns!;
+        this.partitioner.recordStamped(c.env!.toPartition, maxTimestamp, values.length);
+        if (c.rejected) for (const r of c.rejected) c.host.rejected(r);
+        c.host.accepted(values.length);
+      } else c.host.rejected(c.rejected);
     }
-    if (n < m) {
-      values.length = n;
-      timestamps.length = n;
-    }
-    return { values, timestamps, maxTimestamp: max };
+  }
+
+  /** Stamp every chunk sent and not applied yet (a barrier's positions and watermarks, heads and counts must include them). */
+  settle(): void {
+    if (this.unsettled.length === 0) return;
+    for (const c of this.unsettled) if (c instanceof SourceChunk && !c.stamped) c.stamp();
+    this.flush();
   }
 
   /** Barrier `epoch` on every partition, recorded first (cursor and positions) in the log. */
   inject(barrier: Omit<Barrier, 'positions'>, host: FeedHost): void {
+    this.settle();
     this.log?.barrier({ epoch: barrier.epoch, cursor: this.reader.cursor?.() ?? null, next: this.partitioner.nextPartition, positions: this.partitioner.positions() });
     for (const env of this.partitioner.barrierEnvelopes(barrier)) host.enqueue(env);
   }
 
   /** Records sent per source partition (`${source}#${p}`): the coordinator's activity heads. */
   heads(out: Record<string, number>): void {
+    this.settle();
     this.partitioner.positions().forEach((n, p) => (out[`${this.def.name}#${p}`] = n));
   }
 
@@ -203,6 +211,167 @@ export class SourceFeed {
 }
 
 /**
+ * A chunk of read events whose timestamps are read when its partition applies it
+ * (SourceStamp). Its rejections wait here until the feed reports them, in input order.
+ */
+class SourceChunk implements SourceStamp {
+  stamped = false;
+  columns: RecordColumns | undefined;
+  rejected: RejectedInput[] | undefined;
+  env: Envelope | undefined;
+
+  constructor(
+    private readonly feed: SourceFeed,
+    readonly host: FeedHost,
+    private readonly values: unknown[],
+    /** The first event's index in the source's input (for positions without a reader's). */
+    private readonly base: number,
+    private readonly positions: readonly string[] | undefined,
+    /** The first event's index in `positions`. */
+    private readonly first: number,
+  ) {}
+
+  stamp(emit?: (value: unknown, timestamp: number) => void, at?: { index: number }, failed?: (error: unknown) => void): RecordColumns {
+    if (this.columns) return this.columns;
+    const def = this.feed.def;
+    this.columns = stampColumns(def, this.host.clock, this.values, this.base, this.positions, this.first, (r) => (this.rejected ??= []).push(r), def.timestamp, emit, at, failed);
+    this.stamped = true;
+    return this.columns;
+  }
+}
+
+/** The largest timestamp stampAndEmit saw (a module variable, not an object per call). */
+let prefixMax = Number.NEGATIVE_INFINITY;
+
+/**
+ * The common case of stampColumns, small enough for V8 to inline the chain's entry into
+ * it (no heap number per timestamp passed): each event stamped and emitted, up to the first
+ * that cannot be stamped, whose index it returns (values.length: none). What emit throws
+ * is thrown, at.index naming the event (stamped).
+ */
+function stampAndEmit(values: unknown[], timestamps: number[], extract: (event: any) => number, emit: (value: unknown, timestamp: number) => void, at: { index: number }): number {
+  const m = values.length;
+  let max = Number.NEGATIVE_INFINITY;
+  let j = 0;
+  // Which of the two calls threw: the timestamp is stored before emit is called.
+  let stamped = -1;
+  try {
+    for (; j < m; j++) {
+      const event = values[j];
+      const t = extract(event);
+      if (typeof t !== 'number' || t - t !== 0) break;
+      timestamps[j] = t;
+      if (t > max) max = t;
+      stamped = j;
+      at.index = j;
+      emit(event, t);
+    }
+  } catch (e) {
+    if (stamped === j) throw e;
+    // The extractor threw on event j: stampColumns' slow path names the error.
+  }
+  prefixMax = max;
+  return j;
+}
+
+/**
+ * A chunk's columns (not a record object per event): each event's timestamp, in one pass;
+ * events that cannot become records are reported with their position and removed from
+ * `values` (in place). `base`: the first event's index in the source's input; `first`: its
+ * index in `positions`. `extract`: the timestamp extractor when there is no schema (the
+ * fast path). `emit`: each accepted event as it is stamped (at.index: its index among the
+ * accepted); if it throws, `failed` gets the error, and the rest is stamped without emit.
+ */
+function stampColumns(
+  def: SourceDef<any>,
+  clock: Clock,
+  values: unknown[],
+  base: number,
+  positions: readonly string[] | undefined,
+  first: number,
+  rejected: (r: RejectedInput) => void,
+  extract: ((event: any) => number) | undefined,
+  emit?: (value: unknown, timestamp: number) => void,
+  at?: { index: number },
+  failed?: (error: unknown) => void,
+): RecordColumns {
+  const m = values.length;
+  const timestamps: number[] = new Array(m);
+  let max = Number.NEGATIVE_INFINITY;
+  let n = 0;
+  let j = 0;
+  if (emit !== undefined && extract !== undefined) {
+    try {
+      j = stampAndEmit(values, timestamps, extract, emit, at!);
+    } catch (e) {
+      // emit threw on event at.index, stamped: the rest goes on without emit.
+      failed!(e);
+      emit = undefined;
+      j = at!.index + 1;
+    }
+    n = j;
+    max = prefixMax;
+  }
+  // With an extractor (no schema) it is called here directly, in a loop that stops at the
+  // first event it cannot stamp (a throw, or not a finite number); that event goes
+  // through toRecord, which says what is wrong, and the loop goes on after it. (One
+  // try around the loop, not one per event: a timestamp that may also be undefined
+  // would be boxed, a heap number per event.)
+  while (j < m) {
+    if (extract !== undefined) {
+      try {
+        for (; j < m; j++) {
+          const event = values[j];
+          const t = extract(event);
+          if (typeof t !== 'number' || t - t !== 0) break;
+          if (n !== j) values[n] = event;
+          timestamps[n] = t;
+          if (t > max) max = t;
+          if (emit !== undefined) {
+            at!.index = n;
+            try {
+              emit(event, t);
+            } catch (e) {
+              failed!(e);
+              emit = undefined;
+            }
+          }
+          n++;
+        }
+      } catch {
+        // Event j threw: toRecord below names the error.
+      }
+      if (j === m) break;
+    }
+    const event = values[j];
+    const r = toRecord(def, event, clock);
+    if (typeof r === 'string') rejected({ source: def.name, position: positions?.[first + j] ?? `event ${base + j}`, error: r });
+    else {
+      const t = r.timestamp;
+      if (n !== j) values[n] = event;
+      timestamps[n] = t;
+      if (t > max) max = t;
+      if (emit !== undefined) {
+        at!.index = n;
+        try {
+          emit(event, t);
+        } catch (e) {
+          failed!(e);
+          emit = undefined;
+        }
+      }
+      n++;
+    }
+    j++;
+  }
+  if (n < m) {
+    values.length = n;
+    timestamps.length = n;
+  }
+  return { values, timestamps, maxTimestamp: max };
+}
+
+/**
  * The feed of a source edge (undefined for other edges): its reader from the binding
  * (or its override), its log in checkpointed runs, and its positions after a restore.
  */
@@ -214,7 +383,8 @@ export function openSourceFeed(plan: PhysicalPlan, edge: StageEdge, options: Pic
   const parallelism = plan.stages[edge.toStage].parallelism;
   const reader = createReader(options.sources?.[def.name] ?? def.binding, def.name, clock);
   const logging = options.checkpoints?.logFor(def.name, reader.seek !== undefined);
-  const feed = new SourceFeed(def, reader, new SourcePartitioner(def, edge.id, parallelism, clock), edge.toStage, logging?.log, logging?.logRecords);
+  const sources = plan.edges.filter((e) => e.from.kind === 'source').length;
+  const feed = new SourceFeed(def, reader, new SourcePartitioner(def, edge.id, parallelism, clock), edge.toStage, logging?.log, logging?.logRecords, chunkedRounds(plan, sources));
   const r = options.restore;
   if (r) {
     const at = r.sources[def.name] ?? { positions: [] };

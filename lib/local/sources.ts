@@ -8,7 +8,7 @@ import { createInterface } from 'node:readline';
 import { validateWithSchema, type SourceBinding, type SourceDef } from '../api/sources.ts';
 import { type Clock, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import { channelId } from '../graph/compile.ts';
-import { type Barrier, columnarEnvelope, type Envelope, type RecordColumns } from '../transport/envelope.ts';
+import { type Barrier, columnarEnvelope, type Envelope, type RecordColumns, type SourceStamp, stampedOnApplyEnvelope } from '../transport/envelope.ts';
 
 /** An event a source could not turn into a record (bad line, bad timestamp). Counted and reported, never dropped silently. */
 export interface RejectedInput {
@@ -252,6 +252,31 @@ export class SourcePartitioner {
     return columnarEnvelope({ channel: this.channels[p], edge: this.edge, toPartition: p, seq: ++c.seq, watermark: c.watermark, idle: c.idle || undefined }, columns);
   }
 
+  /**
+   * One envelope of a chunk of `size` events for the next partition in turn, stamped when
+   * applied (SourceStamp): its watermark is the partition's so far, and the partition
+   * derives the chunk's own from its records, as on every source channel. Once stamped,
+   * recordStamped moves the partition's cursor.
+   */
+  envelopeToStamp(stamp: SourceStamp, size: number): Envelope {
+    const p = this.next;
+    this.next = (this.next + 1) % this.partitions;
+    const c = this.cursors[p];
+    // Sent data: the partition is active from now (a chunk all of whose events are rejected counts too).
+    if (this.tracksIdleness) c.lastDataAt = this.clock.now();
+    c.idle = false;
+    return stampedOnApplyEnvelope({ channel: this.channels[p], edge: this.edge, toPartition: p, seq: ++c.seq, watermark: c.watermark, idle: c.idle || undefined }, stamp, size);
+  }
+
+  /** A chunk sent to partition p was stamped: `count` records, the largest timestamp `max`. */
+  recordStamped(p: number, max: number, count: number): void {
+    const c = this.cursors[p];
+    if (max > c.maxTimestamp) c.maxTimestamp = max;
+    const wm = c.maxTimestamp - this.def.watermark.maxOutOfOrdernessMs - 1;
+    if (wm > c.watermark) c.watermark = wm;
+    c.records += count;
+  }
+
   /** One envelope for partition p (a replay of its logged records). */
   envelopeTo(p: number, records: StreamRecord[]): Envelope {
     let max = MIN_WATERMARK;
@@ -263,12 +288,9 @@ export class SourcePartitioner {
   /** Partition p's cursor after `count` more records whose largest timestamp is `max`. */
   private advance(p: number, max: number, count: number): PartitionCursor {
     const c = this.cursors[p];
-    if (max > c.maxTimestamp) c.maxTimestamp = max;
-    const wm = c.maxTimestamp - this.def.watermark.maxOutOfOrdernessMs - 1;
-    if (wm > c.watermark) c.watermark = wm;
     if (this.tracksIdleness) c.lastDataAt = this.clock.now();
     c.idle = false;
-    c.records += count;
+    this.recordStamped(p, max, count);
     return c;
   }
 

@@ -16,7 +16,7 @@
 import type { StreamRecord } from '../api/types.ts';
 import { UserCodeError } from '../errors.ts';
 import { KEYED_KINDS } from '../graph/logical.ts';
-import type { RecordColumns } from '../transport/envelope.ts';
+import type { RecordColumns, SourceStamp } from '../transport/envelope.ts';
 import type { NodeRuntime } from './context.ts';
 import { RecordFailedError } from './failures.ts';
 import type { BatchPosition } from './position.ts';
@@ -53,6 +53,24 @@ function applySource(columns: RecordColumns, source: NodeRuntime, at: BatchPosit
     throw e instanceof UserCodeError ? e : new RecordFailedError(source.node.name, values[i], e, at.location());
   }
   source.recordsIn += n;
+}
+
+/**
+ * A source chunk stamped in the same pass as its events go through the chain (SourceStamp);
+ * attribution as in applySource. A record that throws leaves the chunk stamped whole (its
+ * rejections reported, its records counted once), and the partition's retry applies its
+ * columns; what the source's own accounting throws goes through as it is.
+ */
+export function applySourceStamp(stamp: SourceStamp, source: NodeRuntime, at: BatchPosition): RecordColumns {
+  let failure: { error: unknown } | undefined;
+  const columns = stamp.stamp(source.emitMain, at, (error) => (failure = { error }));
+  if (failure) {
+    const e = failure.error;
+    source.recordsIn += at.index + 1;
+    throw e instanceof UserCodeError ? e : new RecordFailedError(source.node.name, columns.values[at.index], e, at.location());
+  }
+  source.recordsIn += columns.values.length;
+  return columns;
 }
 
 function applyKeyed(columns: RecordColumns, target: NodeRuntime, input: number, at: BatchPosition): void {

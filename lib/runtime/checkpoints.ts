@@ -173,10 +173,13 @@ export class BarrierAligner {
       },
     });
     p.lastBarrier = b.epoch;
-    const held = p.held ?? [];
     delete p.aligning;
-    delete p.held;
+    // The held envelopes stay in the progress this commit writes (their positions are
+    // consumed): a crash before the next commit finds them there (PartitionRuntime applies
+    // held envelopes left without an alignment first), not dropped as duplicates.
     await this.host.commit({ after: b.epoch, dropBefore: b.baseEpoch });
+    const held = p.held ?? [];
+    delete p.held;
     if (held.length) {
       await this.host.prefetch(held);
       for (const h of held) await this.host.take(h);

@@ -18,8 +18,8 @@ import { channelsInto, type StagePlan } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
 import type { ChannelProgress, CommitBatch, EntityChanges, InputLogAppend, PartitionScope, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
-import { columnsOf, type Envelope, type OutboxEntry, toPlainEnvelope } from '../transport/envelope.ts';
-import { applyColumns } from './apply-columns.ts';
+import { columnsOf, type Envelope, type OutboxEntry, pendingStampOf, toPlainEnvelope } from '../transport/envelope.ts';
+import { applyColumns, applySourceStamp } from './apply-columns.ts';
 import { buildChains } from './chain.ts';
 import { BarrierAligner, copyProgress, type MutableProgress } from './checkpoints.ts';
 import { entityId, newNodeRuntime, type NodeRuntime } from './context.ts';
@@ -154,14 +154,15 @@ export class PartitionRuntime {
   /** Process envelopes and commit. `skip`: records (by locationId) to park in the dead-letter queue instead. */
   async process(envelopes: readonly Envelope[], skip?: ReadonlyMap<string, ParkedFailure>): Promise<BatchResult> {
     const { fresh, dups } = freshEnvelopes(envelopes, this.progress.inputs, this.where);
-    if (fresh.length === 0 && dups > 0) {
+    if (fresh.length === 0 && dups > 0 && (this.progress.aligning || !this.progress.held)) {
       return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false, parked: [] };
     }
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
     this.unchangedProbes.clear();
-    let progressMoved = false;
+    // Not awaited when there is nothing left (the common case): a batch stays one promise.
+    let progressMoved = this.progress.held !== undefined && (await this.applyLeftHeld());
     for (let i = 0; i < fresh.length; i++) {
       const env = fresh[i];
       // Only a barrier waits for anything (its snapshot): other envelopes apply synchronously.
@@ -206,6 +207,20 @@ export class PartitionRuntime {
     return undefined;
   }
 
+  /**
+   * Envelopes held behind a barrier whose commit came just before a crash (the commit keeps
+   * them, their positions consumed): applied before anything else, as they would have been
+   * right after that commit. True when there were any.
+   */
+  private async applyLeftHeld(): Promise<boolean> {
+    const held = this.progress.aligning ? undefined : this.progress.held;
+    if (!held) return false;
+    delete this.progress.held;
+    if (this.deps.backend.needsPrefetch) await this.prefetchFor(held);
+    for (const h of held) await this.take(h, false);
+    return true;
+  }
+
   /** The input log replay an in-place restore on AWS left (per source channel: records `from` .. `upTo - 1`); empty: none. */
   get pendingReplay(): { readonly channel: string; readonly from: number; readonly upTo: number }[] {
     return Object.entries(this.progress.replay ?? {}).map(([channel, upTo]) => ({ channel, from: this.progress.inputs[channel]?.records ?? 0, upTo }));
@@ -239,8 +254,10 @@ export class PartitionRuntime {
     at.enter(env);
     // Columns (source chunks, shuffled records) go in without a record object each; with
     // failures to park, the record path checks each record against them.
-    const columns = columnsOf(env);
-    if (columns && !at.skip && applyColumns(columns, target, edge.toInput, at)) {
+    // A source chunk not stamped yet is stamped in the chain's pass (each event touched once).
+    const stamp = at.skip || !source ? undefined : pendingStampOf(env);
+    const columns = stamp ? applySourceStamp(stamp, target, at) : columnsOf(env);
+    if (columns && !at.skip && (stamp !== undefined || applyColumns(columns, target, edge.toInput, at))) {
       this.acc.recordsIn += columns.values.length;
       at.leave();
       this.afterRecords(env, ch, source ? sourceWatermarkAt(this.deps.plan, edge, columns.maxTimestamp) : MIN_WATERMARK);
@@ -290,8 +307,9 @@ export class PartitionRuntime {
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
+    const moved = this.progress.held !== undefined && (await this.applyLeftHeld());
     this.fireProcessingTimers();
-    const committing = this.commitPart(false);
+    const committing = this.commitPart(moved);
     if (committing) await committing;
     const parked = this.at.end();
     return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0, parked };

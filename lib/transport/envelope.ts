@@ -162,6 +162,23 @@ export interface RecordColumns {
 
 type EnvelopeHead = Omit<Envelope, 'records'>;
 
+/**
+ * A source chunk whose timestamps are read when its partition applies it, in the same pass
+ * as the chain (lib/local/source-feed.ts): each event's memory is touched once, not by a
+ * timestamp pass and again by the chain. `stamp` reads every event's timestamp (events
+ * that cannot become records are taken out of the values, in place, and reported by the
+ * source) and returns the columns; it runs once, later calls return the same columns.
+ * `emit`, when given, receives each accepted event as it is stamped, `at.index` set to
+ * its index among the accepted ones first; if `emit` throws, `failed` gets the error
+ * (`at.index` stays on that event) and the rest is stamped without emit, so that the
+ * columns are complete and the source's accounting is done once. What `stamp` itself
+ * throws comes from that accounting (the source's callbacks), never from `emit`.
+ */
+export interface SourceStamp {
+  readonly stamped: boolean;
+  stamp(emit?: (value: unknown, timestamp: number) => void, at?: { index: number }, failed?: (error: unknown) => void): RecordColumns;
+}
+
 /** A class, not a literal with a getter: V8 builds those in its runtime, at ~10x the cost. */
 class ColumnarEnvelope implements Envelope {
   readonly channel: string;
@@ -170,17 +187,31 @@ class ColumnarEnvelope implements Envelope {
   readonly seq: number;
   readonly watermark: number;
   readonly idle: boolean | undefined;
-  readonly columns: RecordColumns;
+  /** recordCount: fixed when made (a source chunk not stamped yet: its events, rejected ones included), so that queue accounting adds and removes the same. */
+  readonly size: number;
+  #columns: RecordColumns | undefined;
+  readonly #stamp: SourceStamp | undefined;
   #records: StreamRecord[] | undefined;
 
-  constructor(head: EnvelopeHead, columns: RecordColumns) {
+  constructor(head: EnvelopeHead, columns: RecordColumns | undefined, stamp: SourceStamp | undefined, size: number) {
     this.channel = head.channel;
     this.edge = head.edge;
     this.toPartition = head.toPartition;
     this.seq = head.seq;
     this.watermark = head.watermark;
     this.idle = head.idle;
-    this.columns = columns;
+    this.size = size;
+    this.#columns = columns;
+    this.#stamp = stamp;
+  }
+
+  get columns(): RecordColumns {
+    return (this.#columns ??= this.#stamp!.stamp());
+  }
+
+  /** The source chunk's stamp while it has not run (undefined otherwise). */
+  get pendingStamp(): SourceStamp | undefined {
+    return this.#columns === undefined && this.#stamp !== undefined && !this.#stamp.stamped ? this.#stamp : undefined;
   }
 
   /** The records as the record path builds them: `{value, timestamp}`, and `key` (own, even if undefined) on hash channels. */
@@ -207,7 +238,17 @@ class ColumnarEnvelope implements Envelope {
 
 /** An envelope over columns (at least one record; keyed columns all as long as values). */
 export function columnarEnvelope(head: EnvelopeHead, columns: RecordColumns): Envelope {
-  return new ColumnarEnvelope(head, columns);
+  return new ColumnarEnvelope(head, columns, undefined, columns.values.length);
+}
+
+/** An envelope over a source chunk of `size` events, stamped when applied (or when its columns or records are first read). */
+export function stampedOnApplyEnvelope(head: EnvelopeHead, stamp: SourceStamp, size: number): Envelope {
+  return new ColumnarEnvelope(head, undefined, stamp, size);
+}
+
+/** The stamp of a source chunk that has not been stamped yet (undefined for any other envelope). */
+export function pendingStampOf(env: Envelope): SourceStamp | undefined {
+  return env instanceof ColumnarEnvelope ? env.pendingStamp : undefined;
 }
 
 /** The columns of an envelope made by columnarEnvelope (undefined for any other). */
@@ -221,7 +262,10 @@ export function toPlainEnvelope(env: Envelope): Envelope {
   return { channel: env.channel, edge: env.edge, toPartition: env.toPartition, seq: env.seq, records: env.records, watermark: env.watermark, idle: env.idle };
 }
 
-/** How many records an envelope carries, without materialising columnar ones. */
+/**
+ * How many records an envelope carries, without materialising columnar ones (a source
+ * chunk not stamped yet: its events, the ones it will reject included, for as long as it lives).
+ */
 export function recordCount(env: Envelope): number {
-  return env instanceof ColumnarEnvelope ? env.columns.values.length : env.records.length;
+  return env instanceof ColumnarEnvelope ? env.size : env.records.length;
 }

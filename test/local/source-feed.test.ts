@@ -34,13 +34,17 @@ function defOf(items: readonly Ev[], withSchema: boolean): SourceDef<Ev> {
 async function feedAll(items: readonly Ev[], batchSize: number, partitions: number, withSchema: boolean) {
   const clock = new ManualClock(0);
   const def = defOf(items, withSchema);
-  const feed = new SourceFeed(def, createReader(def.binding as never, 'in', clock), new SourcePartitioner(def, 0, partitions, clock), 0);
+  const feed = new SourceFeed(def, createReader(def.binding as never, 'in', clock), new SourcePartitioner(def, 0, partitions, clock), 0, undefined, false, true);
   const envelopes: Envelope[] = [];
   const rejected: RejectedInput[] = [];
   let accepted = 0;
   const host: FeedHost = { clock, batchSize, room: () => true, enqueue: (env) => envelopes.push(env), rejected: (r) => rejected.push(r), accepted: (n) => (accepted += n) };
   while (!feed.done) await feed.pull(host);
-  return { envelopes: envelopes.filter((e) => recordsOf(e).length > 0), rejected, accepted, def, clock };
+  // Data envelopes (not the final ones), their chunks stamped in order, as their partitions would.
+  const data = envelopes.filter((e) => columnsOf(e) !== undefined);
+  const heads: Record<string, number> = {};
+  feed.heads(heads);
+  return { envelopes: data, rejected, accepted, def, clock, heads, stampedOnApply: feed.stampOnApply };
 }
 
 const recordsOf = (env: Envelope) => {
@@ -52,10 +56,14 @@ describe('source feed: events into chunks of records', () => {
   it('matches the record-per-event model: chunks cut before rejection, round-robin over partitions, rejections with their positions', async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(evArb, { maxLength: 60 }), fc.integer({ min: 1, max: 7 }), fc.integer({ min: 1, max: 3 }), fc.boolean(), async (items, batchSize, partitions, withSchema) => {
-        const { envelopes, rejected, accepted, def, clock } = await feedAll(items, batchSize, partitions, withSchema);
+        const { envelopes, rejected, accepted, def, clock, heads, stampedOnApply } = await feedAll(items, batchSize, partitions, withSchema);
+        // Without a schema, chunks are stamped when applied (SourceStamp): sent before their
+        // events are read.
+        expect(stampedOnApply).toBe(!withSchema);
         // The model: pulled events are cut into chunks of batchSize per partition turn
         // (a pull reads batchSize * partitions events), each event becomes a record or a
-        // rejection; a chunk left without records sends nothing and takes no turn.
+        // rejection; a chunk left without records sends nothing and takes no turn when it
+        // is stamped before it is sent (with a schema), and is sent empty otherwise.
         const want: { partition: number; records: { value: unknown; timestamp: number }[] }[] = [];
         const wantRejected: RejectedInput[] = [];
         let next = 0;
@@ -66,23 +74,31 @@ describe('source feed: events into chunks of records', () => {
             if (typeof r === 'string') wantRejected.push({ source: 'in', position: `event ${j}`, error: r });
             else records.push(r);
           }
-          if (records.length === 0) continue;
+          if (records.length === 0 && !stampedOnApply) continue;
           want.push({ partition: next, records });
           next = (next + 1) % partitions;
         }
         expect(envelopes.map((e) => ({ partition: e.toPartition, records: recordsOf(e) }))).toEqual(want);
         expect(rejected).toEqual(wantRejected);
         expect(accepted).toBe(items.length - wantRejected.length);
-        // Each partition's envelopes carry consecutive sequence numbers and its largest timestamp so far, minus the delay, as watermark.
+        // Each partition's envelopes carry consecutive sequence numbers, and its channel's
+        // watermark after each (the envelope's, or the one derived from its records, as the
+        // partition takes it) is its largest timestamp so far minus the delay. Stamped before
+        // sent, the envelope's own says so.
         for (let p = 0; p < partitions; p++) {
           let max = Number.NEGATIVE_INFINITY;
+          let channel = Number.NEGATIVE_INFINITY;
           envelopes
             .filter((e) => e.toPartition === p)
             .forEach((e, k) => {
               for (const r of recordsOf(e)) max = Math.max(max, r.timestamp);
               expect(e.seq).toBe(k + 1);
-              expect(e.watermark).toBe(max - 5 - 1);
+              channel = Math.max(channel, e.watermark, columnsOf(e)!.maxTimestamp - 5 - 1);
+              expect(channel).toBe(max - 5 - 1);
+              if (!stampedOnApply) expect(e.watermark).toBe(max - 5 - 1);
             });
+          // The partition's position (records sent) counts every stamped chunk.
+          expect(heads[`in#${p}`]).toBe(want.filter((w) => w.partition === p).reduce((n, w) => n + w.records.length, 0));
         }
       }),
       { numRuns: 300 },

@@ -1,0 +1,87 @@
+/**
+ * Source chunks stamped when their partition applies them (lib/local/source-feed.ts,
+ * SourceStamp: a source with a timestamp extractor and no schema). The same rows, the same
+ * rejections in the input's order with their positions, the same counts as a source
+ * whose chunks are stamped before they are sent (with a schema that accepts every event),
+ * also when a chained operator throws on a record of a chunk that has rejections: the
+ * record's dead letter names its place among the chunk's records, and each rejection is
+ * reported once, whatever the retries.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { Sinks } from '../../lib/api/sinks.ts';
+import { Job } from '../../lib/api/stream.ts';
+import { WatermarkStrategies } from '../../lib/api/types.ts';
+import { runJob } from '../../lib/local/embedded.ts';
+
+type Ev = { t: unknown; v: number };
+
+function job(items: readonly Ev[], parallelism: number, withSchema: boolean, poison: number | undefined) {
+  const j = new Job(withSchema ? 'stamped-before' : 'stamped-on-apply', { parallelism, maxParallelism: 16 });
+  const out = Sinks.collect<number>();
+  j.fromItems('in', items, {
+    timestamp: (e) => {
+      if (e.t === 'throw') throw new Error(`no time in ${e.v}`);
+      return e.t as number;
+    },
+    watermark: WatermarkStrategies.boundedOutOfOrderness(3),
+    ...(withSchema ? { schema: z.any() as unknown as z.ZodType<Ev> } : {}),
+  })
+    .filter((e) => e.v % 3 !== 0)
+    .name('not-threes')
+    .map((e) => {
+      if (e.v === poison) throw new Error(`poison ${e.v}`);
+      return e.v;
+    })
+    .name('values')
+    .sinkTo(out);
+  return { job: j, out };
+}
+
+const evArb: fc.Arbitrary<Ev> = fc
+  .tuple(fc.oneof({ weight: 5, arbitrary: fc.integer({ min: 0, max: 1000 }) }, { weight: 1, arbitrary: fc.constantFrom<unknown>('throw', Number.NaN, 'late', undefined) }), fc.integer({ min: 0, max: 30 }))
+  .map(([t, v]) => ({ t, v }));
+
+describe('source chunks stamped when applied', () => {
+  it('give the rows, rejections, counts and dead letters of chunks stamped before they are sent', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(evArb, { maxLength: 40 }), fc.integer({ min: 1, max: 6 }), fc.option(fc.integer({ min: 0, max: 30 }), { nil: undefined }), async (items, batchSize, poison) => {
+        const runs = [];
+        for (const withSchema of [true, false]) {
+          const { job: j, out } = job(items, 1, withSchema, poison);
+          const { runtime, stats } = await runJob(j, { sourceBatchSize: batchSize, maxAttempts: 2 });
+          runs.push({
+            rows: out.records,
+            rejected: runtime.rejectedInputs,
+            sourceRecords: stats.sourceRecords,
+            dead: runtime.deadLetters.map((d) => ({ operator: d.operator, record: d.record, error: d.error, attempts: d.attempts })),
+          });
+        }
+        expect(runs[1]).toEqual(runs[0]);
+        // And what each should be: every event rejected or a record, once.
+        const bad = items.filter((e) => typeof e.t !== 'number' || !Number.isFinite(e.t));
+        expect(runs[1].rejected.map((r) => r.position)).toEqual(items.flatMap((e, i) => (bad.includes(e) ? [`event ${i}`] : [])));
+        expect(runs[1].sourceRecords).toBe(items.length - bad.length);
+      }),
+      { numRuns: 60 },
+    );
+  });
+
+  it('names the record that threw by its place among the chunk\'s records, before or after a rejected event', async () => {
+    const cases: { items: Ev[]; index: number; record: Ev }[] = [
+      { items: [{ t: 1, v: 1 }, { t: 'throw', v: 2 }, { t: 3, v: 4 }, { t: 4, v: 5 }], index: 1, record: { t: 3, v: 4 } },
+      { items: [{ t: 1, v: 1 }, { t: 3, v: 4 }, { t: 'throw', v: 2 }, { t: 4, v: 5 }], index: 1, record: { t: 3, v: 4 } },
+      { items: [{ t: 'throw', v: 2 }, { t: 'late', v: 7 }, { t: 1, v: 1 }, { t: 3, v: 4 }, { t: 4, v: 5 }], index: 1, record: { t: 3, v: 4 } },
+    ];
+    for (const c of cases) {
+      const { job: j, out } = job(c.items, 1, false, 4);
+      // One attempt: the location of the first failure decides what is parked.
+      const { runtime, stats } = await runJob(j, { sourceBatchSize: 8, maxAttempts: 1 });
+      expect(out.records).toEqual([1, 5]);
+      expect(runtime.rejectedInputs.map((r) => r.position)).toEqual(c.items.flatMap((e, i) => (typeof e.t === 'number' ? [] : [`event ${i}`])));
+      expect(stats.sourceRecords).toBe(3);
+      expect(runtime.deadLetters).toMatchObject([{ operator: 'values', index: c.index, record: { value: c.record, timestamp: c.record.t }, attempts: 1 }]);
+    }
+  });
+});
