@@ -172,6 +172,7 @@ export class EmbeddedRuntime implements IngestTarget {
     let progressed = false;
     const slots = this.slots;
     const round = ++this.round;
+    const checkpointing = this.options.checkpoints?.settled?.() === false;
     for (let s = slots.length - 1; s >= 0; s--) {
       if (!this.downstreamHasRoom(s)) continue;
       const row = slots[s];
@@ -180,7 +181,7 @@ export class EmbeddedRuntime implements IngestTarget {
         if (slot.head < slot.queue.length) {
           // Waiting counts as progress: it only happens while input arrives, so the loop must not sleep.
           progressed = true;
-          if (shouldLinger(slot, round, this.linger)) {
+          if (shouldLinger(slot, round, this.linger, checkpointing)) {
             slot.lingered++;
             continue;
           }

@@ -9,7 +9,9 @@
  * so it never waits on the clock:
  * - only while input keeps arriving (the slot was fed in the round before): a stalled or
  *   finished upstream is never waited for, so an idle job does not delay its last records;
- * - at most `rounds` rounds in a row, and never once `records` are queued.
+ * - at most `rounds` rounds in a row, and never once `records` are queued;
+ * - never while a checkpoint is in flight: barriers and their alignment go as fast as
+ *   without lingering, so checkpoints take as many rounds as before.
  * Pure: the scheduler (embedded.ts) keeps the counters and asks.
  */
 
@@ -31,7 +33,7 @@ export interface LingerState {
   readonly queuedRecords: number;
 }
 
-/** Whether the slot should wait this round (`round`) rather than take its queue. */
-export function shouldLinger(slot: LingerState, round: number, policy: LingerPolicy): boolean {
-  return slot.downstream && slot.fedRound === round - 1 && slot.lingered < policy.rounds && slot.queuedRecords < policy.records;
+/** Whether the slot should wait this round (`round`) rather than take its queue. `checkpointing`: an epoch is in flight. */
+export function shouldLinger(slot: LingerState, round: number, policy: LingerPolicy, checkpointing: boolean): boolean {
+  return !checkpointing && slot.downstream && slot.fedRound === round - 1 && slot.lingered < policy.rounds && slot.queuedRecords < policy.records;
 }

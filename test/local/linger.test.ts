@@ -11,12 +11,13 @@ const waiting: LingerState = { downstream: true, fedRound: 9, lingered: 0, queue
 
 describe('shouldLinger', () => {
   it('waits only for a downstream partition fed in the round before, below both bounds', () => {
-    expect(shouldLinger(waiting, 10, policy)).toBe(true);
-    expect(shouldLinger({ ...waiting, downstream: false }, 10, policy)).toBe(false);
-    expect(shouldLinger({ ...waiting, fedRound: 8 }, 10, policy)).toBe(false);
-    expect(shouldLinger({ ...waiting, lingered: 3 }, 10, policy)).toBe(false);
-    expect(shouldLinger({ ...waiting, queuedRecords: 100 }, 10, policy)).toBe(false);
-    expect(shouldLinger(waiting, 10, { rounds: 0, records: 100 })).toBe(false);
+    expect(shouldLinger(waiting, 10, policy, false)).toBe(true);
+    expect(shouldLinger({ ...waiting, downstream: false }, 10, policy, false)).toBe(false);
+    expect(shouldLinger({ ...waiting, fedRound: 8 }, 10, policy, false)).toBe(false);
+    expect(shouldLinger({ ...waiting, lingered: 3 }, 10, policy, false)).toBe(false);
+    expect(shouldLinger({ ...waiting, queuedRecords: 100 }, 10, policy, false)).toBe(false);
+    expect(shouldLinger(waiting, 10, policy, true)).toBe(false);
+    expect(shouldLinger(waiting, 10, { rounds: 0, records: 100 }, false)).toBe(false);
   });
 
   it('never waits more than `rounds` rounds in a row, however the input arrives', () => {
@@ -27,7 +28,7 @@ describe('shouldLinger', () => {
         let run = 0;
         for (let round = 1; round <= fed.length; round++) {
           if (s.queuedRecords > 0) {
-            if (shouldLinger(s, round, { rounds, records: 1_000 })) {
+            if (shouldLinger(s, round, { rounds, records: 1_000 }, false)) {
               s.lingered++;
               run++;
             } else {
