@@ -15,6 +15,8 @@ export interface Slot {
   queue: Envelope[];
   head: number;
   queuedRecords: number;
+  /** Envelopes in the queue from head on. */
+  readonly queuedEnvelopes: number;
   /** Fed only by other stages; the round it was last fed in and the rounds it has waited since (linger.ts). */
   readonly downstream: boolean;
   fedRound: number;

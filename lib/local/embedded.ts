@@ -68,7 +68,7 @@ export class EmbeddedRuntime implements IngestTarget {
       queueCapacity: options.queueCapacity ?? 65536,
       maxAttempts: options.maxAttempts ?? 3,
     };
-    this.linger = { rounds: options.lingerRounds ?? 8, records: options.lingerRecords ?? 4096 };
+    this.linger = { rounds: options.lingerRounds ?? 8, records: Math.min(options.lingerRecords ?? 4096, this.opts.batchRecords), envelopes: this.opts.maxEnvelopesPerBatch };
     for (const node of this.plan.job.sinks()) {
       if (node.spec.kind !== 'sink') continue;
       this.sinks.set(node.name, options.sinks?.[node.name] ?? node.spec.sink);
@@ -92,7 +92,22 @@ export class EmbeddedRuntime implements IngestTarget {
       const downstream = !this.plan.edges.some((e) => e.toStage === stage.id && e.from.kind === 'source');
       for (let p = 0; p < stage.parallelism; p++) {
         const runtime = await this.openPartition(stage.id, p);
-        row.push({ stage: stage.id, partition: p, runtime, queue: [], head: 0, queuedRecords: 0, downstream, fedRound: -1, lingered: 0, failures: new Map(), skip: new Map() });
+        row.push({
+          stage: stage.id,
+          partition: p,
+          runtime,
+          queue: [],
+          head: 0,
+          queuedRecords: 0,
+          get queuedEnvelopes() {
+            return this.queue.length - this.head;
+          },
+          downstream,
+          fedRound: -1,
+          lingered: 0,
+          failures: new Map(),
+          skip: new Map(),
+        });
       }
       this.slots.push(row);
     }
@@ -185,8 +200,12 @@ export class EmbeddedRuntime implements IngestTarget {
             slot.lingered++;
             continue;
           }
+          // A backlog built while waiting is taken now, a batch for each round waited at most
+          // (as many batches as those rounds would have run), so no barrier behind it waits longer.
+          const waited = slot.lingered;
           slot.lingered = 0;
           await this.processSlot(slot);
+          for (let k = 0; k < waited && slot.head < slot.queue.length && this.downstreamHasRoom(s); k++) await this.processSlot(slot);
         }
       }
     }

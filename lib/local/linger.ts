@@ -9,7 +9,8 @@
  * so it never waits on the clock:
  * - only while input keeps arriving (the slot was fed in the round before): a stalled or
  *   finished upstream is never waited for, so an idle job does not delay its last records;
- * - at most `rounds` rounds in a row, and never once `records` are queued;
+ * - at most `rounds` rounds in a row, and never once a full batch is queued (`records`,
+ *   or `envelopes`: a backlog of more than one batch would take several rounds to drain);
  * - never while a checkpoint is in flight: barriers and their alignment go as fast as
  *   without lingering, so checkpoints take as many rounds as before.
  * Pure: the scheduler (embedded.ts) keeps the counters and asks.
@@ -20,6 +21,8 @@ export interface LingerPolicy {
   readonly rounds: number;
   /** Queued records at which a partition takes its queue at once. */
   readonly records: number;
+  /** Queued envelopes at which a partition takes its queue at once (the most one batch takes). */
+  readonly envelopes: number;
 }
 
 /** What the decision reads of a scheduler slot. */
@@ -31,9 +34,10 @@ export interface LingerState {
   /** Rounds it has waited in a row. */
   readonly lingered: number;
   readonly queuedRecords: number;
+  readonly queuedEnvelopes: number;
 }
 
 /** Whether the slot should wait this round (`round`) rather than take its queue. `checkpointing`: an epoch is in flight. */
 export function shouldLinger(slot: LingerState, round: number, policy: LingerPolicy, checkpointing: boolean): boolean {
-  return !checkpointing && slot.downstream && slot.fedRound === round - 1 && slot.lingered < policy.rounds && slot.queuedRecords < policy.records;
+  return !checkpointing && slot.downstream && slot.fedRound === round - 1 && slot.lingered < policy.rounds && slot.queuedRecords < policy.records && slot.queuedEnvelopes < policy.envelopes;
 }

@@ -29,7 +29,8 @@ describe('checkpointed embedded runs', () => {
       const clock = new ManualClock(1_000_000);
       const { runtime, checkpoints } = await openCheckpointedRuntime(
         make(payments(3000)),
-        { clock, sinks: { out: sink }, sourceBatchSize: 64, maxEnvelopesPerBatch: 4, onSourceRecords: () => clock.advance(1) },
+        // Small batches and no lingering (the clock moves per source chunk): many rounds, so many epochs.
+        { clock, sinks: { out: sink }, sourceBatchSize: 64, maxEnvelopesPerBatch: 4, lingerRounds: 0, onSourceRecords: () => clock.advance(1) },
         { dir, intervalMs: 4, sinks: [sink], durable },
       );
       await runtime.run();

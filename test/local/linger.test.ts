@@ -6,8 +6,8 @@ import { valueState } from '../../lib/api/state.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { type LingerState, shouldLinger } from '../../lib/local/linger.ts';
 
-const policy = { rounds: 3, records: 100 };
-const waiting: LingerState = { downstream: true, fedRound: 9, lingered: 0, queuedRecords: 10 };
+const policy = { rounds: 3, records: 100, envelopes: 4 };
+const waiting: LingerState = { downstream: true, fedRound: 9, lingered: 0, queuedRecords: 10, queuedEnvelopes: 2 };
 
 describe('shouldLinger', () => {
   it('waits only for a downstream partition fed in the round before, below both bounds', () => {
@@ -16,19 +16,20 @@ describe('shouldLinger', () => {
     expect(shouldLinger({ ...waiting, fedRound: 8 }, 10, policy, false)).toBe(false);
     expect(shouldLinger({ ...waiting, lingered: 3 }, 10, policy, false)).toBe(false);
     expect(shouldLinger({ ...waiting, queuedRecords: 100 }, 10, policy, false)).toBe(false);
+    expect(shouldLinger({ ...waiting, queuedEnvelopes: 4 }, 10, policy, false)).toBe(false);
     expect(shouldLinger(waiting, 10, policy, true)).toBe(false);
-    expect(shouldLinger(waiting, 10, { rounds: 0, records: 100 }, false)).toBe(false);
+    expect(shouldLinger(waiting, 10, { rounds: 0, records: 100, envelopes: 4 }, false)).toBe(false);
   });
 
   it('never waits more than `rounds` rounds in a row, however the input arrives', () => {
     fc.assert(
       fc.property(fc.array(fc.boolean(), { maxLength: 60 }), fc.integer({ min: 0, max: 5 }), (fed, rounds) => {
         // A slot fed in the rounds marked true; the scheduler's bookkeeping as embedded.ts keeps it.
-        const s = { downstream: true, fedRound: -1, lingered: 0, queuedRecords: 0 };
+        const s = { downstream: true, fedRound: -1, lingered: 0, queuedRecords: 0, queuedEnvelopes: 0 };
         let run = 0;
         for (let round = 1; round <= fed.length; round++) {
           if (s.queuedRecords > 0) {
-            if (shouldLinger(s, round, { rounds, records: 1_000 }, false)) {
+            if (shouldLinger(s, round, { rounds, records: 1_000, envelopes: 1_000 }, false)) {
               s.lingered++;
               run++;
             } else {

@@ -118,7 +118,8 @@ describe('interval join', () => {
     };
     joined.sinkTo(probe);
     stage = compile(job.graph).stageOfNode[job.graph.nodes.find((x) => x.name === 'ij')!.id];
-    await runJob(job, { sourceBatchSize: 8, backend });
+    // A sample per sink batch: small batches, and no lingering to merge them.
+    await runJob(job, { sourceBatchSize: 8, lingerRounds: 0, backend });
     // 4 partners per left, minus 2 + 1 at the start and 1 at the end
     expect(pairs).toBe(4 * n - 4);
     expect(samples.length).toBeGreaterThan(50);
