@@ -1,29 +1,8 @@
-/**
- * The embedded scheduler's view of one stage partition (its queue and parked failures),
- * and the runtime's statistics read off those views.
- */
+/** The embedded runtime's statistics, read off the scheduler's slots (slot.ts). */
 import { MAX_WATERMARK } from '../api/types.ts';
 import type { PhysicalPlan } from '../graph/compile.ts';
-import type { ParkedFailure, PartitionRuntime } from '../runtime/partition.ts';
-import type { Envelope } from '../transport/envelope.ts';
 import type { RuntimeStats } from './embedded-options.ts';
-
-export interface Slot {
-  readonly stage: number;
-  readonly partition: number;
-  runtime: PartitionRuntime;
-  queue: Envelope[];
-  head: number;
-  queuedRecords: number;
-  /** Envelopes in the queue from head on. */
-  readonly queuedEnvelopes: number;
-  /** Fed only by other stages; the round it was last fed in and the rounds it has waited since (linger.ts). */
-  readonly downstream: boolean;
-  fedRound: number;
-  lingered: number;
-  readonly failures: Map<string, ParkedFailure>;
-  readonly skip: Map<string, ParkedFailure>;
-}
+import type { Slot } from './slot.ts';
 
 export interface RuntimeCounters {
   sourceRecords: number;

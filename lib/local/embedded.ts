@@ -20,14 +20,15 @@ import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
 import type { StateBackend } from '../state/backend.ts';
 import { type LingerPolicy, shouldLinger } from './linger.ts';
-import { type Barrier, type DeadLetter, type Envelope, type OutboxEntry, recordCount } from '../transport/envelope.ts';
+import { type Barrier, type DeadLetter, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
 import { OutboxDelivery } from './outbox-delivery.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 import type { IngestTarget, OfferResult } from './ingest-target.ts';
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
 import { IngestBuffer, type RejectedInput, toRecord } from './sources.ts';
 import { CHUNKS_PER_ROUND, chunkedRounds } from './rounds.ts';
-import { type RuntimeCounters, runtimeStats, type Slot } from './embedded-stats.ts';
+import { type RuntimeCounters, runtimeStats } from './embedded-stats.ts';
+import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';
 
 export type { EmbeddedCheckpointHooks, EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 export { chunkedRounds } from './rounds.ts';
@@ -92,22 +93,7 @@ export class EmbeddedRuntime implements IngestTarget {
       const downstream = !this.plan.edges.some((e) => e.toStage === stage.id && e.from.kind === 'source');
       for (let p = 0; p < stage.parallelism; p++) {
         const runtime = await this.openPartition(stage.id, p);
-        row.push({
-          stage: stage.id,
-          partition: p,
-          runtime,
-          queue: [],
-          head: 0,
-          queuedRecords: 0,
-          get queuedEnvelopes() {
-            return this.queue.length - this.head;
-          },
-          downstream,
-          fedRound: -1,
-          lingered: 0,
-          failures: new Map(),
-          skip: new Map(),
-        });
+        row.push(newSlot(stage.id, p, runtime, downstream));
       }
       this.slots.push(row);
     }
@@ -326,16 +312,12 @@ export class EmbeddedRuntime implements IngestTarget {
 
   private enqueue(env: Envelope): void {
     const slot = this.slots[this.plan.edges[env.edge].toStage][env.toPartition];
-    slot.queue.push(env);
-    slot.queuedRecords += recordCount(env);
-    slot.fedRound = this.round;
+    enqueueTo(slot, env, this.round);
   }
 
   private processSlot(slot: Slot): Promise<void> {
-    const last = Math.min(slot.queue.length, slot.head + this.opts.maxEnvelopesPerBatch);
-    let end = slot.head;
-    for (let records = 0; end < last && records < this.opts.batchRecords; end++) records += recordCount(slot.queue[end]);
-    const batch = end === slot.head + 1 ? [slot.queue[slot.head]] : slot.queue.slice(slot.head, end);
+    const batch = nextBatch(slot, this.opts.maxEnvelopesPerBatch, this.opts.batchRecords);
+    const envelopes = batch.length;
     const skip = slot.skip.size ? slot.skip : undefined;
     let work: ReturnType<PartitionRuntime['process']>;
     try {
@@ -343,7 +325,7 @@ export class EmbeddedRuntime implements IngestTarget {
     } catch (e) {
       work = Promise.reject(e);
     }
-    return this.runBatch(slot, work, end - slot.head);
+    return this.runBatch(slot, work, envelopes);
   }
 
   /** One batch with the crash-recovery policy: on any failure, reopen from committed state and let the queue redeliver. */
@@ -359,7 +341,7 @@ export class EmbeddedRuntime implements IngestTarget {
       faults?.maybeCrash('after-deliver');
       if (result.outbox.length) await slot.runtime.outboxDelivered(result.version);
       faults?.maybeCrash('before-ack');
-      this.ack(slot, envelopes);
+      ackFrom(slot, envelopes);
       // Parked for good; a timer registered again later must fire.
       for (const id of result.parked) {
         slot.skip.delete(id);
@@ -375,18 +357,6 @@ export class EmbeddedRuntime implements IngestTarget {
         throw e;
       }
       await this.recover(slot);
-    }
-  }
-
-  private ack(slot: Slot, envelopes: number): void {
-    for (let i = 0; i < envelopes; i++) slot.queuedRecords -= recordCount(slot.queue[slot.head + i]);
-    slot.head += envelopes;
-    if (slot.head === slot.queue.length) {
-      slot.queue = [];
-      slot.head = 0;
-    } else if (slot.head > 1024) {
-      slot.queue = slot.queue.slice(slot.head);
-      slot.head = 0;
     }
   }
 

@@ -316,7 +316,9 @@ function stampColumns(
   // first event it cannot stamp (a throw, or not a finite number); that event goes
   // through toRecord, which says what is wrong, and the loop goes on after it. (One
   // try around the loop, not one per event: a timestamp that may also be undefined
-  // would be boxed, a heap number per event.)
+  // would be boxed, a heap number per event.) What an accepted event gets (its slot, its
+  // timestamp, the chain) is written out in both branches on purpose: a local function
+  // would capture n, max and emit, which the loop then reads from its context, not registers.
   while (j < m) {
     if (extract !== undefined) {
       try {
