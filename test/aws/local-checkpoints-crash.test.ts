@@ -38,6 +38,8 @@ function childEnv(): NodeJS.ProcessEnv {
     AWS_REGION: inject('awsRegion'),
     AWS_ACCESS_KEY_ID: creds.accessKeyId,
     AWS_SECRET_ACCESS_KEY: creds.secretAccessKey,
+    // The runner's handler and delete errors go to stderr, which a timeout prints.
+    SLUICE_DEBUG: '1',
   };
 }
 

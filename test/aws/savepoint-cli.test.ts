@@ -29,7 +29,8 @@ let expected: string[];
 
 function childEnv(withEndpoints = true): NodeJS.ProcessEnv {
   const creds = inject('awsCredentials');
-  const env: NodeJS.ProcessEnv = { ...process.env, AWS_REGION: inject('awsRegion'), AWS_ACCESS_KEY_ID: creds.accessKeyId, AWS_SECRET_ACCESS_KEY: creds.secretAccessKey };
+  // SLUICE_DEBUG: the runner's handler and delete errors go to stderr, which a timeout prints.
+  const env: NodeJS.ProcessEnv = { ...process.env, SLUICE_DEBUG: '1', AWS_REGION: inject('awsRegion'), AWS_ACCESS_KEY_ID: creds.accessKeyId, AWS_SECRET_ACCESS_KEY: creds.secretAccessKey };
   for (const k of Object.keys(env)) if (k.startsWith('AWS_ENDPOINT_URL')) delete env[k];
   if (withEndpoints) Object.assign(env, { AWS_ENDPOINT_URL_DYNAMODB: inject('dynamodbEndpoint'), AWS_ENDPOINT_URL_SQS: inject('fauxqsEndpoint'), AWS_ENDPOINT_URL_S3: inject('fauxqsEndpoint') });
   return env;
