@@ -25,11 +25,24 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.byteLength === b.byteLength && Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
 }
 
+/**
+ * Open `path` with `flags`, making its directory only when it is missing (ENOENT): a
+ * directory that exists costs no mkdir per write (a checkpoint writes several files).
+ */
+export function openMakingDir(path: string, flags: string): number {
+  try {
+    return openSync(path, flags);
+  } catch (e) {
+    if (code(e) !== 'ENOENT') throw e;
+    mkdirSync(dirname(path), { recursive: true });
+    return openSync(path, flags);
+  }
+}
+
 /** Write bytes to a fresh temporary file beside `path`, fsynced unless `durable` is false; returns its name. */
 function writeTemp(path: string, body: Uint8Array | string, durable = true): string {
-  mkdirSync(dirname(path), { recursive: true });
   const tmp = join(dirname(path), `${TMP}${process.pid}-${Math.random().toString(36).slice(2, 10)}`);
-  const fd = openSync(tmp, 'wx');
+  const fd = openMakingDir(tmp, 'wx');
   try {
     if (typeof body === 'string') writeSync(fd, body);
     else writeSync(fd, body);
@@ -98,6 +111,14 @@ export class DirectoryBlobStore implements BlobStore {
       unlinkSync(tmp);
     }
     if (this.durable) fsyncDir(dirname(path));
+  }
+
+  /**
+   * Make the directories that keys `${prefix}<name>` go to, ahead of the first put: a
+   * job's storage is prepared when it opens, not by its first checkpoint.
+   */
+  makeDirs(prefixes: readonly string[]): void {
+    for (const prefix of prefixes) mkdirSync(dirname(this.path(`${prefix}x`)), { recursive: true });
   }
 
   async get(key: string): Promise<Uint8Array | undefined> {

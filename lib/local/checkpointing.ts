@@ -25,6 +25,7 @@ import { type CheckpointStats, CheckpointDriver, type DriverPorts, type InjectDe
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import { participantsOf, planFingerprint, stateDescriptors } from '../checkpoint/fingerprint.ts';
 import { DirectoryBlobStore, FilePointerStore, writeFileAtomic } from '../checkpoint/local-storage.ts';
+import { snapshotKey } from '../checkpoint/snapshot.ts';
 import { type CoordinatorRecord, type LogRetention, type Manifest, manifestObjectKey } from '../checkpoint/protocol.ts';
 import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
@@ -64,6 +65,8 @@ const SAVEPOINT_LABEL = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 
 export class LocalCheckpointing implements EmbeddedCheckpointHooks {
   readonly store: BlobStore;
+  /** The store under `store` (which tests may wrap). */
+  private readonly blobs: DirectoryBlobStore;
   readonly pointers: PointerStore;
   readonly plan: PhysicalPlan;
   driver!: CheckpointDriver;
@@ -82,7 +85,7 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
   ) {
     this.plan = compile(job.graph);
     const durable = { durable: options.durable ?? true };
-    this.store = new DirectoryBlobStore(join(options.dir, 'blobs'), durable);
+    this.store = this.blobs = new DirectoryBlobStore(join(options.dir, 'blobs'), durable);
     this.pointers = new FilePointerStore(join(options.dir, 'pointers'), durable);
     const hook = options.beforeWrite;
     if (hook) {
@@ -109,6 +112,7 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
       keep = loaded.meta ? [] : ['log', 'sinks'];
     }
     if (start !== 'resume') for (const d of ['blobs', 'pointers', 'log', 'sinks']) if (!keep.includes(d)) rmSync(join(dir, d), { recursive: true, force: true });
+    h.makeDirs();
     for (const s of options.sinks ?? []) await (s as { open?: () => unknown }).open?.();
     h.driver = await CheckpointDriver.start(h.setup(), h.ports(), h.clock.now(), {
       // Above the restored epoch too: restored partitions take barriers at or below it for stale ones.
@@ -125,6 +129,20 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     h.restoredEpoch = restore?.epoch ?? 0;
     for (const s of options.sinks ?? []) await s.recover(restore && (start === 'resume' || keep.length) ? restore.epoch : 0);
     return { hooks: h, restore };
+  }
+
+  /**
+   * The directories every checkpoint writes to, made once when the job opens (a
+   * checkpoint's writes then try the file first and make a directory only if it went).
+   */
+  private makeDirs(): void {
+    const job = this.job.name;
+    const snapshotDirs = participantsOf(this.plan).map((p) => {
+      const key = snapshotKey(job, p.stage, p.partition, 0, new Uint8Array(0));
+      return key.slice(0, key.lastIndexOf('/') + 1);
+    });
+    this.blobs.makeDirs([`${job}/manifests/`, `${job}/checkpoints/`, ...snapshotDirs]);
+    for (const node of this.plan.job.nodes) if (node.spec.kind === 'source') new SourceLog(join(this.options.dir, 'log'), node.spec.source.name).makeDir();
   }
 
   private setup() {

@@ -18,7 +18,7 @@ import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, rea
 import { join } from 'node:path';
 import type { StreamRecord } from '../api/types.ts';
 import { decodeJson, encodeJson } from '../checkpoint/codec.ts';
-import { writeFileAtomic } from '../checkpoint/local-storage.ts';
+import { openMakingDir, writeFileAtomic } from '../checkpoint/local-storage.ts';
 
 export interface BarrierEntry {
   readonly epoch: number;
@@ -50,6 +50,11 @@ export class SourceLog {
     this.dir = join(root, encodeURIComponent(source));
   }
 
+  /** Make this source's log directory (when the job opens: its first barrier then writes without a mkdir). */
+  makeDir(): void {
+    mkdirSync(this.dir, { recursive: true });
+  }
+
   private partitionDir(p: number): string {
     return join(this.dir, `p${p}`);
   }
@@ -59,8 +64,7 @@ export class SourceLog {
     if (records.length === 0) return;
     let fd = this.open.get(p);
     if (fd === undefined) {
-      mkdirSync(this.partitionDir(p), { recursive: true });
-      fd = openSync(join(this.partitionDir(p), `${String(start).padStart(12, '0')}.jsonl`), 'a');
+      fd = openMakingDir(join(this.partitionDir(p), `${String(start).padStart(12, '0')}.jsonl`), 'a');
       this.open.set(p, fd);
     }
     let text = '';
@@ -75,8 +79,7 @@ export class SourceLog {
       closeSync(fd);
     }
     this.open.clear();
-    mkdirSync(this.dir, { recursive: true });
-    const fd = openSync(join(this.dir, 'barriers.jsonl'), 'a');
+    const fd = openMakingDir(join(this.dir, 'barriers.jsonl'), 'a');
     try {
       writeSync(fd, JSON.stringify(entry) + '\n');
       if (this.durable) fsyncSync(fd);

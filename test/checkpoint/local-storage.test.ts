@@ -1,15 +1,16 @@
 /**
  * The local pointer store (FilePointerStore): compare-and-set on a file, fenced by an
  * exclusively created lock file that carries the new value and is renamed into place.
- * Two stores on one directory stand for two coordinator processes.
+ * Two stores on one directory stand for two coordinator processes. And the blob store's
+ * directories: made ahead by makeDirs, or by the first put (and again when they went).
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { PointerLockedError } from '../../lib/checkpoint/driver-errors.ts';
-import { FilePointerStore } from '../../lib/checkpoint/local-storage.ts';
+import { BlobOverwriteError, PointerLockedError } from '../../lib/checkpoint/driver-errors.ts';
+import { DirectoryBlobStore, FilePointerStore } from '../../lib/checkpoint/local-storage.ts';
 
 let root: string;
 beforeEach(() => {
@@ -90,5 +91,30 @@ describe('FilePointerStore', () => {
     rmSync(dir, { recursive: true });
     expect(await s.compareAndSet('p', 0, 'b')).toBe(true);
     expect(await s.read('p')).toEqual({ version: 1, value: 'b' });
+  });
+});
+
+describe('DirectoryBlobStore directories', () => {
+  const bytes = (s: string) => new TextEncoder().encode(s);
+
+  it('makeDirs makes the directories of keys under each prefix, and puts land there', async () => {
+    const blobs = new DirectoryBlobStore(join(root, 'blobs'), { durable: false });
+    blobs.makeDirs(['job/manifests/', 'job/snapshots/0-0/']);
+    expect(existsSync(join(root, 'blobs', 'job', 'manifests'))).toBe(true);
+    expect(existsSync(join(root, 'blobs', 'job', 'snapshots', '0-0'))).toBe(true);
+    await blobs.put('job/snapshots/0-0/a.json', bytes('a'));
+    expect(readdirSync(join(root, 'blobs', 'job', 'snapshots', '0-0'))).toEqual(['a.json']);
+    expect(() => blobs.makeDirs(['../out/'])).toThrow(/blob key/);
+  });
+
+  it('a put makes missing directories, also after they were removed, and never overwrites', async () => {
+    const blobs = new DirectoryBlobStore(join(root, 'blobs'), { durable: false });
+    await blobs.put('job/manifests/1.json', bytes('one'));
+    rmSync(join(root, 'blobs'), { recursive: true });
+    await blobs.put('job/manifests/2.json', bytes('two'));
+    await blobs.put('job/manifests/2.json', bytes('two'));
+    await expect(blobs.put('job/manifests/2.json', bytes('other'))).rejects.toThrow(BlobOverwriteError);
+    expect(await blobs.list('job/')).toEqual(['job/manifests/2.json']);
+    expect(new TextDecoder().decode(await blobs.get('job/manifests/2.json'))).toBe('two');
   });
 });
