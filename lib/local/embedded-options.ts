@@ -23,7 +23,7 @@ export interface EmbeddedOptions {
   /**
    * Envelopes a source may send per scheduling round, for jobs where that changes nothing
    * but the batching (embedded.ts chunkedRounds: one source, one stage of one partition,
-   * no state). Default 8; 1: one per round, as for every other job.
+   * no state). Default 32 (one batch of 512-record envelopes); 1: one per round, as for every other job.
    */
   readonly sourceChunksPerRound?: number;
   /**

@@ -3,8 +3,12 @@
  */
 import type { PhysicalPlan } from '../graph/compile.ts';
 
-/** Chunks per round for chunkedRounds' jobs by default: 8 x 512 records, well inside one batch (batchRecords 16 384). */
-export const CHUNKS_PER_ROUND = 8;
+/**
+ * Chunks per round for chunkedRounds' jobs by default: 32 x 512 records, one full batch
+ * (batchRecords 16 384), so one commit and one sink delivery per round. (8 per round
+ * committed four times as often: Q2 took 56 ms of CPU per 1 M events instead of 49.)
+ */
+export const CHUNKS_PER_ROUND = 32;
 
 /** Nodes without state, timers or keys: what they emit depends on each record alone. */
 const STATELESS_KINDS: ReadonlySet<string> = new Set(['source', 'map', 'filter', 'flatMap', 'union', 'sink']);
