@@ -17,7 +17,7 @@ import { parseArgs } from 'node:util';
 import { CollectSink } from '../lib/api/sinks.ts';
 import { openCheckpointedRuntime } from '../lib/local/checkpointing.ts';
 import type { EmbeddedOptions } from '../lib/local/embedded-options.ts';
-import { generate } from './nexmark/measure.ts';
+import { generate, replaySource } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
 
 const { values } = parseArgs({
@@ -61,7 +61,7 @@ for (const name of values.query.split(',')) {
   const run = async (options: NumericOptions) => {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-ab-'));
     try {
-      const sources = { events: { kind: 'generator' as const, count: events.length, generate: (n: number) => events[n] } };
+      const sources = { events: replaySource(events) };
       const { runtime } = await openCheckpointedRuntime(q.job(undefined), { ...options, sources, sinks: { results: new CollectSink() } }, { dir, intervalMs: 1000, durable: false, start: 'fresh' });
       const c0 = process.cpuUsage();
       const stats = await runtime.run();

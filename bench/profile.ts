@@ -23,7 +23,7 @@ import { parseArgs } from 'node:util';
 import { openCheckpointedRuntime } from '../lib/local/checkpointing.ts';
 import { EmbeddedRuntime } from '../lib/local/embedded.ts';
 import { CollectSink } from '../lib/api/sinks.ts';
-import { generate } from './nexmark/measure.ts';
+import { generate, replaySource } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
 
 interface ProfileNode {
@@ -57,7 +57,7 @@ const interval = values['checkpoint-interval'];
 const run = async (count: number): Promise<{ ms: number; cleanup: () => void }> => {
   const job = q.job(values.parallelism ? Number(values.parallelism) : undefined);
   const options = {
-    sources: { events: { kind: 'generator' as const, count, generate: (n: number) => events[n] } },
+    sources: { events: replaySource(count === events.length ? events : events.slice(0, count)) },
     sinks: { results: new CollectSink() },
   };
   const dir = interval ? mkdtempSync(join(tmpdir(), 'sluice-profile-ck-')) : undefined;

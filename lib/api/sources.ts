@@ -11,6 +11,12 @@ export type SourceBinding<T> =
   | {
       readonly kind: 'generator';
       readonly generate: (n: number) => T;
+      /**
+       * Optional batch form: events start..end-1 (end > start) in one call, as generate(n)
+       * would give them, in a fresh array the runtime keeps (a chunk's column). The reader
+       * then makes one call per pull instead of one per event (an in-memory replay: a slice).
+       */
+      readonly generateBatch?: (start: number, end: number) => T[];
       readonly count?: number;
       readonly ratePerSec?: number;
     }

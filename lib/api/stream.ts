@@ -42,10 +42,10 @@ export class Job {
     return this.source(name, { kind: 'file', path }, options);
   }
 
-  /** Event n is generate(n), for n < count (unbounded without count), optionally paced. */
+  /** Event n is generate(n), for n < count (unbounded without count), optionally paced; generateBatch(start, end): several at once (see SourceBinding). */
   fromGenerator<T>(
     name: string,
-    generator: { generate: (n: number) => T; count?: number; ratePerSec?: number },
+    generator: { generate: (n: number) => T; generateBatch?: (start: number, end: number) => T[]; count?: number; ratePerSec?: number },
     options: SourceOptions<T> = {},
   ): DataStream<T> {
     return this.source(name, { kind: 'generator', ...generator }, options);
