@@ -18,12 +18,13 @@ export interface EmbeddedOptions {
   readonly sinks?: Readonly<Record<string, Sink<any>>>;
   /** Rebind sources by name (for example `sluice run --input`). */
   readonly sources?: Readonly<Record<string, SourceBinding<any>>>;
-  /** Records per source envelope. Default 512. */
+  /** Records per source envelope. Default 512; 2048 in jobs with chunked rounds (rounds.ts sourceChunking). */
   readonly sourceBatchSize?: number;
   /**
    * Envelopes a source may send per scheduling round, for jobs where that changes nothing
-   * but the batching (embedded.ts chunkedRounds: one source, one stage of one partition,
-   * no state). Default 32 (one batch of 512-record envelopes); 1: one per round, as for every other job.
+   * but the batching (rounds.ts chunkedRounds: one source, one stage of one partition,
+   * no state). Default: as many as fill one batch (batchRecords / sourceBatchSize, 8 by
+   * default); 1: one per round, as for every other job.
    */
   readonly sourceChunksPerRound?: number;
   /**

@@ -26,7 +26,7 @@ import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-opti
 import type { IngestTarget, OfferResult } from './ingest-target.ts';
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
 import { IngestBuffer, type RejectedInput, toRecord } from './sources.ts';
-import { CHUNKS_PER_ROUND, chunkedRounds } from './rounds.ts';
+import { sourceChunking } from './rounds.ts';
 import { type RuntimeCounters, runtimeStats } from './embedded-stats.ts';
 import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';
 
@@ -43,7 +43,7 @@ export class EmbeddedRuntime implements IngestTarget {
   /** The host of sources[i], built once (the scheduler hands it over at every step). */
   private readonly hosts: FeedHost[] = [];
   /** Chunks a source may send in one round (chunkedRounds). */
-  private chunksPerRound = 1;
+  private readonly chunksPerRound: number;
   private readonly sinks = new Map<string, Sink<any>>();
   private readonly delivery: OutboxDelivery;
   private readonly opts: Required<Pick<EmbeddedOptions, 'sourceBatchSize' | 'maxEnvelopesPerBatch' | 'batchRecords' | 'queueCapacity' | 'maxAttempts'>>;
@@ -62,8 +62,10 @@ export class EmbeddedRuntime implements IngestTarget {
     this.plan = compile(job.graph);
     this.backend = options.backend ?? new InMemoryStateBackend();
     this.clock = options.clock ?? systemClock;
+    const chunking = sourceChunking(this.plan, options, options.batchRecords ?? 16_384);
+    this.chunksPerRound = chunking.chunksPerRound;
     this.opts = {
-      sourceBatchSize: options.sourceBatchSize ?? 512,
+      sourceBatchSize: chunking.batchSize,
       maxEnvelopesPerBatch: options.maxEnvelopesPerBatch ?? 256,
       batchRecords: options.batchRecords ?? 16_384,
       queueCapacity: options.queueCapacity ?? 65536,
@@ -105,7 +107,6 @@ export class EmbeddedRuntime implements IngestTarget {
         this.hosts.push(this.newFeedHost(feed));
       }
     }
-    this.chunksPerRound = chunkedRounds(this.plan, this.sources.length) ? (this.options.sourceChunksPerRound ?? CHUNKS_PER_ROUND) : 1;
   }
 
   /** Put a checkpoint's state into the (fresh, in-memory) backend before partitions open. */

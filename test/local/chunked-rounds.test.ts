@@ -8,6 +8,7 @@ import { ManualClock, WatermarkStrategies } from '../../lib/api/types.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
 import { chunkedRounds } from '../../lib/local/embedded.ts';
+import { sourceChunking } from '../../lib/local/rounds.ts';
 
 interface Ev {
   n: number;
@@ -71,6 +72,17 @@ describe('several source chunks per round (one source, one stage of one partitio
     const wide = new Job('wide', { parallelism: 2 });
     wide.fromItems('in', [1, 2]).sinkTo(Sinks.collect());
     expect(chunkedRounds(compile(wide.graph), 1)).toBe(false);
+  });
+
+  it('sizes their chunks so that one round fills one batch; other jobs keep 512-record chunks, one per round', () => {
+    const plan = compile(selection(new ManualClock(0), 1).job.graph);
+    expect(sourceChunking(plan, {}, 16_384)).toEqual({ batchSize: 2048, chunksPerRound: 8 });
+    expect(sourceChunking(plan, { sourceBatchSize: 16 }, 16_384)).toEqual({ batchSize: 16, chunksPerRound: 1024 });
+    expect(sourceChunking(plan, { sourceBatchSize: 16, sourceChunksPerRound: 3 }, 16_384)).toEqual({ batchSize: 16, chunksPerRound: 3 });
+    expect(sourceChunking(plan, { sourceBatchSize: 50_000 }, 16_384)).toEqual({ batchSize: 50_000, chunksPerRound: 1 });
+    const wide = new Job('wide', { parallelism: 2 });
+    wide.fromItems('in', [1, 2]).sinkTo(Sinks.collect());
+    expect(sourceChunking(compile(wide.graph), { sourceChunksPerRound: 8 }, 16_384)).toEqual({ batchSize: 512, chunksPerRound: 1 });
   });
 
   // 40 ms: epochs with input between them (chunks go several per round between epochs);

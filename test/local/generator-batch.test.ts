@@ -7,7 +7,7 @@ import { Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { ManualClock, WatermarkStrategies } from '../../lib/api/types.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
-import { createReader, GeneratorBatchError } from '../../lib/local/sources.ts';
+import { createReader, GeneratorBatchError, type PullResult } from '../../lib/local/sources.ts';
 
 const clock = new ManualClock(0);
 const event = (n: number) => ({ n, t: n % 5 === 4 ? Number.NaN : n * 10 });
@@ -24,7 +24,7 @@ describe('generator binding with generateBatch', () => {
     // No call for an empty pull at the end.
     expect(reader.pull(8)).toEqual({ events: [], done: true });
     reader.seek!(7);
-    expect(reader.pull(2).events).toEqual([7, 8].map(event));
+    expect((reader.pull(2) as PullResult).events).toEqual([7, 8].map(event));
     expect(calls).toHaveLength(3);
   });
 
@@ -40,7 +40,7 @@ describe('generator binding with generateBatch', () => {
     expect(() => flaky.pull(3)).toThrow('not yet');
     expect(flaky.cursor!()).toBe(0);
     fail = false;
-    expect(flaky.pull(3).events).toEqual([0, 1, 2].map(event));
+    expect((flaky.pull(3) as PullResult).events).toEqual([0, 1, 2].map(event));
   });
 
   it('a job reads the same records and rejects the same events, with their positions, as with generate alone', async () => {
