@@ -23,8 +23,8 @@ export interface EmbeddedOptions {
   /**
    * Envelopes a source may send per scheduling round, for jobs where that changes nothing
    * but the batching (rounds.ts chunkedRounds: one source, one stage of one partition,
-   * no state). Default: as many as fill one batch (batchRecords / sourceBatchSize, 8 by
-   * default); 1: one per round, as for every other job.
+   * no state). Default: as many as make 4096 records (2 chunks of the default 2048); 1:
+   * one per round, as for every other job.
    */
   readonly sourceChunksPerRound?: number;
   /**

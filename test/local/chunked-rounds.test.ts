@@ -74,10 +74,11 @@ describe('several source chunks per round (one source, one stage of one partitio
     expect(chunkedRounds(compile(wide.graph), 1)).toBe(false);
   });
 
-  it('sizes their chunks so that one round fills one batch; other jobs keep 512-record chunks, one per round', () => {
+  it('sizes their chunks so that a round is 4096 records (within one batch); other jobs keep 512-record chunks, one per round', () => {
     const plan = compile(selection(new ManualClock(0), 1).job.graph);
-    expect(sourceChunking(plan, {}, 16_384)).toEqual({ batchSize: 2048, chunksPerRound: 8 });
-    expect(sourceChunking(plan, { sourceBatchSize: 16 }, 16_384)).toEqual({ batchSize: 16, chunksPerRound: 1024 });
+    expect(sourceChunking(plan, {}, 16_384)).toEqual({ batchSize: 2048, chunksPerRound: 2 });
+    expect(sourceChunking(plan, {}, 2048)).toEqual({ batchSize: 2048, chunksPerRound: 1 });
+    expect(sourceChunking(plan, { sourceBatchSize: 16 }, 16_384)).toEqual({ batchSize: 16, chunksPerRound: 256 });
     expect(sourceChunking(plan, { sourceBatchSize: 16, sourceChunksPerRound: 3 }, 16_384)).toEqual({ batchSize: 16, chunksPerRound: 3 });
     expect(sourceChunking(plan, { sourceBatchSize: 50_000 }, 16_384)).toEqual({ batchSize: 50_000, chunksPerRound: 1 });
     const wide = new Job('wide', { parallelism: 2 });
