@@ -17,6 +17,7 @@ import {
   type StateWrite,
   scopeId,
   type TimerEntry,
+  timerId,
   type TrackedInterval,
   type TrackingUpdate,
 } from './backend.ts';
@@ -112,7 +113,7 @@ export class InMemoryStateBackend implements StateBackend {
     return {
       version: r.version,
       progress: structuredClone(r.progress),
-      timers: r.timers.all(),
+      timers: r.timers.handOut(),
       outbox: r.outbox.flatMap((o) => o.entries),
       // Absent until a checkpointed run tracked something (keeps the conformance shape of plain runs).
       tracking: r.tracking.length ? r.tracking.map((t): TrackedInterval => ({ after: t.after, entities: new Map(t.entities) })) : undefined,
@@ -152,7 +153,6 @@ export class InMemoryStateBackend implements StateBackend {
     if (batch.writes.length > 0) applyWrites(stage, batch.writes, cur);
     for (const t of batch.timerDeletes) r.timers.delete(t);
     for (const t of batch.timerAdds) r.timers.set(t);
-    r.timers.dropEmptied();
     r.version++;
     r.progress = batch.progress;
     if (batch.outbox.length > 0) r.outbox.push({ version: r.version, entries: batch.outbox });
@@ -229,69 +229,57 @@ export class InMemoryStateBackend implements StateBackend {
 }
 
 /**
- * A partition's committed timers, by key and then in the key's short list: no string id
- * per timer (an entry is identified by its domain, node, key, namespace and time).
+ * A partition's committed timers. The runtime deletes a timer with the very object it added
+ * (its queue's node: StateBackend.releasesTimerEntries), so the entries added since the last
+ * recover() are a set by identity: a timer's add and delete cost a set insert and delete, no
+ * string, list or look-up by key (a window join registers and fires one timer per key and
+ * window). Entries that came from elsewhere (install, or held when recover() handed copies to
+ * a runtime) are found by content; so is an entry deleted through a copy of it (tests).
  */
 class CommittedTimers {
-  private readonly byKey = new Map<string, TimerEntry[]>();
-  /**
-   * Keys whose last timer delete() removed: dropped by dropEmptied(), after the commit's adds.
-   * A firing window deletes a key's timer and adds its next one in the same commit: the
-   * key's list stays (no map delete and insert, no new list).
-   */
-  private readonly emptied: string[] = [];
-  private emptiedCount = 0;
+  /** Entries added since the last recover(), by identity. */
+  private readonly own = new Set<TimerEntry>();
+  /** Entries a caller may know only by content, by timerId. */
+  private readonly byId = new Map<string, TimerEntry>();
 
   static of(timers: readonly TimerEntry[]): CommittedTimers {
     const out = new CommittedTimers();
-    for (const t of timers) out.set(t);
+    for (const t of timers) out.byId.set(timerId(t), t);
     return out;
   }
 
+  /** Add a timer; one with the same identity (domain, node, key, namespace, time) is replaced. */
   set(t: TimerEntry): void {
-    const list = this.byKey.get(t.key);
-    if (!list) {
-      this.byKey.set(t.key, [t]);
-      return;
-    }
-    const i = indexOf(list, t);
-    if (i >= 0) list[i] = t;
-    else list.push(t);
+    if (this.byId.size > 0) this.byId.delete(timerId(t));
+    this.own.add(t);
   }
 
   delete(t: TimerEntry): void {
-    const list = this.byKey.get(t.key);
-    if (!list) return;
-    const i = indexOf(list, t);
-    if (i < 0) return;
-    // In order, without splice's array of removed elements.
-    for (let j = i + 1; j < list.length; j++) list[j - 1] = list[j];
-    list.pop();
-    if (list.length === 0) this.emptied[this.emptiedCount++] = t.key;
+    if (this.own.delete(t)) return;
+    if (this.byId.size > 0 && this.byId.delete(timerId(t))) return;
+    // A copy of an entry added since the last recover(): found by content (not the runtime's way).
+    for (const x of this.own) {
+      if (sameTimer(x, t)) {
+        this.own.delete(x);
+        return;
+      }
+    }
   }
 
-  /** Forget the keys delete() emptied that have no timer again. */
-  dropEmptied(): void {
-    for (let i = 0; i < this.emptiedCount; i++) {
-      const key = this.emptied[i];
-      if (this.byKey.get(key)?.length === 0) this.byKey.delete(key);
-    }
-    this.emptiedCount = 0;
+  /** Every entry; from now on callers know them by content (recover() hands them out to be copied). */
+  handOut(): TimerEntry[] {
+    for (const t of this.own) this.byId.set(timerId(t), t);
+    this.own.clear();
+    return [...this.byId.values()];
   }
 
   all(): TimerEntry[] {
-    const out: TimerEntry[] = [];
-    for (const list of this.byKey.values()) for (const t of list) out.push(t);
-    return out;
+    return [...this.byId.values(), ...this.own];
   }
 }
 
-function indexOf(list: readonly TimerEntry[], t: TimerEntry): number {
-  for (let i = 0; i < list.length; i++) {
-    const x = list[i];
-    if (x === t || (x.time === t.time && x.node === t.node && x.domain === t.domain && x.ns === t.ns)) return i;
-  }
-  return -1;
+function sameTimer(x: TimerEntry, t: TimerEntry): boolean {
+  return x.time === t.time && x.key === t.key && x.node === t.node && x.domain === t.domain && x.ns === t.ns;
 }
 
 function groupsOf(stage: StageCells, kg: number): Map<string, Cell> {
