@@ -48,7 +48,7 @@ export class OperatorOverlay {
   entry(keyString: string, kg: number): EntityEntry {
     let e = this.entries.get(keyString);
     if (e === undefined) {
-      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString));
+      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString), keyString, this);
       this.entries.set(keyString, e);
     }
     if (e.batch !== this.batch) {
@@ -61,6 +61,16 @@ export class OperatorOverlay {
   /** The key's entity string (the remembered one when there is one: its hash is already computed). */
   entityOf(keyString: string): string {
     return this.entries.get(keyString)?.entity ?? entityId(this.operator, keyString);
+  }
+
+  /** @internal A key whose entity has no committed fields left (StateTxn.reset, stores with cells). */
+  forget(keyString: string): void {
+    this.entries.delete(keyString);
+  }
+
+  /** Keys remembered (tests). */
+  get size(): number {
+    return this.entries.size;
   }
 
   /** @internal */
@@ -183,8 +193,17 @@ export class StateTxn implements CellSource {
   /** Forget the batch's overlay (after its commit, or to abandon it). */
   reset(): void {
     this.batch++;
-    // Entries first: an overlay's sweep asks which of them keep a cell.
-    for (let i = 0; i < this.touchedCount; i++) this.touched[i].clear();
+    // Entries first: an overlay's sweep asks which of them keep a cell. With a store of cells,
+    // an entry whose entity has no fields left (a window's key after its firing, a join's
+    // person) is forgotten now: remembering it would save only its entity string if the key
+    // came back, while every remembered key makes the overlay's map larger, so each look-up
+    // costs more cache misses (a join's map held every key ever seen, most of them dead).
+    const forget = this.cells;
+    for (let i = 0; i < this.touchedCount; i++) {
+      const e = this.touched[i];
+      e.clear();
+      if (forget && !e.keepsCell) e.owner.forget(e.key);
+    }
     for (const o of this.overlays.values()) o.reset(this.batch);
     this.touchedCount = 0;
     // Past the overlays' bound, start over rather than keep entries they have forgotten.
