@@ -251,6 +251,11 @@ export class EntityEntry implements EntityChanges {
     return fields.size > 0;
   }
 
+  /** @internal A new entry whose entity the overlay knows is absent: its cell, without a look-up. */
+  absent(cell: StateCell): void {
+    this.committed = cell;
+  }
+
   /**
    * @internal First use in a batch: an attached cell still answers (commits update it in
    * place); a detached one (a view of a past batch, or a cell the store dropped) is looked up again.

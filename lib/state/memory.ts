@@ -43,6 +43,9 @@ class Cell extends FieldTable {
   tracked: TrackedLog | undefined = undefined;
 }
 
+/** Cell.born of a fresh cell (freshCell): the caller knows the entity is absent; its commit attaches it without a look-up. */
+const KNOWN_ABSENT = -2;
+
 /** key group -> entity -> cell */
 type StageCells = Map<number, Map<string, Cell>>;
 
@@ -77,6 +80,8 @@ export class InMemoryStateBackend implements StateBackend {
   commits = 0;
   /** Commits and installs applied, to every partition (Cell.born). */
   private changeCount = 0;
+  /** Installs and commits in the writes form (StateBackend.untrackedChanges). */
+  untrackedChanges = 0;
 
   /** The last scope asked for: a batch's peeks and its commit come from one partition in a row. */
   private lastScope: PartitionScope | undefined;
@@ -136,6 +141,18 @@ export class InMemoryStateBackend implements StateBackend {
     return cell;
   }
 
+  /** A cell for an entity the caller knows is absent (StateBackend.freshCell): no look-up. */
+  freshCell(): Cell {
+    const cell = new Cell();
+    cell.born = KNOWN_ABSENT;
+    return cell;
+  }
+
+  hasCells(scope: PartitionScope): boolean {
+    for (const groups of this.stageState(scope).values()) if (groups.size > 0) return true;
+    return false;
+  }
+
   async commit(batch: CommitBatch): Promise<void> {
     this.commitSync(batch);
   }
@@ -150,7 +167,10 @@ export class InMemoryStateBackend implements StateBackend {
     // Incremental snapshots: every written entity joins the newest tracked interval (once: the cell remembers).
     const cur = batch.tracking ? currentInterval(r) : undefined;
     if (batch.entities !== undefined) for (const e of batch.entities) applyEntity(stage, e, cur, this.changeCount);
-    if (batch.writes.length > 0) applyWrites(stage, batch.writes, cur);
+    if (batch.writes.length > 0) {
+      applyWrites(stage, batch.writes, cur);
+      this.untrackedChanges++;
+    }
     for (const t of batch.timerDeletes) r.timers.delete(t);
     for (const t of batch.timerAdds) r.timers.set(t);
     r.version++;
@@ -194,6 +214,7 @@ export class InMemoryStateBackend implements StateBackend {
       groups.set(entity, cell);
     }
     this.changeCount++;
+    this.untrackedChanges++;
     const after = part.progress.lastBarrier ?? 0;
     // The partition's record is replaced below: forget cached ones.
     this.recordOfScope = new WeakMap();
@@ -296,7 +317,7 @@ function detach(cell: Cell): void {
 /** An entity's changes straight from the overlay: its cell, usually attached, is updated in place. */
 function applyEntity(stage: StageCells, e: EntityChanges, cur: TrackedLog | undefined, changeCount: number): void {
   let cell = e.cell as Cell;
-  if (!(cell instanceof Cell) || (!cell.attached && cell.born !== changeCount)) {
+  if (!(cell instanceof Cell) || (!cell.attached && cell.born !== changeCount && cell.born !== KNOWN_ABSENT)) {
     // Looked up when the entity had no fields (or not this store's cell): a commit since may have given it some.
     const found = stage.get(e.kg)?.get(e.entity);
     cell = found ?? (cell instanceof Cell ? cell : new Cell());

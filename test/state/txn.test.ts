@@ -283,6 +283,27 @@ describe('StateTxn', () => {
     expect(entry('a').get('l')).toEqual([2]);
   });
 
+  it('a txn begun on a stage without state takes new keys as absent until state appears other than through it (install, a commit field by field)', () => {
+    const { backend, txn, commit } = open(true, true);
+    const entry = (k: string) => txn.overlay('op').entry(k, kgOf(k));
+    entry('a').set('P', 1);
+    commit();
+    expect(entry('b').get('P')).toBeUndefined();
+    commit();
+    // Installed under the txn: a key it never saw now has state, and it reads it.
+    backend.install(scope, { progress: emptyProgress(), timers: [], entities: [{ kg: kgOf('n1'), entity: entityId('op', 'n1'), fields: new Map([['P', 7]]) }] }, [kgOf('n1')]);
+    expect(entry('n1').get('P')).toBe(7);
+    // A new txn over a stage with state looks keys up.
+    const second = new StateTxn(backend, scope);
+    expect(second.overlay('op').entry('n1', kgOf('n1')).get('P')).toBe(7);
+    // Field by field: the cell that commit makes is found by a later batch's new entry.
+    const third = open(true, false);
+    const e3 = (k: string) => third.txn.overlay('op').entry(k, kgOf(k));
+    e3('a').set('P', 3);
+    third.commit();
+    expect(e3('a').get('P')).toBe(3);
+  });
+
   it('past its bound, an overlay drops the entries of keys whose state is gone, and starts over when live keys fill it', () => {
     // A view per batch (a remote store): entries are remembered without cells until the bound.
     const remote = open(false, false, 4);
