@@ -226,6 +226,20 @@ export interface StateBackend {
    * Remote stores (needsPrefetch) leave it unset.
    */
   cellOf?(scope: PartitionScope, kg: number, entity: string): StateCell;
+  /**
+   * Optional, with cellOf: a new detached cell for an entity the caller knows has no fields in
+   * the store, attached by the commit that gives it some without a look-up. A StateTxn that
+   * began on a stage without cells (hasCells) knows every entity of its partition with fields
+   * (they were all made through it), until untrackedChanges moves.
+   */
+  freshCell?(scope: PartitionScope, kg: number, entity: string): StateCell;
+  /** Optional, with freshCell: does any entity of the partition's stage have fields? */
+  hasCells?(scope: PartitionScope): boolean;
+  /**
+   * Optional, with freshCell: a count of changes that may have given entities fields other
+   * than through a StateTxn's entries (install, commits in the `writes` form).
+   */
+  readonly untrackedChanges?: number;
   /** Apply a batch atomically: all of it or nothing. Throws CommitConflictError when the version moved. */
   commit(batch: CommitBatch): Promise<void>;
   /**

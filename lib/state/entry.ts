@@ -11,6 +11,11 @@ export interface CellSource {
   cellOf(kg: number, entity: string): StateCell;
 }
 
+/** What keeps entries by key (OperatorOverlay). */
+export interface EntryOwner {
+  forget(keyString: string): void;
+}
+
 /** An absent value in the overlay (read as absent, or deleted in this batch). */
 const DELETED: unique symbol = Symbol('deleted');
 
@@ -87,6 +92,9 @@ export class EntityEntry implements EntityChanges {
     private readonly txn: CellSource,
     readonly kg: number,
     readonly entity: string,
+    /** The key's string form, and the overlay that keeps the entry by it (StateTxn.reset may forget it). */
+    readonly key: string,
+    readonly owner: EntryOwner,
   ) {}
 
   /** A committed field's value (not a copy). */
@@ -241,6 +249,11 @@ export class EntityEntry implements EntityChanges {
       for (const [field, o] of this.more) if ((o.flags & DIRTY) !== 0) applyField(fields, field, o.v);
     }
     return fields.size > 0;
+  }
+
+  /** @internal A new entry whose entity the overlay knows is absent: its cell, without a look-up. */
+  absent(cell: StateCell): void {
+    this.committed = cell;
   }
 
   /**

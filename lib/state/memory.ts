@@ -17,6 +17,7 @@ import {
   type StateWrite,
   scopeId,
   type TimerEntry,
+  timerId,
   type TrackedInterval,
   type TrackingUpdate,
 } from './backend.ts';
@@ -41,6 +42,9 @@ class Cell extends FieldTable {
   /** The tracked interval this entity last joined (saves the interval's map look-up per commit). */
   tracked: TrackedLog | undefined = undefined;
 }
+
+/** Cell.born of a fresh cell (freshCell): the caller knows the entity is absent; its commit attaches it without a look-up. */
+const KNOWN_ABSENT = -2;
 
 /** key group -> entity -> cell */
 type StageCells = Map<number, Map<string, Cell>>;
@@ -76,6 +80,8 @@ export class InMemoryStateBackend implements StateBackend {
   commits = 0;
   /** Commits and installs applied, to every partition (Cell.born). */
   private changeCount = 0;
+  /** Installs and commits in the writes form (StateBackend.untrackedChanges). */
+  untrackedChanges = 0;
 
   /** The last scope asked for: a batch's peeks and its commit come from one partition in a row. */
   private lastScope: PartitionScope | undefined;
@@ -112,7 +118,7 @@ export class InMemoryStateBackend implements StateBackend {
     return {
       version: r.version,
       progress: structuredClone(r.progress),
-      timers: r.timers.all(),
+      timers: r.timers.handOut(),
       outbox: r.outbox.flatMap((o) => o.entries),
       // Absent until a checkpointed run tracked something (keeps the conformance shape of plain runs).
       tracking: r.tracking.length ? r.tracking.map((t): TrackedInterval => ({ after: t.after, entities: new Map(t.entities) })) : undefined,
@@ -135,6 +141,18 @@ export class InMemoryStateBackend implements StateBackend {
     return cell;
   }
 
+  /** A cell for an entity the caller knows is absent (StateBackend.freshCell): no look-up. */
+  freshCell(): Cell {
+    const cell = new Cell();
+    cell.born = KNOWN_ABSENT;
+    return cell;
+  }
+
+  hasCells(scope: PartitionScope): boolean {
+    for (const groups of this.stageState(scope).values()) if (groups.size > 0) return true;
+    return false;
+  }
+
   async commit(batch: CommitBatch): Promise<void> {
     this.commitSync(batch);
   }
@@ -149,10 +167,12 @@ export class InMemoryStateBackend implements StateBackend {
     // Incremental snapshots: every written entity joins the newest tracked interval (once: the cell remembers).
     const cur = batch.tracking ? currentInterval(r) : undefined;
     if (batch.entities !== undefined) for (const e of batch.entities) applyEntity(stage, e, cur, this.changeCount);
-    if (batch.writes.length > 0) applyWrites(stage, batch.writes, cur);
+    if (batch.writes.length > 0) {
+      applyWrites(stage, batch.writes, cur);
+      this.untrackedChanges++;
+    }
     for (const t of batch.timerDeletes) r.timers.delete(t);
     for (const t of batch.timerAdds) r.timers.set(t);
-    r.timers.dropEmptied();
     r.version++;
     r.progress = batch.progress;
     if (batch.outbox.length > 0) r.outbox.push({ version: r.version, entries: batch.outbox });
@@ -194,6 +214,7 @@ export class InMemoryStateBackend implements StateBackend {
       groups.set(entity, cell);
     }
     this.changeCount++;
+    this.untrackedChanges++;
     const after = part.progress.lastBarrier ?? 0;
     // The partition's record is replaced below: forget cached ones.
     this.recordOfScope = new WeakMap();
@@ -229,69 +250,57 @@ export class InMemoryStateBackend implements StateBackend {
 }
 
 /**
- * A partition's committed timers, by key and then in the key's short list: no string id
- * per timer (an entry is identified by its domain, node, key, namespace and time).
+ * A partition's committed timers. The runtime deletes a timer with the very object it added
+ * (its queue's node: StateBackend.releasesTimerEntries), so the entries added since the last
+ * recover() are a set by identity: a timer's add and delete cost a set insert and delete, no
+ * string, list or look-up by key (a window join registers and fires one timer per key and
+ * window). Entries that came from elsewhere (install, or held when recover() handed copies to
+ * a runtime) are found by content; so is an entry deleted through a copy of it (tests).
  */
 class CommittedTimers {
-  private readonly byKey = new Map<string, TimerEntry[]>();
-  /**
-   * Keys whose last timer delete() removed: dropped by dropEmptied(), after the commit's adds.
-   * A firing window deletes a key's timer and adds its next one in the same commit: the
-   * key's list stays (no map delete and insert, no new list).
-   */
-  private readonly emptied: string[] = [];
-  private emptiedCount = 0;
+  /** Entries added since the last recover(), by identity. */
+  private readonly own = new Set<TimerEntry>();
+  /** Entries a caller may know only by content, by timerId. */
+  private readonly byId = new Map<string, TimerEntry>();
 
   static of(timers: readonly TimerEntry[]): CommittedTimers {
     const out = new CommittedTimers();
-    for (const t of timers) out.set(t);
+    for (const t of timers) out.byId.set(timerId(t), t);
     return out;
   }
 
+  /** Add a timer; one with the same identity (domain, node, key, namespace, time) is replaced. */
   set(t: TimerEntry): void {
-    const list = this.byKey.get(t.key);
-    if (!list) {
-      this.byKey.set(t.key, [t]);
-      return;
-    }
-    const i = indexOf(list, t);
-    if (i >= 0) list[i] = t;
-    else list.push(t);
+    if (this.byId.size > 0) this.byId.delete(timerId(t));
+    this.own.add(t);
   }
 
   delete(t: TimerEntry): void {
-    const list = this.byKey.get(t.key);
-    if (!list) return;
-    const i = indexOf(list, t);
-    if (i < 0) return;
-    // In order, without splice's array of removed elements.
-    for (let j = i + 1; j < list.length; j++) list[j - 1] = list[j];
-    list.pop();
-    if (list.length === 0) this.emptied[this.emptiedCount++] = t.key;
+    if (this.own.delete(t)) return;
+    if (this.byId.size > 0 && this.byId.delete(timerId(t))) return;
+    // A copy of an entry added since the last recover(): found by content (not the runtime's way).
+    for (const x of this.own) {
+      if (sameTimer(x, t)) {
+        this.own.delete(x);
+        return;
+      }
+    }
   }
 
-  /** Forget the keys delete() emptied that have no timer again. */
-  dropEmptied(): void {
-    for (let i = 0; i < this.emptiedCount; i++) {
-      const key = this.emptied[i];
-      if (this.byKey.get(key)?.length === 0) this.byKey.delete(key);
-    }
-    this.emptiedCount = 0;
+  /** Every entry; from now on callers know them by content (recover() hands them out to be copied). */
+  handOut(): TimerEntry[] {
+    for (const t of this.own) this.byId.set(timerId(t), t);
+    this.own.clear();
+    return [...this.byId.values()];
   }
 
   all(): TimerEntry[] {
-    const out: TimerEntry[] = [];
-    for (const list of this.byKey.values()) for (const t of list) out.push(t);
-    return out;
+    return [...this.byId.values(), ...this.own];
   }
 }
 
-function indexOf(list: readonly TimerEntry[], t: TimerEntry): number {
-  for (let i = 0; i < list.length; i++) {
-    const x = list[i];
-    if (x === t || (x.time === t.time && x.node === t.node && x.domain === t.domain && x.ns === t.ns)) return i;
-  }
-  return -1;
+function sameTimer(x: TimerEntry, t: TimerEntry): boolean {
+  return x.time === t.time && x.key === t.key && x.node === t.node && x.domain === t.domain && x.ns === t.ns;
 }
 
 function groupsOf(stage: StageCells, kg: number): Map<string, Cell> {
@@ -308,7 +317,7 @@ function detach(cell: Cell): void {
 /** An entity's changes straight from the overlay: its cell, usually attached, is updated in place. */
 function applyEntity(stage: StageCells, e: EntityChanges, cur: TrackedLog | undefined, changeCount: number): void {
   let cell = e.cell as Cell;
-  if (!(cell instanceof Cell) || (!cell.attached && cell.born !== changeCount)) {
+  if (!(cell instanceof Cell) || (!cell.attached && cell.born !== changeCount && cell.born !== KNOWN_ABSENT)) {
     // Looked up when the entity had no fields (or not this store's cell): a commit since may have given it some.
     const found = stage.get(e.kg)?.get(e.entity);
     cell = found ?? (cell instanceof Cell ? cell : new Cell());

@@ -37,19 +37,32 @@ export class OperatorOverlay {
   /** The current batch (StateTxn.reset starts a new one). */
   batch = 0;
   private entries = new Map<string, EntityEntry>();
+  /**
+   * Every entity of this operator with fields in the store has an entry here (see
+   * StateTxn.knowsAll): a new entry's entity is absent, no look-up needed. Lost for good
+   * when the sweep forgets live keys.
+   */
+  private complete: boolean;
 
   constructor(
     private readonly txn: StateTxn,
     readonly operator: string,
     private readonly maxKeys: number,
-  ) {}
+    complete: boolean,
+  ) {
+    this.complete = complete;
+  }
 
   /** The key's entry, touched by this batch (created on first use: the only place its entity string is built). */
   entry(keyString: string, kg: number): EntityEntry {
     let e = this.entries.get(keyString);
     if (e === undefined) {
-      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString));
+      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString), keyString, this);
       this.entries.set(keyString, e);
+      e.begin(this.batch);
+      this.txn.touch(e);
+      if (this.complete && (this.complete = this.txn.knowsAll())) e.absent(this.txn.freshCell(kg, e.entity));
+      return e;
     }
     if (e.batch !== this.batch) {
       e.begin(this.batch);
@@ -63,6 +76,16 @@ export class OperatorOverlay {
     return this.entries.get(keyString)?.entity ?? entityId(this.operator, keyString);
   }
 
+  /** @internal A key whose entity has no committed fields left (StateTxn.reset, stores with cells). */
+  forget(keyString: string): void {
+    this.entries.delete(keyString);
+  }
+
+  /** Keys remembered (tests). */
+  get size(): number {
+    return this.entries.size;
+  }
+
   /** @internal */
   reset(batch: number): void {
     this.batch = batch;
@@ -73,7 +96,10 @@ export class OperatorOverlay {
     // mostly live keys fill the map, start over (each sweep frees at least half the bound).
     if (this.entries.size > this.maxKeys) {
       for (const [k, e] of this.entries) if (!e.keepsCell) this.entries.delete(k);
-      if (this.entries.size > this.maxKeys >> 1) this.entries = new Map();
+      if (this.entries.size > this.maxKeys >> 1) {
+        this.entries = new Map();
+        this.complete = false;
+      }
     }
   }
 
@@ -100,6 +126,13 @@ export class StateTxn implements CellSource {
 
   /** The store keeps entities in cells (StateBackend.cellOf): entries keep them across batches, commits take entities. */
   readonly cells: boolean;
+  /**
+   * The stage had no entity with fields when this txn began (StateBackend.hasCells), and no
+   * change since came other than through entries (StateBackend.untrackedChanges): every entity of the partition with fields was made through
+   * this txn's overlays, so an overlay that has no entry for a key knows it is absent.
+   */
+  private complete: boolean;
+  private readonly changesAtStart: number;
 
   constructor(
     private readonly backend: StateBackend,
@@ -108,13 +141,27 @@ export class StateTxn implements CellSource {
     private readonly maxKeys = MAX_REMEMBERED_KEYS,
   ) {
     this.cells = backend.cellOf !== undefined;
+    this.changesAtStart = backend.untrackedChanges ?? 0;
+    this.complete = this.cells && backend.freshCell !== undefined && backend.hasCells !== undefined && !backend.hasCells(scope);
+  }
+
+  /** @internal Does every entity of the partition with fields have an entry (see `complete`)? */
+  knowsAll(): boolean {
+    if (this.complete && this.backend.untrackedChanges !== this.changesAtStart) this.complete = false;
+    return this.complete;
+  }
+
+  /** @internal A cell for an entity known to be absent (knowsAll). */
+  freshCell(kg: number, entity: string): StateCell {
+    return this.backend.freshCell!(this.scope, kg, entity);
   }
 
   /** An operator's overlay: long-lived (one per operator and partition), its entries per batch. */
   overlay(operator: string): OperatorOverlay {
     let o = this.overlays.get(operator);
     if (o === undefined) {
-      o = new OperatorOverlay(this, operator, this.maxKeys);
+      // No entry of the operator exists yet, so none of its entities has fields if the txn knows all.
+      o = new OperatorOverlay(this, operator, this.maxKeys, this.knowsAll());
       o.batch = this.batch;
       this.overlays.set(operator, o);
     }
@@ -183,8 +230,17 @@ export class StateTxn implements CellSource {
   /** Forget the batch's overlay (after its commit, or to abandon it). */
   reset(): void {
     this.batch++;
-    // Entries first: an overlay's sweep asks which of them keep a cell.
-    for (let i = 0; i < this.touchedCount; i++) this.touched[i].clear();
+    // Entries first: an overlay's sweep asks which of them keep a cell. With a store of cells,
+    // an entry whose entity has no fields left (a window's key after its firing, a join's
+    // person) is forgotten now: remembering it would save only its entity string if the key
+    // came back, while every remembered key makes the overlay's map larger, so each look-up
+    // costs more cache misses (a join's map held every key ever seen, most of them dead).
+    const forget = this.cells;
+    for (let i = 0; i < this.touchedCount; i++) {
+      const e = this.touched[i];
+      e.clear();
+      if (forget && !e.keepsCell) e.owner.forget(e.key);
+    }
     for (const o of this.overlays.values()) o.reset(this.batch);
     this.touchedCount = 0;
     // Past the overlays' bound, start over rather than keep entries they have forgotten.

@@ -254,31 +254,76 @@ describe('StateTxn', () => {
     expect(entry.get('P')).toBe(5);
   });
 
-  it("past its bound, an overlay drops the entries of keys whose state is gone and keeps live keys'", () => {
-    const { txn, commit, committed } = open(true, true, 4);
-    const entry = (k: string) => txn.overlay('op').entry(k, kgOf(k));
+  it("with a store of cells, an overlay forgets a key once its state is gone, and keeps live keys' entries", () => {
+    const { txn, commit, committed } = open(true, true);
+    const overlay = txn.overlay('op');
+    const entry = (k: string) => overlay.entry(k, kgOf(k));
     const a = entry('a');
     const b = entry('b');
     a.append('l', 1);
     b.set('P', 1);
     commit();
-    a.set('l', undefined);
-    commit();
-    // Within the bound, a key whose state died keeps its entry (it may come back soon).
     expect(entry('a')).toBe(a);
-    expect(a.get('l')).toBeUndefined();
-    expect(entry('b')).toBe(b);
-    // Keys only read (absent) pass the bound: the entries without state go, the live one stays.
-    for (const k of ['c', 'd', 'e']) expect(entry(k).get('P')).toBeUndefined();
+    entry('a').set('l', undefined);
+    // Keys only read (absent) keep no entry either.
+    expect(entry('c').get('P')).toBeUndefined();
     commit();
+    expect(overlay.size).toBe(1);
     expect(entry('b')).toBe(b);
     const a2 = entry('a');
     expect(a2).not.toBe(a);
+    expect(a2.get('l')).toBeUndefined();
     expect(a2.append('l', 2)).toBe(1);
     commit();
     expect(committed().get(entityId('op', 'a'))?.get('l')).toEqual([2]);
-    // Mostly live keys past the bound: the overlay starts over (their entries are made again, their state read again).
-    for (const k of ['c', 'd', 'e']) entry(k).set('P', k);
+    // A batch that is abandoned forgets nothing it should keep: its writes never happened.
+    entry('a').set('l', undefined);
+    txn.reset();
+    expect(entry('a')).toBe(a2);
+    expect(entry('a').get('l')).toEqual([2]);
+  });
+
+  it('a txn begun on a stage without state takes new keys as absent until state appears other than through it (install, a commit field by field)', () => {
+    const { backend, txn, commit } = open(true, true);
+    const entry = (k: string) => txn.overlay('op').entry(k, kgOf(k));
+    entry('a').set('P', 1);
+    commit();
+    expect(entry('b').get('P')).toBeUndefined();
+    commit();
+    // Installed under the txn: a key it never saw now has state, and it reads it.
+    backend.install(scope, { progress: emptyProgress(), timers: [], entities: [{ kg: kgOf('n1'), entity: entityId('op', 'n1'), fields: new Map([['P', 7]]) }] }, [kgOf('n1')]);
+    expect(entry('n1').get('P')).toBe(7);
+    // A new txn over a stage with state looks keys up.
+    const second = new StateTxn(backend, scope);
+    expect(second.overlay('op').entry('n1', kgOf('n1')).get('P')).toBe(7);
+    // Field by field: the cell that commit makes is found by a later batch's new entry.
+    const third = open(true, false);
+    const e3 = (k: string) => third.txn.overlay('op').entry(k, kgOf(k));
+    e3('a').set('P', 3);
+    third.commit();
+    expect(e3('a').get('P')).toBe(3);
+  });
+
+  it('past its bound, an overlay drops the entries of keys whose state is gone, and starts over when live keys fill it', () => {
+    // A view per batch (a remote store): entries are remembered without cells until the bound.
+    const remote = open(false, false, 4);
+    const rEntry = (k: string) => remote.txn.overlay('op').entry(k, kgOf(k));
+    const ra = rEntry('a');
+    ra.set('P', 1);
+    remote.commit();
+    expect(rEntry('a')).toBe(ra);
+    for (const k of ['b', 'c', 'd', 'e']) expect(rEntry(k).get('P')).toBeUndefined();
+    remote.commit();
+    expect(rEntry('a')).not.toBe(ra);
+    expect(rEntry('a').get('P')).toBe(1);
+    // A store of cells: mostly live keys past the bound, the overlay starts over (their entries are made again, their state read again).
+    const { txn, commit } = open(true, true, 4);
+    const entry = (k: string) => txn.overlay('op').entry(k, kgOf(k));
+    const b = entry('b');
+    b.set('P', 1);
+    commit();
+    expect(entry('b')).toBe(b);
+    for (const k of ['c', 'd', 'e', 'f']) entry(k).set('P', k);
     commit();
     expect(entry('b')).not.toBe(b);
     expect(entry('b').get('P')).toBe(1);
