@@ -31,6 +31,13 @@ describe('Q5 hot items', () => {
     const { rows } = await runQuery<HotItem>(q5(), events);
     expect(sortBy(rows, 'windowStart', 'auction')).toEqual(sortBy(refQ5(events), 'windowStart', 'auction'));
   });
+
+  it('equals the batch definition when the slide does not divide the size (the maxima window is offset to end where each sliding window ends)', async () => {
+    for (const parallelism of [1, 3]) {
+      const { rows } = await runQuery<HotItem>(q5({ parallelism, sizeMs: 5000, slideMs: 2000 }), events);
+      expect(sortBy(rows, 'windowStart', 'auction')).toEqual(sortBy(refQ5(events, 5000, 2000), 'windowStart', 'auction'));
+    }
+  });
 });
 
 describe('Q7 highest bid', () => {
