@@ -254,6 +254,9 @@ export const RUNS = 5;
  * another, and gave the floor fewer passes than it needs to settle (Q7's: five).
  */
 export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cfg: MeasureConfig): Promise<QueryResult> {
+  // One forced GC after generating the events, before any pass, never later: a forced full
+  // GC slows the runs after it (BENCHMARKS.md, Method), the runtime's far more than the floor's.
+  gc();
   if (cfg.warmup > 0) {
     const head = events.slice(0, Math.min(cfg.warmup, events.length));
     runFloor(q, head);
@@ -265,9 +268,6 @@ export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cf
     const r = await runOnce(q, events, cfg);
     if (i === 0) coldRatio = f.cpuMs / r.cpuMs;
   }
-  // One forced GC, before the measured runs, for the heap baseline. Not between runs:
-  // after a forced full GC the next run of either side took 3-5x the CPU (BENCHMARKS.md, Method).
-  gc();
   const sampler = new MemorySampler();
   // Best of RUNS per side; each runtime run's rows are checked against the floor's.
   let floor: ReturnType<typeof runFloor> | undefined;
