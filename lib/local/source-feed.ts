@@ -7,6 +7,7 @@
 import type { SourceDef } from '../api/sources.ts';
 import type { Clock, StreamRecord } from '../api/types.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
+import { InvariantError } from '../errors.ts';
 import type { Barrier, Envelope, RecordColumns, SourceStamp } from '../transport/envelope.ts';
 import type { BarrierEntry, SourceLog } from './input-log.ts';
 import { createReader, type PartitionCursorState, type PullResult, type RejectedInput, type SourceReader, SourcePartitioner, toRecord } from './sources.ts';
@@ -232,7 +233,8 @@ class SourceChunk implements SourceStamp {
   ) {}
 
   stamp(emit?: (value: unknown, timestamp: number) => void, at?: { index: number }, failed?: (error: unknown) => void): RecordColumns {
-    if (this.columns) return this.columns;
+    const done = this.columns;
+    if (done) return done.timestamps === UNSTORED ? (this.columns = withTimestamps(done, this.feed.def)) : done;
     const def = this.feed.def;
     this.columns = stampColumns(def, this.host.clock, this.values, this.base, this.positions, this.first, (r) => (this.rejected ??= []).push(r), def.timestamp, emit, at, failed);
     this.stamped = true;
@@ -244,23 +246,51 @@ class SourceChunk implements SourceStamp {
 let prefixMax = Number.NEGATIVE_INFINITY;
 
 /**
+ * The timestamps column of a chunk stamped whole by stampAndEmit: not stored (a store and
+ * ~16 KB per 2048-record chunk for columns that are read again only when the partition
+ * retries its batch), read again from the events by withTimestamps if they are needed.
+ */
+const UNSTORED: readonly number[] = Object.freeze([]);
+
+/**
+ * The columns with their timestamps, read again from the events by the extractor that
+ * stamped them (what a restore's replay does too: a replayed event's timestamp is its
+ * extractor's answer again). Only chunks stampAndEmit accepted whole come here, so every
+ * event gave a finite timestamp once; an extractor that answers otherwise now is not a
+ * function of its event, and the retry cannot be exact.
+ */
+function withTimestamps(columns: RecordColumns, def: SourceDef<any>): RecordColumns {
+  const { values } = columns;
+  const extract = def.timestamp!;
+  const timestamps: number[] = new Array(values.length);
+  for (let i = 0; i < values.length; i++) {
+    const t = extract(values[i]);
+    if (typeof t !== 'number' || t - t !== 0) {
+      throw new InvariantError(`source "${def.name}": the timestamp extractor gave event ${i} of a chunk a finite timestamp when the chunk was applied, and ${String(t)} when its batch was retried (an extractor must be a function of its event alone)`);
+    }
+    timestamps[i] = t;
+  }
+  return { values, timestamps, maxTimestamp: columns.maxTimestamp };
+}
+
+/**
  * The common case of stampColumns, small enough for V8 to inline the chain's entry into
  * it (no heap number per timestamp passed): each event stamped and emitted, up to the first
  * that cannot be stamped, whose index it returns (values.length: none). What emit throws
- * is thrown, at.index naming the event (stamped).
+ * is thrown, at.index naming the event (stamped). Timestamps are not stored: stampColumns
+ * reads the prefix's again when the chunk does not end up accepted whole.
  */
-function stampAndEmit(values: unknown[], timestamps: number[], extract: (event: any) => number, emit: (value: unknown, timestamp: number) => void, at: { index: number }): number {
+function stampAndEmit(values: unknown[], extract: (event: any) => number, emit: (value: unknown, timestamp: number) => void, at: { index: number }): number {
   const m = values.length;
   let max = Number.NEGATIVE_INFINITY;
   let j = 0;
-  // Which of the two calls threw: the timestamp is stored before emit is called.
+  // Which of the two calls threw: `stamped` is set before emit is called.
   let stamped = -1;
   try {
     for (; j < m; j++) {
       const event = values[j];
       const t = extract(event);
       if (typeof t !== 'number' || t - t !== 0) break;
-      timestamps[j] = t;
       if (t > max) max = t;
       stamped = j;
       at.index = j;
@@ -296,13 +326,13 @@ function stampColumns(
   failed?: (error: unknown) => void,
 ): RecordColumns {
   const m = values.length;
-  const timestamps: number[] = new Array(m);
   let max = Number.NEGATIVE_INFINITY;
   let n = 0;
   let j = 0;
+  let timestamps: number[];
   if (emit !== undefined && extract !== undefined) {
     try {
-      j = stampAndEmit(values, timestamps, extract, emit, at!);
+      j = stampAndEmit(values, extract, emit, at!);
     } catch (e) {
       // emit threw on event at.index, stamped: the rest goes on without emit.
       failed!(e);
@@ -311,7 +341,11 @@ function stampColumns(
     }
     n = j;
     max = prefixMax;
-  }
+    if (j === m && emit !== undefined) return { values, timestamps: UNSTORED, maxTimestamp: max };
+    // A rejection or a failure: this chunk's columns are built here, the prefix's timestamps read again.
+    timestamps = new Array(m);
+    for (let i = 0; i < j; i++) timestamps[i] = extract(values[i]);
+  } else timestamps = new Array(m);
   // With an extractor (no schema) it is called here directly, in a loop that stops at the
   // first event it cannot stamp (a throw, or not a finite number); that event goes
   // through toRecord, which says what is wrong, and the loop goes on after it. (One

@@ -84,4 +84,42 @@ describe('source chunks stamped when applied', () => {
       expect(runtime.deadLetters).toMatchObject([{ operator: 'values', index: c.index, record: { value: c.record, timestamp: c.record.t }, attempts: 1 }]);
     }
   });
+
+  it('gives a chunk applied whole its timestamps again when its batch is retried, read from its events', async () => {
+    // Two chunks in one batch: the second throws (parked at once), the batch is retried,
+    // and the first, applied whole before, goes through again; its event v=2 throws on
+    // that second pass, so its dead letter shows the timestamp the retry gave it.
+    const items: Ev[] = [{ t: 10, v: 1 }, { t: 11, v: 2 }, { t: 12, v: 4 }, { t: 13, v: 5 }];
+    const runs = [];
+    for (const withSchema of [true, false]) {
+      const j = new Job('retried', { parallelism: 1, maxParallelism: 16 });
+      const out = Sinks.collect<number>();
+      let seen2 = 0;
+      j.fromItems('in', items, { timestamp: (e) => e.t as number, ...(withSchema ? { schema: z.any() as unknown as z.ZodType<Ev> } : {}) })
+        .map((e) => {
+          if (e.v === 5 || (e.v === 2 && ++seen2 === 2)) throw new Error(`poison ${e.v}`);
+          return e.v;
+        })
+        .name('values')
+        .sinkTo(out);
+      const { runtime } = await runJob(j, { sourceBatchSize: 2, maxAttempts: 1 });
+      runs.push({ rows: out.records, dead: runtime.deadLetters.map((d) => ({ record: d.record, attempts: d.attempts })) });
+    }
+    expect(runs[1]).toEqual(runs[0]);
+    expect(runs[1].rows).toEqual([1, 4]);
+    expect(runs[1].dead).toEqual(expect.arrayContaining([{ record: { value: { t: 11, v: 2 }, timestamp: 11 }, attempts: 1 }]));
+  });
+
+  it('fails with a clear error when a retry finds the timestamp extractor answering differently for an event', async () => {
+    const items: Ev[] = [{ t: 10, v: 1 }, { t: 11, v: 2 }, { t: 12, v: 4 }, { t: 13, v: 5 }];
+    const j = new Job('unstable-extractor', { parallelism: 1, maxParallelism: 16 });
+    let calls = 0;
+    j.fromItems('in', items, { timestamp: (e) => (e.v === 1 && ++calls > 1 ? Number.NaN : (e.t as number)) })
+      .map((e) => {
+        if (e.v === 5) throw new Error('poison 5');
+        return e.v;
+      })
+      .sinkTo(Sinks.collect<number>());
+    await expect(runJob(j, { sourceBatchSize: 2, maxAttempts: 1 })).rejects.toThrow(/source "in": the timestamp extractor gave event 0 .* NaN when its batch was retried/);
+  });
 });
