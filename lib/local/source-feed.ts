@@ -13,7 +13,6 @@ import type { BarrierEntry, SourceLog } from './input-log.ts';
 import { createReader, type PartitionCursorState, type PullResult, type RejectedInput, type SourceReader, SourcePartitioner, toRecord } from './sources.ts';
 import { channelId, type PhysicalPlan, type StageEdge } from '../graph/compile.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
-import { chunkedRounds } from './rounds.ts';
 
 export interface FeedHost {
   readonly clock: Clock;
@@ -34,11 +33,12 @@ export class SourceFeed {
   private replay = new Map<number, { records: StreamRecord[]; i: number }>();
   /**
    * Chunks are stamped when their partition applies them, in the chain's pass (SourceStamp),
-   * when the runtime asks for it (a job of one stateless stage: rounds.ts chunkedRounds) and
-   * the source allows it: timestamps from the events alone (an extractor, no schema), records
-   * not logged (the log needs them before they are sent). Idleness is decided from when a
-   * chunk was sent, as before (one whose events are all rejected counts as data); rejections
-   * and counts reach the host at the feed's next pull, in input order.
+   * when the runtime asks for it (openSourceFeed: every job) and the source allows it:
+   * timestamps from the events alone (an extractor, no schema), records not logged (the log
+   * needs them before they are sent). A chunk whose events are all rejected is not sent,
+   * as before (anyStampable), so partitions' turns and idleness are those of chunks stamped
+   * before they are sent; rejections and counts reach the host at the feed's next pull, in
+   * input order.
    */
   readonly stampOnApply: boolean;
   /** Chunks sent whose stamping has not been accounted yet, and reader rejections queued behind them, in input order. */
@@ -116,13 +116,16 @@ export class SourceFeed {
     for (let i = 0; i < total; i += batch) {
       const end = Math.min(i + batch, total);
       const values = owned && i === 0 && end === total ? (events as unknown[]) : events.slice(i, end);
-      if (this.stampOnApply) {
+      // A chunk sent unstamped must have a record: one without (all rejected) is stamped
+      // here, sends nothing and takes no partition's turn, as when stamped before it is sent.
+      if (this.stampOnApply && anyStampable(values, this.def.timestamp!)) {
         const chunk = new SourceChunk(this, host, values, this.read + i, positions, i);
         this.unsettled.push(chunk);
         host.enqueue((chunk.env = this.partitioner.envelopeToStamp(chunk, values.length)));
         continue;
       }
-      const rejected = (r: RejectedInput) => host.rejected(r);
+      // Behind chunks not stamped yet, rejections wait for theirs (reports keep the input's order).
+      const rejected = this.unsettled.length ? (r: RejectedInput) => this.unsettled.push({ host, rejected: r }) : (r: RejectedInput) => host.rejected(r);
       const columns = stampColumns(this.def, host.clock, values, this.read + i, positions, i, rejected, this.def.schema ? undefined : this.def.timestamp);
       const n = columns.values.length;
       host.accepted(n);
@@ -240,6 +243,19 @@ class SourceChunk implements SourceStamp {
     this.stamped = true;
     return this.columns;
   }
+}
+
+/** Whether the extractor gives some event of `values` a finite timestamp (the first, almost always). */
+function anyStampable(values: readonly unknown[], extract: (event: any) => number): boolean {
+  for (let j = 0; j < values.length; j++) {
+    try {
+      const t = extract(values[j]);
+      if (typeof t === 'number' && t - t === 0) return true;
+    } catch {
+      // Rejected when stamped, with its error named there.
+    }
+  }
+  return false;
 }
 
 /** The largest timestamp stampAndEmit saw (a module variable, not an object per call). */
@@ -419,8 +435,7 @@ export function openSourceFeed(plan: PhysicalPlan, edge: StageEdge, options: Pic
   const parallelism = plan.stages[edge.toStage].parallelism;
   const reader = createReader(options.sources?.[def.name] ?? def.binding, def.name, clock);
   const logging = options.checkpoints?.logFor(def.name, reader.seek !== undefined);
-  const sources = plan.edges.filter((e) => e.from.kind === 'source').length;
-  const feed = new SourceFeed(def, reader, new SourcePartitioner(def, edge.id, parallelism, clock), edge.toStage, logging?.log, logging?.logRecords, chunkedRounds(plan, sources));
+  const feed = new SourceFeed(def, reader, new SourcePartitioner(def, edge.id, parallelism, clock), edge.toStage, logging?.log, logging?.logRecords, true);
   const r = options.restore;
   if (r) {
     const at = r.sources[def.name] ?? { positions: [] };

@@ -62,8 +62,8 @@ describe('source feed: events into chunks of records', () => {
         expect(stampedOnApply).toBe(!withSchema);
         // The model: pulled events are cut into chunks of batchSize per partition turn
         // (a pull reads batchSize * partitions events), each event becomes a record or a
-        // rejection; a chunk left without records sends nothing and takes no turn when it
-        // is stamped before it is sent (with a schema), and is sent empty otherwise.
+        // rejection; a chunk left without records sends nothing and takes no turn, whether
+        // stamped before it is sent (with a schema) or when applied.
         const want: { partition: number; records: { value: unknown; timestamp: number }[] }[] = [];
         const wantRejected: RejectedInput[] = [];
         let next = 0;
@@ -74,7 +74,7 @@ describe('source feed: events into chunks of records', () => {
             if (typeof r === 'string') wantRejected.push({ source: 'in', position: `event ${j}`, error: r });
             else records.push(r);
           }
-          if (records.length === 0 && !stampedOnApply) continue;
+          if (records.length === 0) continue;
           want.push({ partition: next, records });
           next = (next + 1) % partitions;
         }

@@ -13,6 +13,7 @@ import { z } from 'zod';
 import { Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { WatermarkStrategies } from '../../lib/api/types.ts';
+import { Windows } from '../../lib/api/windows.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 
 type Ev = { t: unknown; v: number };
@@ -113,13 +114,49 @@ describe('source chunks stamped when applied', () => {
   it('fails with a clear error when a retry finds the timestamp extractor answering differently for an event', async () => {
     const items: Ev[] = [{ t: 10, v: 1 }, { t: 11, v: 2 }, { t: 12, v: 4 }, { t: 13, v: 5 }];
     const j = new Job('unstable-extractor', { parallelism: 1, maxParallelism: 16 });
-    let calls = 0;
-    j.fromItems('in', items, { timestamp: (e) => (e.v === 1 && ++calls > 1 ? Number.NaN : (e.t as number)) })
+    // Once the batch has failed, event v=1 no longer has a finite timestamp.
+    let failed = false;
+    j.fromItems('in', items, { timestamp: (e) => (e.v === 1 && failed ? Number.NaN : (e.t as number)) })
       .map((e) => {
-        if (e.v === 5) throw new Error('poison 5');
+        if (e.v === 5) {
+          failed = true;
+          throw new Error('poison 5');
+        }
         return e.v;
       })
       .sinkTo(Sinks.collect<number>());
     await expect(runJob(j, { sourceBatchSize: 2, maxAttempts: 1 })).rejects.toThrow(/source "in": the timestamp extractor gave event 0 .* NaN when its batch was retried/);
+  });
+
+  it('give a job of several stages and partitions the rows, rejections and counts of chunks stamped before they are sent', async () => {
+    // The source stage (2 partitions) filters and maps; a keyed stage sums per key and
+    // event-time window, so the timestamps and watermarks the source stage gives decide the rows.
+    await fc.assert(
+      fc.asyncProperty(fc.array(evArb, { maxLength: 60 }), fc.integer({ min: 1, max: 6 }), async (items, batchSize) => {
+        const runs = [];
+        for (const withSchema of [true, false]) {
+          const j = new Job(withSchema ? 'stages-before' : 'stages-on-apply', { parallelism: 2, maxParallelism: 16 });
+          const out = Sinks.collect<{ key: number; sum: number; end: number }>();
+          j.fromItems('in', items, {
+            timestamp: (e) => {
+              if (e.t === 'throw') throw new Error(`no time in ${e.v}`);
+              return e.t as number;
+            },
+            watermark: WatermarkStrategies.boundedOutOfOrderness(3),
+            ...(withSchema ? { schema: z.any() as unknown as z.ZodType<Ev> } : {}),
+          })
+            .filter((e) => e.v % 3 !== 0)
+            .map((e) => e.v)
+            .keyBy((v) => v % 4)
+            .window(Windows.tumbling(100))
+            .reduce((a, b) => a + b, (sum, { key, window }) => ({ key, sum, end: window.end }))
+            .sinkTo(out);
+          const { runtime, stats } = await runJob(j, { sourceBatchSize: batchSize });
+          runs.push({ rows: [...out.records].sort((a, b) => a.key - b.key || a.end - b.end), rejected: runtime.rejectedInputs, sourceRecords: stats.sourceRecords });
+        }
+        expect(runs[1]).toEqual(runs[0]);
+      }),
+      { numRuns: 40 },
+    );
   });
 });
