@@ -72,6 +72,10 @@ export interface EventSourceMetrics {
   fifoRuleViolations: number;
   /** Messages of a group that was already in flight (SQS should never do this): released, not invoked. */
   groupConflicts: number;
+  /** Processed messages SQS did not delete (released again with retryDelayMs; the runtime drops what it applied). */
+  undeleted: number;
+  /** Messages still invisible after every attempt to release them: they wait for the visibility timeout. */
+  releaseFailures: number;
   receives: number;
   emptyReceives: number;
   maxConcurrentSeen: number;
@@ -94,6 +98,8 @@ export class SqsEventSource {
     invalidResponses: 0,
     fifoRuleViolations: 0,
     groupConflicts: 0,
+    undeleted: 0,
+    releaseFailures: 0,
     receives: 0,
     emptyReceives: 0,
     maxConcurrentSeen: 0,
@@ -280,13 +286,13 @@ export class SqsEventSource {
     this.metrics.failures += failedIds.size;
     const ok = batch.filter((m) => !failedIds.has(m.MessageId!));
     const failed = batch.filter((m) => failedIds.has(m.MessageId!));
-    try {
-      await this.deleteAll(ok);
-    } catch (e) {
-      // Undeleted messages come back after the visibility timeout: the handler must be idempotent anyway.
-      this.options.onError?.(e as Error, event);
-    }
-    if (failed.length && !timedOut && this.options.retryDelayMs !== undefined) this.scheduleRelease(failed, this.options.retryDelayMs);
+    const undeleted = await this.deleteAll(ok, event);
+    this.metrics.undeleted += undeleted.length;
+    if (this.options.retryDelayMs === undefined) return;
+    // Undeleted messages would come back after the whole visibility timeout (the handler is idempotent:
+    // the runtime drops what it applied); with fast retries they come back as failed ones do.
+    const back = [...(timedOut ? [] : failed), ...undeleted];
+    if (back.length) this.scheduleRelease(sortedAsReceived(batch, back), this.options.retryDelayMs);
   }
 
   /** Lambda's reading of a batch response: the set of failed message ids. Throws when the response is invalid. */
@@ -323,26 +329,57 @@ export class SqsEventSource {
     }
   }
 
-  private async deleteAll(messages: Message[]): Promise<void> {
+  /** Deletes in batches of 10; returns the messages not deleted (a failed request, or entries SQS reported failed), each error reported. */
+  private async deleteAll(messages: Message[], event: SQSEvent): Promise<Message[]> {
+    const undeleted: Message[] = [];
     for (let i = 0; i < messages.length; i += 10) {
       const group = messages.slice(i, i + 10);
-      const out = await this.send('DeleteMessageBatch', new DeleteMessageBatchCommand({ QueueUrl: this.options.queueUrl, Entries: group.map((m, j) => ({ Id: String(j), ReceiptHandle: m.ReceiptHandle! })) }));
-      const failed = (out as { Failed?: { Id?: string; Message?: string }[] }).Failed ?? [];
-      this.metrics.deleted += group.length - failed.length;
-      if (failed.length) throw new Error(`DeleteMessageBatch failed for ${failed.length} message(s): ${failed[0].Message}`);
+      let failed: Map<string | undefined, string | undefined>;
+      try {
+        const out = await this.send('DeleteMessageBatch', new DeleteMessageBatchCommand({ QueueUrl: this.options.queueUrl, Entries: group.map((m, j) => ({ Id: String(j), ReceiptHandle: m.ReceiptHandle! })) }));
+        failed = new Map(((out as { Failed?: { Id?: string; Message?: string }[] }).Failed ?? []).map((f) => [f.Id, f.Message]));
+        if (failed.size) this.options.onError?.(new Error(`DeleteMessageBatch failed for ${failed.size} message(s): ${[...failed.values()][0]}`), event);
+      } catch (e) {
+        failed = new Map(group.map((_, j) => [String(j), (e as Error).message]));
+        this.options.onError?.(e as Error, event);
+      }
+      group.forEach((m, j) => failed.has(String(j)) && undeleted.push(m));
+      this.metrics.deleted += group.length - failed.size;
     }
+    return undeleted;
   }
 
-  /** Make messages visible again after `delayMs` (reverse order: each lands at the front of its group). */
+  /**
+   * Make messages visible again after `delayMs` (reverse order: each lands at the front of its
+   * group). A release that fails is tried again, since a message left invisible holds its
+   * group back for the whole visibility timeout; what still fails is reported.
+   */
   private scheduleRelease(messages: Message[], delayMs: number): void {
     const release = async () => {
-      const entries = [...messages].reverse().map((m, j) => ({ Id: String(j), ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 }));
-      for (let i = 0; i < entries.length; i += 10) {
-        try {
-          await this.send('ChangeMessageVisibilityBatch', new ChangeMessageVisibilityBatchCommand({ QueueUrl: this.options.queueUrl, Entries: entries.slice(i, i + 10) }));
-        } catch {
-          // The visibility timeout releases them anyway.
+      let entries = [...messages].reverse().map((m, j) => ({ Id: String(j), ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 }));
+      let why = '';
+      for (let attempt = 0; entries.length && attempt < RELEASE_ATTEMPTS; attempt++) {
+        if (attempt > 0) await sleep(RELEASE_BACKOFF_MS * attempt);
+        const left: typeof entries = [];
+        for (let i = 0; i < entries.length; i += 10) {
+          const slice = entries.slice(i, i + 10);
+          try {
+            const out = await this.send('ChangeMessageVisibilityBatch', new ChangeMessageVisibilityBatchCommand({ QueueUrl: this.options.queueUrl, Entries: slice }));
+            const failed = (out as { Failed?: { Id?: string; Code?: string; Message?: string }[] }).Failed ?? [];
+            // A receipt handle SQS no longer knows (the message was deleted or came back on its own) needs nothing more.
+            const retry = failed.filter((f) => !/ReceiptHandleIsInvalid|MessageNotInflight/i.test(`${f.Code} ${f.Message}`));
+            if (retry.length) why = `${retry[0].Code ?? ''} ${retry[0].Message ?? ''}`.trim();
+            left.push(...slice.filter((e) => retry.some((f) => f.Id === e.Id)));
+          } catch (e) {
+            why = (e as Error).message;
+            left.push(...slice);
+          }
         }
+        entries = left;
+      }
+      if (entries.length) {
+        this.metrics.releaseFailures += entries.length;
+        this.options.onError?.(new Error(`ChangeMessageVisibilityBatch failed for ${entries.length} message(s) after ${RELEASE_ATTEMPTS} attempts (${why}): they stay invisible until the visibility timeout`), { Records: [] });
       }
     };
     const timer = setTimeout(() => {
@@ -387,6 +424,15 @@ function intIn(field: string, v: number, min: number, max: number): number {
 }
 
 const TIMEOUT = Symbol('timeout');
+/** Tries of a release (ChangeMessageVisibility 0), the n-th after n x the backoff. */
+const RELEASE_ATTEMPTS = 4;
+const RELEASE_BACKOFF_MS = 200;
+
+/** `subset` in the order of `batch` (the order SQS gave them, per group). */
+function sortedAsReceived(batch: readonly Message[], subset: readonly Message[]): Message[] {
+  const want = new Set(subset);
+  return batch.filter((m) => want.has(m));
+}
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | typeof TIMEOUT> {
   let timer: NodeJS.Timeout;
