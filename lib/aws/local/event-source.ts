@@ -21,16 +21,21 @@
  *   them visible again after that delay (ChangeMessageVisibility 0, in reverse batch
  *   order because fauxqs puts each released message at the front of its group). A
  *   timed-out invocation always waits for the visibility timeout: its work may still
- *   be running, as a timed-out Lambda's may still be finishing a call.
+ *   be running, as a timed-out Lambda's may still be finishing a call. With
+ *   `retryDelayMs`, processed messages whose delete failed are released too (the
+ *   handler drops what it applied), and a failed release is tried again
+ *   (message-batches.ts): a message left invisible holds its group back for the whole
+ *   visibility timeout (3 minutes locally), so what still fails is reported (onError).
  *
  * Its own SQS requests (receives, deletes, visibility changes) are counted in the
  * accounting: Lambda's pollers are billed to the queue owner.
  */
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { ChangeMessageVisibilityBatchCommand, DeleteMessageBatchCommand, GetQueueAttributesCommand, type Message, ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { GetQueueAttributesCommand, type Message, ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { AwsAccounting } from '../accounting.ts';
 import { ConfigError } from '../../errors.ts';
 import { lambdaContext, sqsRecord } from './lambda-event.ts';
+import { type BatchTarget, deleteMessages, RELEASE_ATTEMPTS, releaseMessages } from './message-batches.ts';
 
 /** The standard Lambda handler type for an SQS event source with ReportBatchItemFailures. */
 export type SqsHandler = (event: SQSEvent, context: Context) => Promise<SQSBatchResponse | void | null | undefined>;
@@ -145,6 +150,10 @@ export class SqsEventSource {
 
   get concurrency(): number {
     return this.inFlight.size;
+  }
+
+  private get batchTarget(): BatchTarget {
+    return { sqs: this.options.sqs, queueUrl: this.options.queueUrl, accounting: this.accounting };
   }
 
   /** Start polling (idempotent). */
@@ -286,7 +295,9 @@ export class SqsEventSource {
     this.metrics.failures += failedIds.size;
     const ok = batch.filter((m) => !failedIds.has(m.MessageId!));
     const failed = batch.filter((m) => failedIds.has(m.MessageId!));
-    const undeleted = await this.deleteAll(ok, event);
+    const { undeleted, errors } = await deleteMessages(this.batchTarget, ok);
+    for (const e of errors) this.options.onError?.(e, event);
+    this.metrics.deleted += ok.length - undeleted.length;
     this.metrics.undeleted += undeleted.length;
     if (this.options.retryDelayMs === undefined) return;
     // Undeleted messages would come back after the whole visibility timeout (the handler is idempotent:
@@ -329,26 +340,6 @@ export class SqsEventSource {
     }
   }
 
-  /** Deletes in batches of 10; returns the messages not deleted (a failed request, or entries SQS reported failed), each error reported. */
-  private async deleteAll(messages: Message[], event: SQSEvent): Promise<Message[]> {
-    const undeleted: Message[] = [];
-    for (let i = 0; i < messages.length; i += 10) {
-      const group = messages.slice(i, i + 10);
-      let failed: Map<string | undefined, string | undefined>;
-      try {
-        const out = await this.send('DeleteMessageBatch', new DeleteMessageBatchCommand({ QueueUrl: this.options.queueUrl, Entries: group.map((m, j) => ({ Id: String(j), ReceiptHandle: m.ReceiptHandle! })) }));
-        failed = new Map(((out as { Failed?: { Id?: string; Message?: string }[] }).Failed ?? []).map((f) => [f.Id, f.Message]));
-        if (failed.size) this.options.onError?.(new Error(`DeleteMessageBatch failed for ${failed.size} message(s): ${[...failed.values()][0]}`), event);
-      } catch (e) {
-        failed = new Map(group.map((_, j) => [String(j), (e as Error).message]));
-        this.options.onError?.(e as Error, event);
-      }
-      group.forEach((m, j) => failed.has(String(j)) && undeleted.push(m));
-      this.metrics.deleted += group.length - failed.size;
-    }
-    return undeleted;
-  }
-
   /**
    * Make messages visible again after `delayMs` (reverse order: each lands at the front of its
    * group). A release that fails is tried again, since a message left invisible holds its
@@ -356,48 +347,16 @@ export class SqsEventSource {
    */
   private scheduleRelease(messages: Message[], delayMs: number): void {
     const release = async () => {
-      let entries = [...messages].reverse().map((m, j) => ({ Id: String(j), ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 }));
-      let why = '';
-      for (let attempt = 0; entries.length && attempt < RELEASE_ATTEMPTS; attempt++) {
-        if (attempt > 0) await sleep(RELEASE_BACKOFF_MS * attempt);
-        const left: typeof entries = [];
-        for (let i = 0; i < entries.length; i += 10) {
-          const slice = entries.slice(i, i + 10);
-          try {
-            const out = await this.send('ChangeMessageVisibilityBatch', new ChangeMessageVisibilityBatchCommand({ QueueUrl: this.options.queueUrl, Entries: slice }));
-            const failed = (out as { Failed?: { Id?: string; Code?: string; Message?: string }[] }).Failed ?? [];
-            // A receipt handle SQS no longer knows (the message was deleted or came back on its own) needs nothing more.
-            const retry = failed.filter((f) => !/ReceiptHandleIsInvalid|MessageNotInflight/i.test(`${f.Code} ${f.Message}`));
-            if (retry.length) why = `${retry[0].Code ?? ''} ${retry[0].Message ?? ''}`.trim();
-            left.push(...slice.filter((e) => retry.some((f) => f.Id === e.Id)));
-          } catch (e) {
-            why = (e as Error).message;
-            left.push(...slice);
-          }
-        }
-        entries = left;
-      }
-      if (entries.length) {
-        this.metrics.releaseFailures += entries.length;
-        this.options.onError?.(new Error(`ChangeMessageVisibilityBatch failed for ${entries.length} message(s) after ${RELEASE_ATTEMPTS} attempts (${why}): they stay invisible until the visibility timeout`), { Records: [] });
-      }
+      const { left, why } = await releaseMessages(this.batchTarget, messages);
+      if (!left) return;
+      this.metrics.releaseFailures += left;
+      this.options.onError?.(new Error(`ChangeMessageVisibilityBatch failed for ${left} message(s) after ${RELEASE_ATTEMPTS} attempts (${why}): they stay invisible until the visibility timeout`), { Records: [] });
     };
     const timer = setTimeout(() => {
       this.pendingRetries.delete(timer);
       void release().finally(() => this.slotFreed?.());
     }, delayMs);
     this.pendingRetries.set(timer, release);
-  }
-
-  private async send(operation: string, command: DeleteMessageBatchCommand | ChangeMessageVisibilityBatchCommand): Promise<unknown> {
-    try {
-      const out = await this.options.sqs.send(command as DeleteMessageBatchCommand);
-      this.accounting.record(SQS, operation, { requests: 1, items: command.input.Entries?.length ?? 0, estimatedReadUnits: 1 });
-      return out;
-    } catch (e) {
-      this.accounting.record(SQS, operation, { requests: 1, errors: 1, estimatedReadUnits: 1 });
-      throw e;
-    }
   }
 
   private async queueArn(): Promise<string> {
@@ -424,9 +383,6 @@ function intIn(field: string, v: number, min: number, max: number): number {
 }
 
 const TIMEOUT = Symbol('timeout');
-/** Tries of a release (ChangeMessageVisibility 0), the n-th after n x the backoff. */
-const RELEASE_ATTEMPTS = 4;
-const RELEASE_BACKOFF_MS = 200;
 
 /** `subset` in the order of `batch` (the order SQS gave them, per group). */
 function sortedAsReceived(batch: readonly Message[], subset: readonly Message[]): Message[] {
