@@ -152,6 +152,11 @@ export class SqsEventSource {
     return this.inFlight.size;
   }
 
+  /** What it holds now (the runner's stall report). */
+  describe(): string {
+    return `${this.running ? 'polling' : 'stopped'}, ${this.inFlight.size} invocations running, ${this.pendingRetries.size} releases waiting, groups in flight [${[...this.groupsInFlight.keys()].join(', ')}]`;
+  }
+
   private get batchTarget(): BatchTarget {
     return { sqs: this.options.sqs, queueUrl: this.options.queueUrl, accounting: this.accounting };
   }
