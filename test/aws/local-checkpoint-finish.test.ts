@@ -6,7 +6,8 @@
  * (the coordinator opens no other), and the run must take it as the final one rather than
  * wait forever for an epoch it will never open. The race is made certain here: the touch's
  * answer is held back (SDK middleware on the real DynamoDB Local request) until the
- * coordinator's lease says an epoch opened after the touch has committed.
+ * coordinator's lease says an epoch opened after the touch has committed. And a loop
+ * that already failed makes finish() throw its failure rather than wait for an epoch.
  */
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,7 +15,9 @@ import { join } from 'node:path';
 import type { FinalizeRequestHandlerOptions, FinalizeRequestMiddleware } from '@smithy/types';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { DynamoDbPointerStore } from '../../lib/aws/dynamodb-pointers.ts';
-import { LEASE_NAME, type Lease } from '../../lib/aws/checkpoint-task.ts';
+import type { CheckpointHandler } from '../../lib/aws/checkpoint-handler.ts';
+import { INITIAL_CARRY, LEASE_NAME, type Lease } from '../../lib/aws/checkpoint-task.ts';
+import { LocalCheckpointLoop } from '../../lib/aws/local/checkpoint-loop.ts';
 import { localAwsAt } from '../../lib/aws/local/endpoints.ts';
 import { LocalAwsRuntime } from '../../lib/aws/local/runner.ts';
 import { countsJob } from './checkpoint-jobs.ts';
@@ -75,4 +78,24 @@ describe('local-AWS final checkpoint', () => {
       await runtime.stop();
     }
   }, 120_000);
+
+  it('a loop that failed before finish() makes finish() throw its failure instead of waiting', async () => {
+    // A coordinator whose every step after the resume fails (its table gone, say): the loop ends with the failure.
+    const handler = (async (event: { action: string }) => {
+      if (event.action === 'resume' && !failing) return INITIAL_CARRY;
+      throw new Error(`step ${event.action}: the coordinator's table is gone`);
+    }) as unknown as CheckpointHandler;
+    let failing = false;
+    const log: string[] = [];
+    const loop = new LocalCheckpointLoop({ handler, pointers: { read: async () => undefined }, intervalMs: 5, pollMs: 5, epochTimeoutMs: 1000, execution: 'gone', log: (l) => log.push(l) });
+    loop.start(await loop.resume());
+    failing = true;
+    for (let i = 0; !loop.describe().startsWith('checkpoint loop ended'); i++) {
+      if (i > 200) throw new Error(`the loop did not end: ${loop.describe()}`);
+      await sleep(20);
+    }
+    const outcome = await Promise.race([loop.finish().then(() => 'finished', (e: Error) => e.message), sleep(10_000).then(() => 'stalled')]);
+    expect(outcome).toBe("step resume: the coordinator's table is gone");
+    expect(log).toEqual(["checkpoint open failed: step open: the coordinator's table is gone"]);
+  });
 });
