@@ -4,7 +4,7 @@
  * core does with no framework at all). See BENCHMARKS.md for the figures.
  *
  *   npm run bench -- [--events 1000000] [--query q5 --query q7 | --query q5,q7]
- *                    [--parallelism N] [--seed 42] [--warmup 100000] [--warmup-runs 3] [--json] [--in-process]
+ *                    [--parallelism N] [--seed 42] [--warmup 100000] [--warmup-runs 5] [--json] [--in-process]
  *                    [--checkpoint-interval MS|off]   (default: every 1000 ms, the issue's condition)
  *                    [--cost-events 20000] [--cost-publish-batch 2000] [--skip-aws-cost]
  *                    [--checkpoints-query q5] [--skip-checkpoints]
@@ -16,9 +16,10 @@
  *
  * Each query runs in a fresh child process (`--expose-gc`), so its JIT state and peak
  * memory are its own. Events are generated into memory first, so neither side pays
- * for generation or parsing. Each side runs three times after a warm-up (--warmup events,
- * then --warmup-runs full passes: the steady state of V8's JIT) and the run
- * with the least CPU time counts (every runtime run's rows are checked). Throughput counts all events (persons, auctions, bids),
+ * for generation or parsing. The two sides alternate pass by pass: a warm-up (--warmup
+ * events, then --warmup-runs full passes of each: the steady state of V8's JIT), then five
+ * measured runs of each, and the run with the least CPU time counts per side (every
+ * runtime run's rows are checked). Throughput counts all events (persons, auctions, bids),
  * as Flink's Nexmark runner does; "per core" divides by the process's CPU time
  * (Flink's "throughput/cores"). Both sides must produce the same rows, or the bench
  * fails. Latency is defined in bench/nexmark/measure.ts.
@@ -78,7 +79,7 @@ const cfg: MeasureConfig = {
   seed: intFlag(values.seed, 'seed', 42, 0)!,
   parallelism: intFlag(values.parallelism, 'parallelism', undefined, 1),
   warmup: intFlag(values.warmup, 'warmup', Math.min(100_000, Math.floor(count / 10)), 0)!,
-  warmupRuns: intFlag(values['warmup-runs'], 'warmup-runs', 3, 0)!,
+  warmupRuns: intFlag(values['warmup-runs'], 'warmup-runs', 5, 0)!,
   // Checkpoints every second by default (issue 6: throughput "with checkpoints every second"); `off` turns them off.
   checkpointIntervalMs: checkpointInterval(values['checkpoint-interval']),
 };
@@ -171,7 +172,7 @@ async function main(): Promise<void> {
     );
   }
   say('\n' + table(results.map(row)));
-  say('\nper core = events / CPU seconds of the process (ratio = runtime / floor, both per core, best of three runs after the warm-up passes; cold ratio: the first full pass of each side); Flink/core = NEXMARK.md 7.1 (runner V1);');
+  say('\nper core = events / CPU seconds of the process (ratio = runtime / floor, both per core, best of five runs per side after the warm-up passes, the sides alternating; cold ratio: the first full pass of each side); Flink/core = NEXMARK.md 7.1 (runner V1);');
   say('latency: the row\'s trigger event read by the source -> the row at the sink (bench/nexmark/measure.ts).');
   let checkpointBench: CheckpointBenchResult | undefined;
   if (!values['skip-checkpoints']) {

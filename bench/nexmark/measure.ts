@@ -54,7 +54,7 @@ export interface QueryResult {
     commits: number;
     latencyMs: { p50: number; p99: number; max: number };
     peakRssBytes: number;
-    /** Peak heap used above the heap before the run (the input and the floor's rows). */
+    /** Peak heap used during a run above the heap used when it started (the largest over the measured runs). */
     heapGrowthBytes: number;
   };
   floor: { durationMs: number; eventsPerSec: number; eventsPerCoreSec: number; results: number };
@@ -84,13 +84,19 @@ async function openRuntime(job: Job, options: EmbeddedOptions, cfg: MeasureConfi
 
 export const checkpointLabel = (cfg: MeasureConfig) => (cfg.checkpointIntervalMs === undefined ? 'off' : `every ${cfg.checkpointIntervalMs} ms`);
 
-/** Samples memory at most every 100 ms; also ticked from the source, as a busy runtime may not yield to timers. */
+/**
+ * Samples memory at most every 100 ms; also ticked from the source, as a busy runtime may
+ * not yield to timers. Heap growth is per run: the peak heap used during a run minus the
+ * heap used when it started (so the floor's rows between runs do not count).
+ */
 class MemorySampler {
   private last = 0;
   private timer?: NodeJS.Timeout;
+  private base = 0;
   peakRss = 0;
-  peakHeap = 0;
+  peakGrowth = 0;
   start(): void {
+    this.base = process.memoryUsage().heapUsed;
     this.sample();
     this.timer = setInterval(() => this.tick(), 100);
   }
@@ -105,7 +111,7 @@ class MemorySampler {
     this.last = performance.now();
     const m = process.memoryUsage();
     if (m.rss > this.peakRss) this.peakRss = m.rss;
-    if (m.heapUsed > this.peakHeap) this.peakHeap = m.heapUsed;
+    if (m.heapUsed - this.base > this.peakGrowth) this.peakGrowth = m.heapUsed - this.base;
   }
 }
 
@@ -223,51 +229,60 @@ function check(q: BenchQuery, floor: ReturnType<typeof runFloor>, run: Awaited<R
 }
 
 /** Measured runs of each side: the best (least CPU) counts, as short runs are skewed by one descheduling. */
-export const RUNS = 3;
+export const RUNS = 5;
 
+/**
+ * The two sides alternate, pass by pass (floor, runtime, floor, runtime, ...), in the
+ * warm-up passes and in the measured runs: both see the same heap (where the events lie
+ * after the runtime's collections moved them: the floors are memory-bound, 10-100 ns per
+ * event) and the same load on the machine. Running all the floor's passes first, as this
+ * bench used to, measured the floor on a freshly generated heap and the runtime on
+ * another, and gave the floor fewer passes than it needs to settle (Q7's: five).
+ */
 export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cfg: MeasureConfig): Promise<QueryResult> {
   if (cfg.warmup > 0) {
     const head = events.slice(0, Math.min(cfg.warmup, events.length));
     runFloor(q, head);
     await runOnce(q, head, cfg);
   }
-  const floorRuns: ReturnType<typeof runFloor>[] = [];
-  for (let i = 0; i < cfg.warmupRuns + RUNS; i++) floorRuns.push(runFloor(q, events));
-  const floor = floorRuns.slice(cfg.warmupRuns).reduce((a, b) => (b.cpuMs < a.cpuMs ? b : a));
-  // One forced GC, before the runtime's passes, for the heap baseline. Not between runs:
-  // after a forced full GC the next run of either side took 3-5x the CPU (BENCHMARKS.md, Method).
-  gc();
-  const heapBefore = process.memoryUsage().heapUsed;
   let coldRatio: number | undefined;
   for (let i = 0; i < cfg.warmupRuns; i++) {
+    const f = runFloor(q, events);
     const r = await runOnce(q, events, cfg);
-    if (i === 0) coldRatio = floorRuns[0].cpuMs / r.cpuMs;
+    if (i === 0) coldRatio = f.cpuMs / r.cpuMs;
   }
+  // One forced GC, before the measured runs, for the heap baseline. Not between runs:
+  // after a forced full GC the next run of either side took 3-5x the CPU (BENCHMARKS.md, Method).
+  gc();
   const sampler = new MemorySampler();
-  sampler.start();
-  // The runtime the same way: best of RUNS, each run's rows checked against the floor's.
+  // Best of RUNS per side; each runtime run's rows are checked against the floor's.
+  let floor: ReturnType<typeof runFloor> | undefined;
   let best: Awaited<ReturnType<typeof runOnce>> | undefined;
   let checked: ReturnType<typeof check> | undefined;
   let mismatch: string | undefined;
   for (let i = 0; i < RUNS; i++) {
+    const f = runFloor(q, events);
+    if (!floor || f.cpuMs < floor.cpuMs) floor = f;
+    sampler.start();
     const again = await runOnce(q, events, cfg, sampler);
-    const c = check(q, floor, again);
+    sampler.stop();
+    const c = check(q, f, again);
     mismatch ??= c.mismatch;
     if (!best || again.cpuMs < best.cpuMs) {
       best = again;
       checked = c;
     }
   }
-  sampler.stop();
   const run = best!;
+  const fl = floor!;
   const { sink } = run;
   const { latencies } = checked!;
   const ms = (us: number) => us / 1000;
   const n = events.length;
   const eventsPerSec = n / (run.durationMs / 1000);
-  const floorPerSec = n / (floor.durationMs / 1000);
+  const floorPerSec = n / (fl.durationMs / 1000);
   const perCore = n / (run.cpuMs / 1000);
-  const floorPerCore = n / (floor.cpuMs / 1000);
+  const floorPerCore = n / (fl.cpuMs / 1000);
   return {
     query: q.name,
     title: q.title,
@@ -284,9 +299,9 @@ export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cf
       commits: run.stats.commits,
       latencyMs: { p50: ms(latencies.getValueAtPercentile(50)), p99: ms(latencies.getValueAtPercentile(99)), max: ms(latencies.maxValue) },
       peakRssBytes: sampler.peakRss,
-      heapGrowthBytes: Math.max(0, sampler.peakHeap - heapBefore),
+      heapGrowthBytes: sampler.peakGrowth,
     },
-    floor: { durationMs: floor.durationMs, eventsPerSec: floorPerSec, eventsPerCoreSec: floorPerCore, results: floor.rows.length },
+    floor: { durationMs: fl.durationMs, eventsPerSec: floorPerSec, eventsPerCoreSec: floorPerCore, results: fl.rows.length },
     ratio: perCore / floorPerCore,
     ...(coldRatio === undefined ? {} : { coldRatio }),
     flinkPerCore: q.flinkPerCore,
