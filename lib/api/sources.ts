@@ -24,7 +24,11 @@ export type SourceBinding<T> =
   | { readonly kind: 'items'; readonly items: readonly T[] };
 
 export interface SourceOptions<T> {
-  /** Event time of an event. Default: the processing time at which the source read it. */
+  /**
+   * Event time of an event. Default: the processing time at which the source read it.
+   * Must be a pure function of the event: a retried batch or a restore's replay reads it
+   * again and must get the same time (a different answer fails the run with an InvariantError).
+   */
   readonly timestamp?: (event: T) => number;
   /** Default: bounded out-of-orderness of 0 ms with a 5 s idle timeout. */
   readonly watermark?: WatermarkStrategy;
