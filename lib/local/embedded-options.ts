@@ -18,7 +18,7 @@ export interface EmbeddedOptions {
   readonly sinks?: Readonly<Record<string, Sink<any>>>;
   /** Rebind sources by name (for example `sluice run --input`). */
   readonly sources?: Readonly<Record<string, SourceBinding<any>>>;
-  /** Records per source envelope. Default 512; 2048 in jobs with chunked rounds (rounds.ts sourceChunking). */
+  /** Records per source envelope. Default 1024; 2048 in jobs with chunked rounds (rounds.ts sourceChunking). */
   readonly sourceBatchSize?: number;
   /**
    * Envelopes a source may send per scheduling round, for jobs where that changes nothing
@@ -33,8 +33,8 @@ export interface EmbeddedOptions {
    */
   readonly maxEnvelopesPerBatch?: number;
   /**
-   * Records after which a batch stops taking envelopes. Default 16384 (32 source
-   * envelopes of 512): downstream envelopes are small (one per watermark step), and a
+   * Records after which a batch stops taking envelopes. Default 16384 (16 source
+   * envelopes of 1024): downstream envelopes are small (one per watermark step), and a
    * commit per few of them would cost more than their records.
    */
   readonly batchRecords?: number;
