@@ -282,6 +282,99 @@ describe('SqsEventSource on fauxqs', () => {
   });
 });
 
+/**
+ * Requests that fail as a loaded or restarting server fails them, which fauxqs cannot be
+ * asked to do: the first `n` requests of each named command throw before they are sent
+ * (added before the SDK's retries, so each counts once). Everything else reaches fauxqs.
+ */
+function failingFirst(failures: Partial<Record<'ChangeMessageVisibilityBatchCommand' | 'DeleteMessageBatchCommand', number>>): SQSClient {
+  const client = new SQSClient({ endpoint: inject('fauxqsEndpoint'), region: inject('awsRegion'), credentials: inject('awsCredentials'), maxAttempts: 1 });
+  const left: Record<string, number> = { ...failures };
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      const name = context.commandName ?? '';
+      if ((left[name] ?? 0) > 0) {
+        left[name]--;
+        throw Object.assign(new Error(`injected: ${name} failed`), { name: 'InternalError', $metadata: {} });
+      }
+      return next(args);
+    },
+    { step: 'initialize', name: 'failFirstRequests' },
+  );
+  return client;
+}
+
+describe('SqsEventSource when releases and deletes fail (a visibility timeout of 10 minutes: nothing may wait for it)', () => {
+  it('tries a failed release again, so the failed message comes back promptly', async () => {
+    const q = await newQueue({ visibilityTimeoutSeconds: 600 });
+    await send(q.url, [['g', 'a'], ['g', 'b']]);
+    const client = failingFirst({ ChangeMessageVisibilityBatchCommand: 2 });
+    const seen: string[] = [];
+    const errors: string[] = [];
+    const src = new SqsEventSource({
+      sqs: client,
+      queueUrl: q.url,
+      waitTimeSeconds: 1,
+      retryDelayMs: 0,
+      onError: (e) => errors.push(e.message),
+      handler: async (event) => {
+        const r = event.Records[0];
+        seen.push(r.body);
+        return { batchItemFailures: r.body === 'a' && seen.length === 1 ? [{ itemIdentifier: r.messageId }] : [] };
+      },
+    });
+    await src.start();
+    try {
+      await until(() => src.metrics.deleted === 2);
+    } finally {
+      await src.stop();
+      client.destroy();
+    }
+    expect(seen).toEqual(['a', 'a', 'b']);
+    expect(src.metrics.releaseFailures).toBe(0);
+    expect(errors).toEqual([]);
+    expect(await queueDepth(sqs, q.url)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
+  });
+
+  it('makes a processed message whose delete failed visible again, and reports the failure', async () => {
+    const q = await newQueue({ visibilityTimeoutSeconds: 600 });
+    await send(q.url, [['g', 'a'], ['g', 'b']]);
+    const client = failingFirst({ DeleteMessageBatchCommand: 1 });
+    const seen: string[] = [];
+    const errors: string[] = [];
+    const src = new SqsEventSource({ sqs: client, queueUrl: q.url, waitTimeSeconds: 1, retryDelayMs: 0, onError: (e) => errors.push(e.message), handler: async (event) => void seen.push(event.Records[0].body) });
+    await src.start();
+    try {
+      await until(() => src.metrics.deleted === 2);
+    } finally {
+      await src.stop();
+      client.destroy();
+    }
+    // Delivered again (a handler is idempotent: the runtime drops what it applied), in order, then deleted.
+    expect(seen).toEqual(['a', 'a', 'b']);
+    expect(src.metrics.undeleted).toBe(1);
+    expect(errors).toEqual(['injected: DeleteMessageBatchCommand failed']);
+    expect(await queueDepth(sqs, q.url)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
+  });
+
+  it('reports the messages it could not release after every attempt', async () => {
+    const q = await newQueue({ visibilityTimeoutSeconds: 600 });
+    await send(q.url, [['g', 'a']]);
+    const client = failingFirst({ ChangeMessageVisibilityBatchCommand: 100 });
+    const errors: string[] = [];
+    const src = new SqsEventSource({ sqs: client, queueUrl: q.url, waitTimeSeconds: 1, retryDelayMs: 0, onError: (e) => errors.push(e.message), handler: async (event) => ({ batchItemFailures: [{ itemIdentifier: event.Records[0].messageId }] }) });
+    await src.start();
+    try {
+      await until(() => src.metrics.releaseFailures === 1);
+    } finally {
+      await src.stop();
+      client.destroy();
+    }
+    expect(errors).toEqual([expect.stringMatching(/^ChangeMessageVisibilityBatch failed for 1 message\(s\) after 4 attempts \(injected: ChangeMessageVisibilityBatchCommand failed\): they stay invisible until the visibility timeout$/)]);
+    expect((await queueDepth(sqs, q.url)).inFlight).toBe(1);
+  });
+});
+
 describe('SqsEventSource with several messages of one group per batch (as real SQS returns them)', () => {
   const arn = 'arn:aws:sqs:us-east-1:123456789012:q.fifo';
   const msg = (id: string, group: string) => ({ MessageId: id, ReceiptHandle: `rh-${id}`, Body: id, MD5OfBody: '0'.repeat(32), Attributes: { MessageGroupId: group, ApproximateReceiveCount: '1' } });

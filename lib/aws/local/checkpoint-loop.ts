@@ -17,7 +17,7 @@ import type { PointerStore } from '../../checkpoint/storage.ts';
 import { InvariantError } from '../../errors.ts';
 import type { AwsAccounting } from '../accounting.ts';
 import type { CheckpointHandler } from '../checkpoint-handler.ts';
-import { type Action, type Carry, INITIAL_CARRY, type Limits } from '../checkpoint-task.ts';
+import { type Action, type Carry, INITIAL_CARRY, LEASE_NAME, type Lease, type Limits } from '../checkpoint-task.ts';
 
 export interface CheckpointLoopOptions {
   readonly handler: CheckpointHandler;
@@ -47,10 +47,15 @@ export class LocalCheckpointLoop {
   private running = false;
   private loop?: Promise<void>;
   private wake?: () => void;
+  /** finish(): the activity time the final epoch must cover (touched after the drain). */
   private finalAt: number | undefined;
   private finalEpoch = 0;
   private finalDone?: () => void;
   private failure: unknown;
+  private ended = false;
+  private reachedFinal = false;
+  /** What the loop is doing, for a run that stops progressing (the runner's watchdog prints it). */
+  private current = 'not started';
   /** Epochs committed by this loop (tests, summaries). */
   readonly committed: number[] = [];
   readonly aborted: number[] = [];
@@ -78,10 +83,21 @@ export class LocalCheckpointLoop {
   /** Run the loop from `carry` (the result of resume()). */
   start(carry: Carry): void {
     this.running = true;
-    this.loop = this.run(carry).catch((e) => {
-      this.failure = e;
-      this.finalDone?.();
-    });
+    this.loop = this.run(carry)
+      .catch((e) => {
+        this.failure = e;
+      })
+      .finally(() => {
+        this.ended = true;
+        this.finalDone?.();
+      });
+  }
+
+  /** One line: the step or wait the loop is in, the epochs it committed and aborted, the final epoch asked for. */
+  describe(): string {
+    const final = this.finalAt === undefined ? '' : `; final: covering activity at ${this.finalAt}${this.finalEpoch ? `, epoch ${this.finalEpoch}` : ''}`;
+    const failed = this.failure ? `; failed: ${(this.failure as Error).message}` : '';
+    return `checkpoint loop ${this.ended ? 'ended' : this.current}; committed ${this.committed.length} (last ${this.committed.at(-1) ?? '-'}), aborted ${this.aborted.length}${final}${failed}`;
   }
 
   private sleep(ms: number): Promise<void> {
@@ -98,6 +114,7 @@ export class LocalCheckpointLoop {
     let c = first;
     while (this.running) {
       let action: Action;
+      this.current = `waiting after ${c.next} (epoch ${c.epoch})`;
       switch (c.next) {
         case 'fail':
           throw new InvariantError(`the checkpoint coordinator failed ${c.failures} times in a row: ${c.error?.Cause ?? c.error?.Error ?? 'see the log'}`);
@@ -120,6 +137,8 @@ export class LocalCheckpointLoop {
           action = 'resume';
           break;
         default:
+          // The final epoch may have committed already (see finalCovered): then the coordinator opens no other.
+          if (this.finalAt !== undefined && (await this.finalCovered())) return this.finalReached();
           // wait, end: the next epoch after an interval (sooner when the final one is asked for).
           // Interval 0: no periodic epochs, only the final one.
           if (this.finalAt === undefined && this.o.intervalMs <= 0) await new Promise<void>((resolve) => (this.wake = resolve));
@@ -128,6 +147,7 @@ export class LocalCheckpointLoop {
       }
       if (!this.running) return;
       const openedAt = this.now();
+      this.current = `in step ${action} (epoch ${c.epoch})`;
       try {
         const before = c;
         c = await this.step(action, c);
@@ -147,24 +167,51 @@ export class LocalCheckpointLoop {
     const ptr = (await this.o.pointers.read<CommitPointer>(POINTER_NAME))?.value;
     if (!ptr) return;
     if (!this.committed.includes(ptr.epoch)) this.committed.push(ptr.epoch);
-    if (this.finalEpoch > 0 && ptr.epoch >= this.finalEpoch) {
-      this.running = false;
-      this.finalDone?.();
-    }
+    if (this.finalAt !== undefined && ((this.finalEpoch > 0 && ptr.epoch >= this.finalEpoch) || (await this.finalCovered()))) this.finalReached();
   }
 
   /**
-   * A bounded run drained: one more epoch, opened after now, so every output committed
-   * (the activity item must be touched after the last input, which the caller does).
-   * Resolves once it is committed; the loop then ends.
+   * The activity the final epoch must cover is covered: an epoch that opened after it
+   * committed (the lease's coveredFrom, as the open step reads it). That epoch opened
+   * after the drain, so it is a final one, even if it opened before finish() was called:
+   * the loop keeps opening epochs on its interval while the caller touches the activity
+   * item, and one of them may see the touch first. The coordinator then opens no other.
    */
-  async finish(): Promise<void> {
+  private async finalCovered(): Promise<boolean> {
+    let lease: Lease | undefined;
+    try {
+      lease = (await this.o.pointers.read<Lease>(LEASE_NAME))?.value;
+    } catch (e) {
+      // A failed look is no answer: the next one (or the next commit) decides.
+      this.o.log?.(`checkpoint lease read failed: ${(e as Error).message}`);
+      return false;
+    }
+    return lease !== undefined && this.finalAt !== undefined && lease.coveredFrom > this.finalAt;
+  }
+
+  private finalReached(): void {
+    this.reachedFinal = true;
+    this.running = false;
+    this.finalDone?.();
+  }
+
+  /**
+   * A bounded run drained: one more epoch, so every output is committed. `activityAt`: when
+   * the caller touched the activity item, after the drain (default now, which must then
+   * follow the touch). Resolves once an epoch opened at or after it committed (one opened
+   * by this loop, or any that covers the activity); the loop then ends. Throws the loop's
+   * failure if it failed (before or meanwhile) rather than wait for an epoch it cannot open.
+   */
+  async finish(activityAt = this.now()): Promise<void> {
     const done = new Promise<void>((resolve) => (this.finalDone = resolve));
-    this.finalAt = this.now();
+    this.finalAt = activityAt;
+    if (!this.loop) throw new InvariantError('the checkpoint loop finished before it was started');
+    if (this.ended) this.finalDone?.();
     this.wake?.();
     await done;
     await this.loop;
     if (this.failure) throw this.failure;
+    if (!this.reachedFinal) throw new InvariantError('the checkpoint loop was stopped before its final epoch committed');
   }
 
   /** Open the next epoch now rather than after the interval (a savepoint request arrived). */

@@ -181,9 +181,9 @@ export class LocalAwsCheckpointing {
     return this.handler.acks.put(acks);
   }
 
-  /** Input was sent: the coordinator's open step looks for it. */
-  touch(): Promise<void> {
-    return this.handler.acks.touch(Date.now());
+  /** Input was sent (at `at`, default now): the coordinator's open step looks for it. */
+  touch(at = Date.now()): Promise<void> {
+    return this.handler.acks.touch(at);
   }
 
   /** Per partition of a source fed again: the records its partitions already consumed (the feeder skips them). */
@@ -258,10 +258,15 @@ export class LocalAwsCheckpointing {
     rmSync(join(this.o.dir, LOCAL_AWS_PROCESS), { force: true });
   }
 
-  /** After the last input was processed: one more checkpoint, so all output is committed. */
+  /**
+   * After the last input was processed: one more checkpoint, so all output is committed.
+   * The loop takes any epoch that covers this touch, which may open (and commit) before
+   * the touch's answer arrives here.
+   */
   async finish(): Promise<void> {
-    await this.touch();
-    await this.loop.finish();
+    const at = Date.now();
+    await this.touch(at);
+    await this.loop.finish(at);
     this.released();
   }
 

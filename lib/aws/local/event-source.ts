@@ -21,16 +21,21 @@
  *   them visible again after that delay (ChangeMessageVisibility 0, in reverse batch
  *   order because fauxqs puts each released message at the front of its group). A
  *   timed-out invocation always waits for the visibility timeout: its work may still
- *   be running, as a timed-out Lambda's may still be finishing a call.
+ *   be running, as a timed-out Lambda's may still be finishing a call. With
+ *   `retryDelayMs`, processed messages whose delete failed are released too (the
+ *   handler drops what it applied), and a failed release is tried again
+ *   (message-batches.ts): a message left invisible holds its group back for the whole
+ *   visibility timeout (3 minutes locally), so what still fails is reported (onError).
  *
  * Its own SQS requests (receives, deletes, visibility changes) are counted in the
  * accounting: Lambda's pollers are billed to the queue owner.
  */
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { ChangeMessageVisibilityBatchCommand, DeleteMessageBatchCommand, GetQueueAttributesCommand, type Message, ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { GetQueueAttributesCommand, type Message, ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { AwsAccounting } from '../accounting.ts';
 import { ConfigError } from '../../errors.ts';
 import { lambdaContext, sqsRecord } from './lambda-event.ts';
+import { type BatchTarget, deleteMessages, RELEASE_ATTEMPTS, releaseMessages } from './message-batches.ts';
 
 /** The standard Lambda handler type for an SQS event source with ReportBatchItemFailures. */
 export type SqsHandler = (event: SQSEvent, context: Context) => Promise<SQSBatchResponse | void | null | undefined>;
@@ -72,6 +77,10 @@ export interface EventSourceMetrics {
   fifoRuleViolations: number;
   /** Messages of a group that was already in flight (SQS should never do this): released, not invoked. */
   groupConflicts: number;
+  /** Processed messages SQS did not delete (released again with retryDelayMs; the runtime drops what it applied). */
+  undeleted: number;
+  /** Messages still invisible after every attempt to release them: they wait for the visibility timeout. */
+  releaseFailures: number;
   receives: number;
   emptyReceives: number;
   maxConcurrentSeen: number;
@@ -94,6 +103,8 @@ export class SqsEventSource {
     invalidResponses: 0,
     fifoRuleViolations: 0,
     groupConflicts: 0,
+    undeleted: 0,
+    releaseFailures: 0,
     receives: 0,
     emptyReceives: 0,
     maxConcurrentSeen: 0,
@@ -139,6 +150,15 @@ export class SqsEventSource {
 
   get concurrency(): number {
     return this.inFlight.size;
+  }
+
+  /** What it holds now (the runner's stall report). */
+  describe(): string {
+    return `${this.running ? 'polling' : 'stopped'}, ${this.inFlight.size} invocations running, ${this.pendingRetries.size} releases waiting, groups in flight [${[...this.groupsInFlight.keys()].join(', ')}]`;
+  }
+
+  private get batchTarget(): BatchTarget {
+    return { sqs: this.options.sqs, queueUrl: this.options.queueUrl, accounting: this.accounting };
   }
 
   /** Start polling (idempotent). */
@@ -280,13 +300,15 @@ export class SqsEventSource {
     this.metrics.failures += failedIds.size;
     const ok = batch.filter((m) => !failedIds.has(m.MessageId!));
     const failed = batch.filter((m) => failedIds.has(m.MessageId!));
-    try {
-      await this.deleteAll(ok);
-    } catch (e) {
-      // Undeleted messages come back after the visibility timeout: the handler must be idempotent anyway.
-      this.options.onError?.(e as Error, event);
-    }
-    if (failed.length && !timedOut && this.options.retryDelayMs !== undefined) this.scheduleRelease(failed, this.options.retryDelayMs);
+    const { undeleted, errors } = await deleteMessages(this.batchTarget, ok);
+    for (const e of errors) this.options.onError?.(e, event);
+    this.metrics.deleted += ok.length - undeleted.length;
+    this.metrics.undeleted += undeleted.length;
+    if (this.options.retryDelayMs === undefined) return;
+    // Undeleted messages would come back after the whole visibility timeout (the handler is idempotent:
+    // the runtime drops what it applied); with fast retries they come back as failed ones do.
+    const back = [...(timedOut ? [] : failed), ...undeleted];
+    if (back.length) this.scheduleRelease(sortedAsReceived(batch, back), this.options.retryDelayMs);
   }
 
   /** Lambda's reading of a batch response: the set of failed message ids. Throws when the response is invalid. */
@@ -323,44 +345,23 @@ export class SqsEventSource {
     }
   }
 
-  private async deleteAll(messages: Message[]): Promise<void> {
-    for (let i = 0; i < messages.length; i += 10) {
-      const group = messages.slice(i, i + 10);
-      const out = await this.send('DeleteMessageBatch', new DeleteMessageBatchCommand({ QueueUrl: this.options.queueUrl, Entries: group.map((m, j) => ({ Id: String(j), ReceiptHandle: m.ReceiptHandle! })) }));
-      const failed = (out as { Failed?: { Id?: string; Message?: string }[] }).Failed ?? [];
-      this.metrics.deleted += group.length - failed.length;
-      if (failed.length) throw new Error(`DeleteMessageBatch failed for ${failed.length} message(s): ${failed[0].Message}`);
-    }
-  }
-
-  /** Make messages visible again after `delayMs` (reverse order: each lands at the front of its group). */
+  /**
+   * Make messages visible again after `delayMs` (reverse order: each lands at the front of its
+   * group). A release that fails is tried again, since a message left invisible holds its
+   * group back for the whole visibility timeout; what still fails is reported.
+   */
   private scheduleRelease(messages: Message[], delayMs: number): void {
     const release = async () => {
-      const entries = [...messages].reverse().map((m, j) => ({ Id: String(j), ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 }));
-      for (let i = 0; i < entries.length; i += 10) {
-        try {
-          await this.send('ChangeMessageVisibilityBatch', new ChangeMessageVisibilityBatchCommand({ QueueUrl: this.options.queueUrl, Entries: entries.slice(i, i + 10) }));
-        } catch {
-          // The visibility timeout releases them anyway.
-        }
-      }
+      const { left, why } = await releaseMessages(this.batchTarget, messages);
+      if (!left) return;
+      this.metrics.releaseFailures += left;
+      this.options.onError?.(new Error(`ChangeMessageVisibilityBatch failed for ${left} message(s) after ${RELEASE_ATTEMPTS} attempts (${why}): they stay invisible until the visibility timeout`), { Records: [] });
     };
     const timer = setTimeout(() => {
       this.pendingRetries.delete(timer);
       void release().finally(() => this.slotFreed?.());
     }, delayMs);
     this.pendingRetries.set(timer, release);
-  }
-
-  private async send(operation: string, command: DeleteMessageBatchCommand | ChangeMessageVisibilityBatchCommand): Promise<unknown> {
-    try {
-      const out = await this.options.sqs.send(command as DeleteMessageBatchCommand);
-      this.accounting.record(SQS, operation, { requests: 1, items: command.input.Entries?.length ?? 0, estimatedReadUnits: 1 });
-      return out;
-    } catch (e) {
-      this.accounting.record(SQS, operation, { requests: 1, errors: 1, estimatedReadUnits: 1 });
-      throw e;
-    }
   }
 
   private async queueArn(): Promise<string> {
@@ -387,6 +388,12 @@ function intIn(field: string, v: number, min: number, max: number): number {
 }
 
 const TIMEOUT = Symbol('timeout');
+
+/** `subset` in the order of `batch` (the order SQS gave them, per group). */
+function sortedAsReceived(batch: readonly Message[], subset: readonly Message[]): Message[] {
+  const want = new Set(subset);
+  return batch.filter((m) => want.has(m));
+}
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | typeof TIMEOUT> {
   let timer: NodeJS.Timeout;

@@ -47,6 +47,7 @@ import { type DeadLetterReport, drainDeadLetters } from './dead-letters.ts';
 import { type EventSourceMetrics, SqsEventSource } from './event-source.ts';
 import { type FeederContext, type FeedTarget, feedSource } from './feeder.ts';
 import { queueDepth } from './queues.ts';
+import { type StallWatch, watchRun } from './stall-watch.ts';
 
 export type { DeadLetterReport } from './dead-letters.ts';
 
@@ -74,8 +75,10 @@ export interface LocalAwsOptions {
   readonly clock?: Clock;
   /** The state backend's log compaction cadence (DynamoDbStateBackend compactAfterCommits); default the backend's. */
   readonly compactAfterCommits?: number;
-  /** Handler errors (failed groups, thrown batches) as log lines; default ignored. */
+  /** Handler errors (failed groups, thrown batches) as log lines; default ignored. With it, a run quiet for stallReportMs says what it waits on (stall-watch.ts). */
   readonly log?: (line: string) => void;
+  /** With log: no progress for this long prints a report (default 20 s). */
+  readonly stallReportMs?: number;
   /** Checkpoint epochs with the Step Functions steps in process; restore with start 'resume'. */
   readonly checkpoints?: LocalAwsCheckpointOptions;
   /** Called with the records sent so far after each chunk (e.g. --crash-after). */
@@ -126,6 +129,9 @@ export class LocalAwsRuntime {
   private feeding: Promise<number>[] = [];
   private stopping = false;
   private started = false;
+  /** For the stall report: what the run is doing. */
+  private phase = 'starting';
+  private watch?: StallWatch;
   /** With options.checkpoints, once started. */
   checkpointing?: LocalAwsCheckpointing;
   private readonly identity?: ReturnType<typeof LocalAwsCheckpointing.identity>;
@@ -213,6 +219,13 @@ export class LocalAwsRuntime {
     // Restored state is in place, and the coordinator resumed, before any partition runs.
     if (cp) await cp.beforeStart();
     await Promise.all(this.sources.map((s) => s.start()));
+    this.phase = 'running';
+    if (o.log) this.watchStalls(o.log);
+  }
+
+  private watchStalls(log: (line: string) => void): void {
+    const view = () => ({ phase: this.phase, fed: this.fed, checkpoints: this.checkpointing?.loop });
+    this.watch = watchRun(view, this.plan.stages, this.sources, this.queues, this.options.env.clients.sqs, this.overhead, { quietMs: this.options.stallReportMs ?? 20_000, log });
   }
 
   /** Where each source's events go, and what they are read from. */
@@ -303,10 +316,13 @@ export class LocalAwsRuntime {
     const t0 = performance.now();
     await this.start();
     try {
+      this.phase = 'feeding';
       this.feed();
       await Promise.all(this.feeding);
+      this.phase = 'draining (input sent)';
       await this.drained();
       // One more checkpoint after the last record: transactional output commits all of it.
+      this.phase = 'final checkpoint';
       await this.checkpointing?.finish();
     } finally {
       await this.stop();
@@ -344,6 +360,8 @@ export class LocalAwsRuntime {
   async stop(): Promise<void> {
     if (this.stopping) return;
     this.stopping = true;
+    this.phase = 'stopping';
+    this.watch?.stop();
     await Promise.allSettled(this.feeding);
     await this.checkpointing?.stop();
     await Promise.allSettled(this.sources.map((s) => s.stop()));
