@@ -148,13 +148,15 @@ async function heapProfile(s: Session): Promise<void> {
   const byFunction = new Map<string, number>();
   const byFile = new Map<string, number>();
   let all = 0;
-  const visit = (n: HeapNode) => {
+  // A native (slice, push, Map set...) is named with its caller: "slice" alone does not say whose.
+  const visit = (n: HeapNode, caller: HeapNode | undefined) => {
     all += n.selfSize;
-    byFunction.set(where(n), (byFunction.get(where(n)) ?? 0) + n.selfSize);
+    const k = n.callFrame.url === '' && caller !== undefined && caller.callFrame.url !== '' ? `${where(n).trim()} <- ${where(caller)}` : where(n);
+    byFunction.set(k, (byFunction.get(k) ?? 0) + n.selfSize);
     byFile.set(fileOf(n), (byFile.get(fileOf(n)) ?? 0) + n.selfSize);
-    n.children.forEach(visit);
+    for (const c of n.children) visit(c, n);
   };
-  visit(profile.head);
+  visit(profile.head, undefined);
   const perEvent = (b: number) => (b / events.length).toFixed(1).padStart(7);
   console.log(`${q!.name}: ${events.length} events, ${perEvent(all).trim()} bytes allocated per event (sampled)`);
   const top = Number(values.top);

@@ -9,6 +9,7 @@ import { type EntityEntry, entityId, type OperatorOverlay, type StateTxn } from 
 import type { OperatorContext, StreamOperator, TimeDomain } from './operator.ts';
 import type { Push } from './chain.ts';
 import { TimerQueue } from './timers.ts';
+import type { KeyHint } from './timer-nodes.ts';
 
 export interface NodeRuntime {
   readonly node: LogicalNode;
@@ -132,22 +133,41 @@ export class NodeContext implements OperatorContext {
     this.entry = undefined;
   }
 
-  /** @internal From a timer: the key's string form and key group are stored with it. */
-  setCurrentKeyString(ks: string, kg: number): void {
+  /**
+   * @internal From a timer: the key's string form and key group are stored with it.
+   * `hint`: the entry this context registered the key's timer with (TimerQueue.firedHint),
+   * taken as the key's entry if state() finds it still is.
+   */
+  setCurrentKeyString(ks: string, kg: number, hint?: KeyHint): void {
     if (ks === this.keyString && (this.key !== undefined || this.keyFromTimer)) return;
     this.keyString = ks;
     // Parsed only if asked for (currentKey): most timer callbacks read state, not the key.
     this.key = undefined;
     this.keyFromTimer = true;
     this.kg = kg;
-    this.entry = undefined;
+    this.entry = hint as EntityEntry | undefined;
   }
 
-  /** The current key's entry: kept across calls for one key, looked up again after a key switch or a new batch. */
+  /**
+   * The current key's entry (this.entry is the current key's or undefined: a key switch
+   * clears it, a timer's hint is its key's): kept across calls and batches for one key,
+   * looked up again after a key switch without a hint, or once its overlay forgot it
+   * (`live`: the key's state went, a sweep). A kept entry's first use in a batch skips the
+   * look-up by key (a window's firing: its key's entry comes with the timer).
+   */
   private state(): EntityEntry {
     const e = this.entry;
-    if (e !== undefined && e.batch === this.overlay.batch) return e;
+    if (e !== undefined) {
+      if (e.batch === this.overlay.batch) return e;
+      if (e.live) return this.overlay.resume(e);
+    }
     return (this.entry = this.overlay.entry(this.keyString, this.kg));
+  }
+
+  /** The current key's entry if this context holds a live one (a registration's hint: see TimerQueue.registerAt). */
+  private heldEntry(): EntityEntry | undefined {
+    const e = this.entry;
+    return e !== undefined && e.live ? e : undefined;
   }
 
   stateGet(field: string): unknown {
@@ -168,7 +188,7 @@ export class NodeContext implements OperatorContext {
 
   registerTimer(domain: TimeDomain, time: number, ns = ''): void {
     // The current key's entry, when state was used, names the entity: the timer queue keeps it.
-    this.n.timers[domain].registerAt(time, this.keyString, this.kg, ns, this.entry?.entity);
+    this.n.timers[domain].registerAt(time, this.keyString, this.kg, ns, this.heldEntry());
   }
   deleteTimer(domain: TimeDomain, time: number, ns = ''): void {
     this.n.timers[domain].deleteAt(time, this.keyString, ns);

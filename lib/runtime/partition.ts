@@ -31,6 +31,7 @@ import { sourceIdlenessAfter } from './idleness.ts';
 import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark, sourceWatermarkAt } from './inputs.ts';
 import { Outputs } from './outputs.ts';
 import { allTimerEntities, changedTimerEntities, timerChanges, timersOfEntity } from './snapshots.ts';
+import type { TimerQueue } from './timers.ts';
 
 export { entityId };
 export type { BatchResult, OperatorStats, PartitionDeps } from './partition-deps.ts';
@@ -344,7 +345,8 @@ export class PartitionRuntime {
     this.outputs.flushChannels();
     this.inputWatermark = wm;
     for (const n of this.order) {
-      for (let t = n.timers.event.pollUpTo(wm); t; t = n.timers.event.pollUpTo(wm)) this.fireTimer(n, t);
+      const q = n.timers.event;
+      for (let t = q.pollUpTo(wm); t; t = q.pollUpTo(wm)) this.fireTimer(n, t, q);
       if (n.op.onWatermark) this.at.watermark(n, wm);
     }
     this.progress.outputWatermark = wm;
@@ -357,13 +359,15 @@ export class PartitionRuntime {
     if (this.nextProcessingTime() === MAX_WATERMARK) return;
     const now = this.deps.clock.now();
     for (const n of this.order) {
-      for (let t = n.timers.processing.pollUpTo(now); t; t = n.timers.processing.pollUpTo(now)) this.fireTimer(n, t);
+      const q = n.timers.processing;
+      for (let t = q.pollUpTo(now); t; t = q.pollUpTo(now)) this.fireTimer(n, t, q);
     }
   }
 
-  private fireTimer(n: NodeRuntime, t: TimerEntry): void {
+  /** `q`: the queue that polled `t` (its registration's hint spares the callback's state look-up). */
+  private fireTimer(n: NodeRuntime, t: TimerEntry, q: TimerQueue): void {
     if (!n.op.onTimer) return;
-    n.ctx.setCurrentKeyString(t.key, t.kg);
+    n.ctx.setCurrentKeyString(t.key, t.kg, q.firedHint);
     this.at.timer(n, t);
   }
 

@@ -90,6 +90,12 @@ export class KeyTimers {
   map: Map<string, Node> | undefined = undefined;
   /** The key's entity string, built once for the key's timers (incremental snapshots track it). */
   entity: string | undefined = undefined;
+  /**
+   * What the registering context last held for the key (its state entry), handed back when
+   * the key's timer fires so that the callback's state needs no look-up by key; the context
+   * checks it is still the key's (TimerQueue.firedHint).
+   */
+  hint: KeyHint | undefined = undefined;
   /** The key as a changed entity, reported as is by every commit that changes the key's timers. */
   dirty: ChangedEntity | undefined = undefined;
   /** The interval, or the call without one, that changedEntities() last reported this key for (NaN: none). */
@@ -104,6 +110,11 @@ export class KeyTimers {
     list.pop();
     this.list = list;
   }
+}
+
+/** A registration's view of the key's state: its entity string, and whatever the context keeps with it. */
+export interface KeyHint {
+  readonly entity: string;
 }
 
 /** An entity whose timers changed (TrackingUpdate.entities); never changed once built. */

@@ -14,7 +14,7 @@
  * nodes (flags say add or delete) rather than sets kept in step.
  */
 import type { TimerEntry } from '../state/backend.ts';
-import { type Bucket, type ChangedEntity, compare, findIn, KeyTimers, LIST_MAX, Node, removeAt, slot, type TimerOwner } from './timer-nodes.ts';
+import { type Bucket, type ChangedEntity, compare, findIn, type KeyHint, KeyTimers, LIST_MAX, Node, removeAt, slot, type TimerOwner } from './timer-nodes.ts';
 
 export type { ChangedEntity, TimerOwner } from './timer-nodes.ts';
 
@@ -95,16 +95,20 @@ export class TimerQueue {
 
   /**
    * register() for this queue's node and domain, the entry built only when the timer is new.
-   * `entity`: the key's entity string when the caller has it (spares a lookup when the key's changes are reported).
+   * `hint`: the key's state entry when the caller has one: its entity string spares a lookup
+   * when the key's changes are reported, and firedHint() hands it back at the key's firing.
    */
-  registerAt(time: number, key: string, kg: number, ns: string, entity?: string): void {
+  registerAt(time: number, key: string, kg: number, ns: string, hint?: KeyHint): void {
     const fired = this.firedKt;
     // The fired key's timers, while they are still filed (a key leaves byKey only with its last node).
     const known = key === this.firedKey && fired !== undefined && (fired.map !== undefined ? fired.map.size > 0 : fired.list.length > 0) ? fired : this.byKey.get(key);
     const n = known === undefined ? undefined : findIn(known, ns, time);
     if (n === undefined) {
       const kt = this.insert(this.owner.node, this.owner.domain, time, kg, key, ns, known).kt;
-      if (entity !== undefined && kt.entity === undefined) kt.entity = entity;
+      if (hint !== undefined) {
+        if (kt.entity === undefined) kt.entity = hint.entity;
+        kt.hint = hint;
+      }
     } else if (!n.live) this.revive(n);
   }
 
@@ -206,6 +210,11 @@ export class TimerQueue {
   }
 
   /** Remove and return the earliest live timer at or before `upTo`. */
+  /** The hint registered with the key of the timer pollUpTo() returned last (see registerAt). */
+  get firedHint(): KeyHint | undefined {
+    return this.firedKt === undefined ? undefined : this.firedKt.hint;
+  }
+
   pollUpTo(upTo: number): TimerEntry | undefined {
     if (this.order.length === 0 || this.order[0].time > upTo) return undefined;
     const b = this.firstBucket();

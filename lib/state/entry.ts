@@ -13,7 +13,8 @@ export interface CellSource {
 
 /** What keeps entries by key (OperatorOverlay). */
 export interface EntryOwner {
-  forget(keyString: string): void;
+  /** The entry's entity has no fields left: drop it (its `live` turns false). */
+  forget(entry: EntityEntry): void;
 }
 
 /** An absent value in the overlay (read as absent, or deleted in this batch). */
@@ -74,6 +75,8 @@ interface Overflow {
 export class EntityEntry implements EntityChanges {
   /** The batch that touched this entry last (-1: none). */
   batch = -1;
+  /** Its overlay keeps it by key (false once forgotten or swept: a holder, such as a timer's hint, must look the key up again). */
+  live = true;
   /** The entity's committed fields: the store's cell, kept while attached, or this batch's view (null: not looked up). */
   private committed: StateCell | null = null;
   private f0: string | undefined = undefined;

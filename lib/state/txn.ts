@@ -71,14 +71,22 @@ export class OperatorOverlay {
     return e;
   }
 
+  /** A live entry of this overlay a caller held on to (NodeContext), first used in this batch: as entry() would answer it, without the look-up. */
+  resume(e: EntityEntry): EntityEntry {
+    e.begin(this.batch);
+    this.txn.touch(e);
+    return e;
+  }
+
   /** The key's entity string (the remembered one when there is one: its hash is already computed). */
   entityOf(keyString: string): string {
     return this.entries.get(keyString)?.entity ?? entityId(this.operator, keyString);
   }
 
-  /** @internal A key whose entity has no committed fields left (StateTxn.reset, stores with cells). */
-  forget(keyString: string): void {
-    this.entries.delete(keyString);
+  /** @internal A key whose entity has no committed fields left (StateTxn.reset, stores with cells); the entry is cleared. */
+  forget(entry: EntityEntry): void {
+    this.entries.delete(entry.key);
+    entry.live = false;
   }
 
   /** Keys remembered (tests). */
@@ -95,8 +103,14 @@ export class OperatorOverlay {
     // key whose state dies and comes back soon (a window's auction) reuses its entry. When
     // mostly live keys fill the map, start over (each sweep frees at least half the bound).
     if (this.entries.size > this.maxKeys) {
-      for (const [k, e] of this.entries) if (!e.keepsCell) this.entries.delete(k);
+      for (const [k, e] of this.entries) {
+        if (!e.keepsCell) {
+          this.entries.delete(k);
+          e.live = false;
+        }
+      }
       if (this.entries.size > this.maxKeys >> 1) {
+        for (const e of this.entries.values()) e.live = false;
         this.entries = new Map();
         this.complete = false;
       }
@@ -239,7 +253,7 @@ export class StateTxn implements CellSource {
     for (let i = 0; i < this.touchedCount; i++) {
       const e = this.touched[i];
       e.clear();
-      if (forget && !e.keepsCell) e.owner.forget(e.key);
+      if (forget && !e.keepsCell) e.owner.forget(e);
     }
     for (const o of this.overlays.values()) o.reset(this.batch);
     this.touchedCount = 0;

@@ -18,7 +18,8 @@ import type { Barrier, Envelope } from '../../lib/transport/envelope.ts';
 
 interface Cmd {
   k: string;
-  op: 'add' | 'timer' | 'boom';
+  /** set, clear: a value and a timer, then the value's removal (the timer-hint test). */
+  op: 'add' | 'timer' | 'boom' | 'set' | 'clear';
   t?: number;
 }
 
@@ -122,6 +123,42 @@ describe('keyed state and timers in a partition', () => {
     await rt.process([env('1:0', 1, [{ k: 'a', op: 'add' }])]);
     await rt.process([env('1:0', 2, [{ k: 'a', op: 'add' }, { k: 'a', op: 'add' }])]);
     expect(backend.peek({ job: 'copies', stage: 1, partition: 0 }, kg('a'), entity('a'))?.get('n')).toEqual({ n: 1 });
+  });
+
+  it("a timer's callback reads its key's state as it is, after the state the timer was registered with went and another key came", async () => {
+    const job = new Job('reuse', { parallelism: 1 });
+    job
+      .fromItems<Cmd>('in', [])
+      .keyBy((e) => e.k)
+      .process({
+        state: { n: valueState<number>() },
+        processElement(e, ctx) {
+          if (e.op === 'clear') ctx.state.n.clear();
+          else {
+            ctx.state.n.set((ctx.state.n.get() ?? 0) + 1);
+            ctx.timers.registerEventTimeTimer(100);
+          }
+        },
+        onTimer(time, ctx) {
+          ctx.emit({ k: ctx.key, n: ctx.state.n.get() ?? null });
+        },
+      })
+      .name('count')
+      .sinkTo(Sinks.collect(), 'out');
+    const p = compile(job.graph);
+    const backend = new InMemoryStateBackend();
+    const rt = await PartitionRuntime.open({ plan: p, stage: 1, partition: 0, backend, clock: new ManualClock(0) });
+    // a's timer is registered with a's entry (its hint); a's state goes, so the entry is forgotten.
+    await rt.process([env('1:0', 1, [{ k: 'a', op: 'set' }])]);
+    await rt.process([env('1:0', 2, [{ k: 'a', op: 'clear' }])]);
+    await rt.process([env('1:0', 3, [{ k: 'b', op: 'set' }, { k: 'b', op: 'set' }])]);
+    // a comes back in the batch that fires its timer: the callback sees the batch's write (one entry per key).
+    const r = await rt.process([env('1:0', 4, [{ k: 'a', op: 'set' }, { k: 'b', op: 'set' }], 200)]);
+    const rows = r.outbox.flatMap((o) => (o.kind === 'sink' ? o.delivery.records : []));
+    expect(rows).toEqual([
+      { k: 'a', n: 1 },
+      { k: 'b', n: 3 },
+    ]);
   });
 
   it('tracks entities changed by state writes and by timers alone (registered or fired)', async () => {

@@ -283,6 +283,30 @@ describe('StateTxn', () => {
     expect(entry('a').get('l')).toEqual([2]);
   });
 
+  it("an entry held across batches is live while its overlay keeps it; resumed, it reads as the key's looked-up entry would", () => {
+    const { txn, commit, committed } = open(true, true);
+    const overlay = txn.overlay('op');
+    const entry = (k: string) => overlay.entry(k, kgOf(k));
+    const a = entry('a');
+    a.set('P', 1);
+    commit();
+    // Held (a context, a timer's hint) into the next batch: no look-up, the same entry and value.
+    expect(a.live).toBe(true);
+    expect(overlay.resume(a).get('P')).toBe(1);
+    expect(entry('a')).toBe(a);
+    a.set('P', 2);
+    commit();
+    expect(committed().get(entityId('op', 'a'))?.get('P')).toBe(2);
+    overlay.resume(a).set('P', undefined);
+    commit();
+    // Its state gone, the overlay forgot it: a holder must look the key up again, and gets a new entry.
+    expect(a.live).toBe(false);
+    const a2 = entry('a');
+    expect(a2).not.toBe(a);
+    expect(a2.live).toBe(true);
+    expect(a2.get('P')).toBeUndefined();
+  });
+
   it('a txn begun on a stage without state takes new keys as absent until state appears other than through it (install, a commit field by field)', () => {
     const { backend, txn, commit } = open(true, true);
     const entry = (k: string) => txn.overlay('op').entry(k, kgOf(k));
