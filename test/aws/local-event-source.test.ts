@@ -304,32 +304,35 @@ function failingFirst(failures: Partial<Record<'ChangeMessageVisibilityBatchComm
   return client;
 }
 
+/** A source over `queueUrl` through `client` (faults injected), run until `done`; its errors kept. */
+async function runUntil(queueUrl: string, client: SQSClient, handler: SqsHandler, done: (src: SqsEventSource) => boolean) {
+  const errors: string[] = [];
+  const src = new SqsEventSource({ sqs: client, queueUrl, waitTimeSeconds: 1, retryDelayMs: 0, onError: (e) => errors.push(e.message), handler });
+  await src.start();
+  try {
+    await until(() => done(src));
+  } finally {
+    await src.stop();
+    client.destroy();
+  }
+  return { src, errors };
+}
+
 describe('SqsEventSource when releases and deletes fail (a visibility timeout of 10 minutes: nothing may wait for it)', () => {
   it('tries a failed release again, so the failed message comes back promptly', async () => {
     const q = await newQueue({ visibilityTimeoutSeconds: 600 });
     await send(q.url, [['g', 'a'], ['g', 'b']]);
-    const client = failingFirst({ ChangeMessageVisibilityBatchCommand: 2 });
     const seen: string[] = [];
-    const errors: string[] = [];
-    const src = new SqsEventSource({
-      sqs: client,
-      queueUrl: q.url,
-      waitTimeSeconds: 1,
-      retryDelayMs: 0,
-      onError: (e) => errors.push(e.message),
-      handler: async (event) => {
+    const { src, errors } = await runUntil(
+      q.url,
+      failingFirst({ ChangeMessageVisibilityBatchCommand: 2 }),
+      async (event) => {
         const r = event.Records[0];
         seen.push(r.body);
         return { batchItemFailures: r.body === 'a' && seen.length === 1 ? [{ itemIdentifier: r.messageId }] : [] };
       },
-    });
-    await src.start();
-    try {
-      await until(() => src.metrics.deleted === 2);
-    } finally {
-      await src.stop();
-      client.destroy();
-    }
+      (x) => x.metrics.deleted === 2,
+    );
     expect(seen).toEqual(['a', 'a', 'b']);
     expect(src.metrics.releaseFailures).toBe(0);
     expect(errors).toEqual([]);
@@ -339,17 +342,8 @@ describe('SqsEventSource when releases and deletes fail (a visibility timeout of
   it('makes a processed message whose delete failed visible again, and reports the failure', async () => {
     const q = await newQueue({ visibilityTimeoutSeconds: 600 });
     await send(q.url, [['g', 'a'], ['g', 'b']]);
-    const client = failingFirst({ DeleteMessageBatchCommand: 1 });
     const seen: string[] = [];
-    const errors: string[] = [];
-    const src = new SqsEventSource({ sqs: client, queueUrl: q.url, waitTimeSeconds: 1, retryDelayMs: 0, onError: (e) => errors.push(e.message), handler: async (event) => void seen.push(event.Records[0].body) });
-    await src.start();
-    try {
-      await until(() => src.metrics.deleted === 2);
-    } finally {
-      await src.stop();
-      client.destroy();
-    }
+    const { src, errors } = await runUntil(q.url, failingFirst({ DeleteMessageBatchCommand: 1 }), async (event) => void seen.push(event.Records[0].body), (x) => x.metrics.deleted === 2);
     // Delivered again (a handler is idempotent: the runtime drops what it applied), in order, then deleted.
     expect(seen).toEqual(['a', 'a', 'b']);
     expect(src.metrics.undeleted).toBe(1);
@@ -360,16 +354,12 @@ describe('SqsEventSource when releases and deletes fail (a visibility timeout of
   it('reports the messages it could not release after every attempt', async () => {
     const q = await newQueue({ visibilityTimeoutSeconds: 600 });
     await send(q.url, [['g', 'a']]);
-    const client = failingFirst({ ChangeMessageVisibilityBatchCommand: 100 });
-    const errors: string[] = [];
-    const src = new SqsEventSource({ sqs: client, queueUrl: q.url, waitTimeSeconds: 1, retryDelayMs: 0, onError: (e) => errors.push(e.message), handler: async (event) => ({ batchItemFailures: [{ itemIdentifier: event.Records[0].messageId }] }) });
-    await src.start();
-    try {
-      await until(() => src.metrics.releaseFailures === 1);
-    } finally {
-      await src.stop();
-      client.destroy();
-    }
+    const { errors } = await runUntil(
+      q.url,
+      failingFirst({ ChangeMessageVisibilityBatchCommand: 100 }),
+      async (event) => ({ batchItemFailures: [{ itemIdentifier: event.Records[0].messageId }] }),
+      (x) => x.metrics.releaseFailures === 1,
+    );
     expect(errors).toEqual([expect.stringMatching(/^ChangeMessageVisibilityBatch failed for 1 message\(s\) after 4 attempts \(injected: ChangeMessageVisibilityBatchCommand failed\): they stay invisible until the visibility timeout$/)]);
     expect((await queueDepth(sqs, q.url)).inFlight).toBe(1);
   });

@@ -18,17 +18,22 @@ import { runJob } from '../../lib/local/embedded.ts';
 
 type Ev = { t: unknown; v: number };
 
-function job(items: readonly Ev[], parallelism: number, withSchema: boolean, poison: number | undefined) {
-  const j = new Job(withSchema ? 'stamped-before' : 'stamped-on-apply', { parallelism, maxParallelism: 16 });
-  const out = Sinks.collect<number>();
-  j.fromItems('in', items, {
-    timestamp: (e) => {
+/** Timestamps from the events (an extractor that throws on 'throw'); with a schema, chunks are stamped before they are sent, without one when applied. */
+function sourceOptions(withSchema: boolean) {
+  return {
+    timestamp: (e: Ev) => {
       if (e.t === 'throw') throw new Error(`no time in ${e.v}`);
       return e.t as number;
     },
     watermark: WatermarkStrategies.boundedOutOfOrderness(3),
     ...(withSchema ? { schema: z.any() as unknown as z.ZodType<Ev> } : {}),
-  })
+  };
+}
+
+function job(items: readonly Ev[], parallelism: number, withSchema: boolean, poison: number | undefined) {
+  const j = new Job(withSchema ? 'stamped-before' : 'stamped-on-apply', { parallelism, maxParallelism: 16 });
+  const out = Sinks.collect<number>();
+  j.fromItems('in', items, sourceOptions(withSchema))
     .filter((e) => e.v % 3 !== 0)
     .name('not-threes')
     .map((e) => {
@@ -137,14 +142,7 @@ describe('source chunks stamped when applied', () => {
         for (const withSchema of [true, false]) {
           const j = new Job(withSchema ? 'stages-before' : 'stages-on-apply', { parallelism: 2, maxParallelism: 16 });
           const out = Sinks.collect<{ key: number; sum: number; end: number }>();
-          j.fromItems('in', items, {
-            timestamp: (e) => {
-              if (e.t === 'throw') throw new Error(`no time in ${e.v}`);
-              return e.t as number;
-            },
-            watermark: WatermarkStrategies.boundedOutOfOrderness(3),
-            ...(withSchema ? { schema: z.any() as unknown as z.ZodType<Ev> } : {}),
-          })
+          j.fromItems('in', items, sourceOptions(withSchema))
             .filter((e) => e.v % 3 !== 0)
             .map((e) => e.v)
             .keyBy((v) => v % 4)
