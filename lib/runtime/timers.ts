@@ -209,12 +209,12 @@ export class TimerQueue {
     return b === undefined ? Number.POSITIVE_INFINITY : b.time;
   }
 
-  /** Remove and return the earliest live timer at or before `upTo`. */
   /** The hint registered with the key of the timer pollUpTo() returned last (see registerAt). */
   get firedHint(): KeyHint | undefined {
     return this.firedKt === undefined ? undefined : this.firedKt.hint;
   }
 
+  /** Remove and return the earliest live timer at or before `upTo`. */
   pollUpTo(upTo: number): TimerEntry | undefined {
     if (this.order.length === 0 || this.order[0].time > upTo) return undefined;
     const b = this.firstBucket();
