@@ -62,12 +62,13 @@ export class EmbeddedRuntime implements IngestTarget {
     this.plan = compile(job.graph);
     this.backend = options.backend ?? new InMemoryStateBackend();
     this.clock = options.clock ?? systemClock;
-    const chunking = sourceChunking(this.plan, options, options.batchRecords ?? 16_384);
+    const batchRecords = options.batchRecords ?? 16_384;
+    const chunking = sourceChunking(this.plan, options, batchRecords);
     this.chunksPerRound = chunking.chunksPerRound;
     this.opts = {
       sourceBatchSize: chunking.batchSize,
       maxEnvelopesPerBatch: options.maxEnvelopesPerBatch ?? 256,
-      batchRecords: options.batchRecords ?? 16_384,
+      batchRecords,
       queueCapacity: options.queueCapacity ?? 65536,
       maxAttempts: options.maxAttempts ?? 3,
     };

@@ -33,7 +33,7 @@ export class SourceFeed {
   private replay = new Map<number, { records: StreamRecord[]; i: number }>();
   /**
    * Chunks are stamped when their partition applies them, in the chain's pass (SourceStamp),
-   * when the runtime asks for it (openSourceFeed: every job) and the source allows it:
+   * in every job where the source allows it:
    * timestamps from the events alone (an extractor, no schema), records not logged (the log
    * needs them before they are sent). A chunk whose events are all rejected is not sent,
    * as before (anyStampable), so partitions' turns and idleness are those of chunks stamped
@@ -52,10 +52,8 @@ export class SourceFeed {
     /** Checkpointed runs: barrier entries always, records too when `logRecords`. */
     readonly log?: SourceLog,
     readonly logRecords = false,
-    /** Stamp chunks when applied where the source allows it (see stampOnApply). */
-    stampWhenApplied = false,
   ) {
-    this.stampOnApply = stampWhenApplied && !logRecords && !def.schema && def.timestamp !== undefined;
+    this.stampOnApply = !logRecords && !def.schema && def.timestamp !== undefined;
   }
 
   /** Replayable readers can seek back to a checkpoint's cursor; others need the log. */
@@ -257,7 +255,7 @@ export function openSourceFeed(plan: PhysicalPlan, edge: StageEdge, options: Pic
   const parallelism = plan.stages[edge.toStage].parallelism;
   const reader = createReader(options.sources?.[def.name] ?? def.binding, def.name, clock);
   const logging = options.checkpoints?.logFor(def.name, reader.seek !== undefined);
-  const feed = new SourceFeed(def, reader, new SourcePartitioner(def, edge.id, parallelism, clock), edge.toStage, logging?.log, logging?.logRecords, true);
+  const feed = new SourceFeed(def, reader, new SourcePartitioner(def, edge.id, parallelism, clock), edge.toStage, logging?.log, logging?.logRecords);
   const r = options.restore;
   if (r) {
     const at = r.sources[def.name] ?? { positions: [] };

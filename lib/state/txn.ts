@@ -59,19 +59,14 @@ export class OperatorOverlay {
     if (e === undefined) {
       e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString), keyString, this);
       this.entries.set(keyString, e);
-      e.begin(this.batch);
-      this.txn.touch(e);
+      this.resume(e);
       if (this.complete && (this.complete = this.txn.knowsAll())) e.absent(this.txn.freshCell(kg, e.entity));
       return e;
     }
-    if (e.batch !== this.batch) {
-      e.begin(this.batch);
-      this.txn.touch(e);
-    }
-    return e;
+    return e.batch === this.batch ? e : this.resume(e);
   }
 
-  /** A live entry of this overlay a caller held on to (NodeContext), first used in this batch: as entry() would answer it, without the look-up. */
+  /** A live entry of this overlay first used in this batch (entry(), or a caller that held on to it: NodeContext): begun and touched. */
   resume(e: EntityEntry): EntityEntry {
     e.begin(this.batch);
     this.txn.touch(e);

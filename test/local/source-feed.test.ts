@@ -34,7 +34,7 @@ function defOf(items: readonly Ev[], withSchema: boolean): SourceDef<Ev> {
 async function feedAll(items: readonly Ev[], batchSize: number, partitions: number, withSchema: boolean) {
   const clock = new ManualClock(0);
   const def = defOf(items, withSchema);
-  const feed = new SourceFeed(def, createReader(def.binding as never, 'in', clock), new SourcePartitioner(def, 0, partitions, clock), 0, undefined, false, true);
+  const feed = new SourceFeed(def, createReader(def.binding as never, 'in', clock), new SourcePartitioner(def, 0, partitions, clock), 0, undefined, false);
   const envelopes: Envelope[] = [];
   const rejected: RejectedInput[] = [];
   let accepted = 0;
