@@ -76,20 +76,44 @@ export class SourceFeed {
     }
     if (this.done) return false;
     if (!host.room()) return this.idleOnly(host, false);
-    const pulled = this.reader.pull(host.batchSize * this.partitioner.partitions);
+    // A chunk per partition per round.
+    const want = host.batchSize * this.partitioner.partitions;
+    if (this.reader.synchronous === true) return this.pullChunks(host, want);
+    const pulled = this.reader.pull(want);
     return pulled instanceof Promise ? pulled.then((r) => this.pulled(r, host)) : this.pulled(pulled, host);
   }
 
-  private pulled({ events, done, rejected, positions }: PullResult, host: FeedHost): boolean {
+  /**
+   * A synchronous reader's round, one pull per chunk: each pull's array is the chunk's
+   * (accept takes it without a copy). Idle envelopes once, after all of the round's chunks,
+   * as after one large pull.
+   */
+  private pullChunks(host: FeedHost, want: number): boolean {
+    const batch = host.batchSize;
+    let sent = false;
+    for (let left = want; left > 0; left -= batch) {
+      const r = this.reader.pull(Math.min(batch, left)) as PullResult;
+      if (this.take(r, host)) return true;
+      if (r.events.length === 0) break;
+      sent = true;
+      if (r.events.length < Math.min(batch, left)) break;
+    }
+    return this.idleOnly(host, sent);
+  }
+
+  private pulled(r: PullResult, host: FeedHost): boolean {
+    return this.take(r, host) || this.idleOnly(host, r.events.length > 0);
+  }
+
+  /** A pull's events and rejections accepted; true when the reader is done (the final envelopes are sent). */
+  private take({ events, done, rejected, positions }: PullResult, host: FeedHost): boolean {
     // Behind chunks not stamped yet, a reader's rejections wait for theirs (reports keep the input's order).
     if (rejected) for (const r of rejected) this.unsettled.length ? this.unsettled.push({ host, rejected: r }) : host.rejected(r);
     this.accept(events, positions, host, true);
-    if (done) {
-      this.done = true;
-      for (const env of this.partitioner.finalEnvelopes()) host.enqueue(env);
-      return true;
-    }
-    return this.idleOnly(host, events.length > 0);
+    if (!done) return false;
+    this.done = true;
+    for (const env of this.partitioner.finalEnvelopes()) host.enqueue(env);
+    return true;
   }
 
   /** Idle envelopes for partitions that received nothing for the idle timeout. */

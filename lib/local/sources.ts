@@ -43,10 +43,16 @@ export interface SourceReader {
    */
   cursor?(): number;
   seek?(cursor: number): void;
+  /**
+   * The reader answers pull() synchronously (memory): the feed then pulls one chunk at a
+   * time, and each pull's fresh array becomes a chunk's column without a copy.
+   */
+  readonly synchronous?: boolean;
 }
 
 class ItemsReader implements SourceReader {
   readonly bounded = true;
+  readonly synchronous = true;
   private i = 0;
   constructor(private readonly items: readonly unknown[]) {}
   cursor(): number {
@@ -76,6 +82,7 @@ export class GeneratorBatchError extends FieldError {
 
 class GeneratorReader implements SourceReader {
   readonly bounded: boolean;
+  readonly synchronous = true;
   private n = 0;
   private startedAt?: number;
   constructor(
@@ -164,6 +171,7 @@ class FileReader implements SourceReader {
 /** Events accepted at the ingestion endpoint wait here until the scheduler pulls them. */
 export class IngestBuffer implements SourceReader {
   readonly bounded = false;
+  readonly synchronous = true;
   private buffer: unknown[] = [];
   private head = 0;
   pull(max: number): PullResult {
