@@ -2,13 +2,13 @@
  * The timer queue's parts (timers.ts): one object per timer, which is both the queue's
  * node and the TimerEntry the backend stores; a key's timers; the per-time buckets.
  */
-import type { TimerEntry } from '../state/backend.ts';
+import type { SlottedTimerEntry } from '../state/backend.ts';
 
 /**
  * A timer: the entry the backend stores (its public fields, as a TimerEntry) and the queue's
  * bookkeeping in private fields, which JSON and object spreads leave out: one object per timer.
  */
-export class Node implements TimerEntry {
+export class Node implements SlottedTimerEntry {
   // Not readonly to the queue: a node nothing refers to any more is reused for a new timer (TimerQueue.free).
   node: number;
   domain: 'event' | 'processing';
@@ -20,6 +20,8 @@ export class Node implements TimerEntry {
   #kt: KeyTimers;
   /** LIVE | IN_HEAP | COMMITTED | CHANGED: one field rather than four (one object per timer). */
   #flags = LIVE | CHANGED;
+  /** Where the memory store files this entry (SlottedTimerEntry), -1: nowhere. */
+  #storeSlot = -1;
 
   constructor(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, kt: KeyTimers) {
     this.node = node;
@@ -40,6 +42,13 @@ export class Node implements TimerEntry {
     this.#kt = kt;
     this.#flags = LIVE | CHANGED;
     return this;
+  }
+
+  get storeSlot(): number {
+    return this.#storeSlot;
+  }
+  set storeSlot(v: number) {
+    this.#storeSlot = v;
   }
 
   get kt(): KeyTimers {

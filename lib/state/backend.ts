@@ -39,6 +39,16 @@ export interface TimerEntry {
   readonly ns: string;
 }
 
+/**
+ * A timer entry that a store may file by position: `storeSlot` is the store's to set (the
+ * entry's index in the store's own list, -1: none). The runtime's queue nodes are such
+ * entries, so a store that is handed the very object to delete finds it without hashing.
+ * Not part of the entry's content (an accessor: JSON and object spreads leave it out).
+ */
+export interface SlottedTimerEntry extends TimerEntry {
+  storeSlot: number;
+}
+
 export function timerId(t: TimerEntry): string {
   return `${t.domain}\u0001${t.node}\u0001${t.key}\u0001${t.ns}\u0001${t.time}`;
 }

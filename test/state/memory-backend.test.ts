@@ -1,4 +1,6 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { KeyTimers, Node } from '../../lib/runtime/timer-nodes.ts';
 import { emptyProgress, type TimerEntry } from '../../lib/state/backend.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';
 import { StateTxn } from '../../lib/state/txn.ts';
@@ -43,6 +45,53 @@ describe('InMemoryStateBackend', () => {
     expect(left.map((t) => `${t.key}${t.time}`).sort()).toEqual(['e5', 'f1']);
     await b.commit(batch(scope, 3, { timerDeletes: left.map((t) => ({ ...t })) }));
     expect((await b.recover(scope)).timers).toEqual([]);
+  });
+
+  it("the runtime's timer nodes (slotted entries): any sequence of adds and deletes, by the object or a copy, leaves exactly the live set", async () => {
+    const node = (key: string, time: number) => new Node(1, 'event', time, 3, key, '', new KeyTimers());
+    const op = fc.record({ add: fc.boolean(), i: fc.nat(11), copy: fc.boolean(), recover: fc.boolean() });
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.array(op, { maxLength: 6 }), { maxLength: 12 }), async (commits) => {
+        const b = new InMemoryStateBackend();
+        const scope = freshScope();
+        await b.recover(scope);
+        const pool = Array.from({ length: 12 }, (_, i) => node(`k${i % 4}`, i));
+        const live = new Set<number>();
+        let version = 0;
+        for (const ops of commits) {
+          const adds: TimerEntry[] = [];
+          const deletes: TimerEntry[] = [];
+          const touched = new Set<number>();
+          for (const { add, i, copy } of ops) {
+            // A commit changes a timer once (the queue's change list holds a node once).
+            if (touched.has(i)) continue;
+            touched.add(i);
+            if (add && !live.has(i)) {
+              adds.push(pool[i]);
+              live.add(i);
+            } else if (!add && live.has(i)) {
+              deletes.push(copy ? { ...pool[i] } : pool[i]);
+              live.delete(i);
+            }
+          }
+          await b.commit(batch(scope, version++, { timerAdds: adds, timerDeletes: deletes }));
+          if (ops[0]?.recover) {
+            const ids = (await b.recover(scope)).timers.map((t) => t.time).sort((x, y) => x - y);
+            expect(ids).toEqual([...live].sort((x, y) => x - y));
+          }
+        }
+        const ids = (await b.recover(scope)).timers.map((t) => t.time).sort((x, y) => x - y);
+        expect(ids).toEqual([...live].sort((x, y) => x - y));
+      }),
+      { seed: 42, numRuns: 300 },
+    );
+  });
+
+  it("a timer node's store slot is not part of the entry (JSON, spreads)", () => {
+    const n = new Node(1, 'event', 10, 3, 'a', '', new KeyTimers());
+    n.storeSlot = 7;
+    expect(JSON.parse(JSON.stringify(n))).toEqual({ node: 1, domain: 'event', time: 10, kg: 3, key: 'a', ns: '' });
+    expect({ ...n }).toEqual({ node: 1, domain: 'event', time: 10, kg: 3, key: 'a', ns: '' });
   });
 
   it('install() replaces the cells an overlay keeps: its next batch reads the installed state', async () => {
