@@ -20,6 +20,7 @@
  * stands for (same pane, same watermark) and merged into its pane.
  */
 import type { StreamRecord } from '../api/types.ts';
+import type { TimeWindow } from '../api/windows.ts';
 import { InvariantError } from '../errors.ts';
 import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
 import { cloneValue } from '../state/txn.ts';
@@ -117,6 +118,11 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
   const add = combined ? (c: unknown, v: unknown) => contents.merge(c, partialOf(ctx, v)) : contents.add;
 
   let cached = { pane: Number.NaN, lastStart: 0, firstStart: 0 };
+  /**
+   * The window that fired last, shared by every key that fires it (thousands per slide in
+   * Nexmark Q5): frozen, as a TimeWindow is read-only to the window function.
+   */
+  let fired: TimeWindow = Object.freeze({ start: Number.NaN, end: Number.NaN });
 
   const op = {
     droppedLate: 0,
@@ -174,7 +180,10 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
         else acc = contents.merge(acc, panes[i + 1]);
         any = true;
       }
-      if (any) contents.fire(acc, ctx.currentKey(), { start, end });
+      if (any) {
+        if (fired.end !== end) fired = Object.freeze({ start, end });
+        contents.fire(acc, ctx.currentKey(), fired);
+      }
       let drop = 0;
       while (drop < panes.length && geo.lastStart(panes[drop] as number) + size <= end) drop += 2;
       if (drop === panes.length) {

@@ -101,7 +101,8 @@ export class NodeContext implements OperatorContext {
 
   currentKey(): Key {
     if (this.keyFromTimer) {
-      this.key = keyFromString(this.keyString);
+      const e = this.entry;
+      this.key = e !== undefined && e.keyValue !== undefined && e.key === this.keyString ? e.keyValue : keyFromString(this.keyString);
       this.keyFromTimer = false;
     }
     if (this.key === undefined) throw new InvariantError(`operator "${this.node.name}" asked for a key outside a keyed context`);
@@ -161,7 +162,12 @@ export class NodeContext implements OperatorContext {
       if (e.batch === this.overlay.batch) return e;
       if (e.live) return this.overlay.resume(e);
     }
-    return (this.entry = this.overlay.entry(this.keyString, this.kg));
+    const fresh = (this.entry = this.overlay.entry(this.keyString, this.kg));
+    // A primitive key is kept for the key's timers, as its string would parse (-0 as 0); an
+    // object key is parsed anew for each (the record's object stays the user's).
+    const k = this.key;
+    if (!this.keyFromTimer && (typeof k === 'number' || typeof k === 'string')) fresh.keyValue = k === 0 ? 0 : k;
+    return fresh;
   }
 
   /** The current key's entry if this context holds a live one (a registration's hint: see TimerQueue.registerAt). */

@@ -75,6 +75,11 @@ interface Overflow {
 export class EntityEntry implements EntityChanges {
   /** The batch that touched this entry last (-1: none). */
   batch = -1;
+  /**
+   * The key itself when it is a number or a string, as a record's context last saw it: a
+   * timer of the key then needs no parse of the key string (NodeContext.currentKey).
+   */
+  keyValue: number | string | undefined = undefined;
   /** Its overlay keeps it by key (false once forgotten or swept: a holder, such as a timer's hint, must look the key up again). */
   live = true;
   /** The entity's committed fields: the store's cell, kept while attached, or this batch's view (null: not looked up). */

@@ -64,6 +64,34 @@ describe('keyed state', () => {
     expect(byKey.k1.parity).toEqual([['even', 100], ['odd', 100]]);
   });
 
+  it("a timer's key is the key its records had (numbers, -0 as 0, strings and objects)", async () => {
+    const job = new Job('timer-keys', { parallelism: 1 });
+    const keys: (number | string | { id: number })[] = [7, -0, 'seven', '', { id: 7 }];
+    const out = Sinks.collect<{ key: unknown; same: boolean }>();
+    job
+      .fromItems('in', keys.map((key, t) => ({ key, t })), { timestamp: (e) => e.t })
+      .keyBy((e) => e.key)
+      .process({
+        state: { seen: valueState<boolean>() },
+        processElement(_e, ctx) {
+          ctx.state.seen.set(true);
+          ctx.timers.registerEventTimeTimer(100);
+        },
+        onTimer(_t, ctx) {
+          ctx.emit({ key: ctx.key, same: typeof ctx.key !== 'object' && keys.includes(ctx.key) });
+        },
+      })
+      .sinkTo(out);
+    await runJob(job);
+    const byKey = new Map(out.records.map((r) => [JSON.stringify(r.key), r]));
+    expect(byKey.size).toBe(5);
+    expect(Object.is(byKey.get('0')!.key, 0)).toBe(true);
+    expect(byKey.get('7')).toEqual({ key: 7, same: true });
+    expect(byKey.get('"seven"')).toEqual({ key: 'seven', same: true });
+    expect(byKey.get('""')).toEqual({ key: '', same: true });
+    expect(byKey.get('{"id":7}')).toEqual({ key: { id: 7 }, same: false });
+  });
+
   it('processes the records of one key in the order their source partition received them', async () => {
     const job = new Job('order', { parallelism: 3 });
     const out = Sinks.collect<{ k: string; seen: number[] }>();
