@@ -27,6 +27,9 @@ let reports = 0;
  */
 const FREE_MAX = 65_536;
 
+/** Emptied bucket arrays kept per queue (TimerQueue.spareArrays). */
+const SPARE_ARRAYS = 8;
+
 /** A commit's timer adds and deletes, and how many of each collect() has written. */
 export interface ChangeLists {
   readonly adds: TimerEntry[];
@@ -68,6 +71,12 @@ export class TimerQueue {
    * per registration lived long enough (a slide) to be copied by the young-generation GC.
    */
   private readonly free: Node[] = [];
+  /**
+   * Node arrays of fired buckets, emptied by pop (which keeps their room): a slide's bucket
+   * holds a timer per key of the partition, and growing a fresh array to thousands of nodes
+   * for every time was a sixth of Q5's timer allocation.
+   */
+  private readonly spareArrays: Node[][] = [];
 
   /**
    * `reuse`: the backend keeps no reference to a deleted timer's entry
@@ -359,6 +368,7 @@ export class TimerQueue {
       this.buckets.delete(b.time);
       if (this.lastBucket === b) this.lastBucket = undefined;
       this.popBucket();
+      this.spare(b.nodes);
     }
     return undefined;
   }
@@ -369,7 +379,9 @@ export class TimerQueue {
     const last = this.lastBucket;
     const b = last !== undefined && last.time === n.time ? last : this.buckets.get(n.time);
     if (b === undefined) {
-      const fresh: Bucket = { time: n.time, nodes: [n], sorted: false, next: 0 };
+      const nodes = this.spareArrays.pop() ?? [];
+      nodes.push(n);
+      const fresh: Bucket = { time: n.time, nodes, sorted: false, next: 0 };
       this.buckets.set(n.time, fresh);
       this.pushBucket(fresh);
       this.lastBucket = fresh;
@@ -387,6 +399,13 @@ export class TimerQueue {
       }
       b.nodes.splice(lo, 0, n);
     }
+  }
+
+  /** Keep a dropped bucket's array for a later bucket (a few: the slides to come). */
+  private spare(nodes: Node[]): void {
+    if (this.spareArrays.length >= SPARE_ARRAYS) return;
+    while (nodes.length > 0) nodes.pop();
+    this.spareArrays.push(nodes);
   }
 
   private pushBucket(b: Bucket): void {
