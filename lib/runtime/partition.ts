@@ -16,7 +16,7 @@ import { type Clock, type Key, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord }
 import { InvariantError, UserCodeError } from '../errors.ts';
 import { channelsInto, type StagePlan } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
-import type { ChannelProgress, CommitBatch, EntityChanges, InputLogAppend, PartitionScope, TimerEntry, TrackingUpdate } from '../state/backend.ts';
+import type { ChannelProgress, PartitionScope, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import { columnsOf, type Envelope, type OutboxEntry, pendingStampOf, toPlainEnvelope } from '../transport/envelope.ts';
 import { applyColumns, applySourceStamp } from './apply-columns.ts';
@@ -30,8 +30,9 @@ import type { BatchResult, OperatorStats, PartitionDeps } from './partition-deps
 import { sourceIdlenessAfter } from './idleness.ts';
 import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark, sourceWatermarkAt } from './inputs.ts';
 import { Outputs } from './outputs.ts';
-import { allTimerEntities, changedTimerEntities, timerChanges, timersOfEntity } from './snapshots.ts';
+import { allTimerEntities, changedTimerEntities, timersOfEntity } from './snapshots.ts';
 import type { TimerQueue } from './timers.ts';
+import { commitBatchOf } from './partition-commit.ts';
 
 export { entityId };
 export type { BatchResult, OperatorStats, PartitionDeps } from './partition-deps.ts';
@@ -402,42 +403,18 @@ export class PartitionRuntime {
     if (want.length) await this.deps.backend.prefetch(this.scope, want);
   }
 
-  /**
-   * Commit what was processed since the last commit of this call. `progressMoved`: even
-   * an envelope without records moves a channel's position, which must be committed;
-   * `next` (an aligned barrier) forces the commit and starts a new tracked interval.
-   */
+  /** Commit what was processed since the last commit of this call (commitBatchOf: `progressMoved`, `next`). */
   private commitPart(progressMoved: boolean, next?: TrackingUpdate['next']): Promise<void> | undefined {
     this.outputs.flushChannels();
     this.outputs.sealSinks();
     const outbox = this.pendingOutbox;
     this.pendingOutbox = [];
     for (const d of this.at.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
-    const inputLog = this.consumed.take();
-
-    const { writes, entities } = this.txn.changes();
-    // A commit goes to the interval after the last barrier; one that starts a new interval reports every key.
-    const interval = next ? undefined : (this.progress.lastBarrier ?? 0);
-    const timerEntities = this.tracking ? [] : undefined;
-    const { adds: timerAdds, deletes: timerDeletes } = timerChanges(this.order, timerEntities, interval);
-    this.deps.beforeCommit?.();
-    const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || entities !== undefined || timerAdds.length > 0 || timerDeletes.length > 0;
-    if (!changed) {
+    const batch = commitBatchOf(this.scope, this.version, this.txn, this.order, this.progress, outbox, this.consumed.take(), this.tracking, progressMoved, next, this.deps.beforeCommit);
+    if (!batch) {
       this.afterCommit(outbox, false);
       return undefined;
     }
-    const batch: CommitBatch = {
-      scope: this.scope,
-      expectedVersion: this.version,
-      writes,
-      timerAdds,
-      timerDeletes,
-      progress: copyProgress(this.progress),
-      outbox,
-    };
-    if (entities) (batch as { entities?: readonly EntityChanges[] }).entities = entities;
-    if (timerEntities) (batch as { tracking?: TrackingUpdate }).tracking = next ? { entities: timerEntities, next } : { entities: timerEntities };
-    if (inputLog.length) (batch as { inputLog?: readonly InputLogAppend[] }).inputLog = inputLog;
     // An in-memory store commits synchronously: no promise, no turn of the event loop per batch.
     const backend = this.deps.backend;
     if (backend.commitSync) {
