@@ -31,6 +31,7 @@ import { sourceIdlenessAfter } from './idleness.ts';
 import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark, sourceWatermarkAt } from './inputs.ts';
 import { Outputs } from './outputs.ts';
 import { allTimerEntities, changedTimerEntities, timersOfEntity } from './snapshots.ts';
+import { consumeReplayed, pendingReplayOf } from './replay.ts';
 import type { TimerQueue } from './timers.ts';
 import { commitBatchOf } from './partition-commit.ts';
 
@@ -186,7 +187,7 @@ export class PartitionRuntime {
   private take(env: Envelope, fresh: boolean): Promise<void> | undefined {
     const ch = this.channel(env.channel);
     const a = this.progress.aligning;
-    if (fresh && env.replayed) this.consumeReplayed(env, ch);
+    if (fresh && env.replayed) consumeReplayed(this.progress, env, ch, this.stage.name, this.scope.partition);
     else if (fresh) {
       ch.seq = env.seq;
       if (env.offset !== undefined) {
@@ -225,23 +226,7 @@ export class PartitionRuntime {
 
   /** The input log replay an in-place restore on AWS left (per source channel: records `from` .. `upTo - 1`); empty: none. */
   get pendingReplay(): { readonly channel: string; readonly from: number; readonly upTo: number }[] {
-    return Object.entries(this.progress.replay ?? {}).map(([channel, upTo]) => ({ channel, from: this.progress.inputs[channel]?.records ?? 0, upTo }));
-  }
-
-  /** A replayed envelope: its records follow the channel's count exactly and stay within the replay; the offset stays. */
-  private consumeReplayed(env: Envelope, ch: ChannelProgress): void {
-    const upTo = this.progress.replay?.[env.channel];
-    const from = ch.records ?? 0;
-    const to = from + env.records.length;
-    if (upTo === undefined || to > upTo) {
-      throw new InvariantError(`partition ${this.stage.name}#${this.scope.partition}: replayed records ${from}..${to - 1} of channel ${env.channel}, but the restore left ${upTo === undefined ? 'no replay' : `a replay up to record ${upTo - 1}`} on it`);
-    }
-    ch.records = to;
-    if (to === upTo) {
-      const { [env.channel]: _done, ...rest } = this.progress.replay!;
-      if (Object.keys(rest).length) this.progress.replay = rest;
-      else delete this.progress.replay;
-    }
+    return pendingReplayOf(this.progress);
   }
 
   private channel(id: string): ChannelProgress {
