@@ -12,11 +12,11 @@
  * commits on its own (snapshot handle, forwarded barriers and the ack with the state
  * they describe), then the batch goes on with the envelopes that waited behind it.
  */
-import { type Clock, type Key, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
+import { type Clock, type Key, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
 import { channelsInto, type StagePlan } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
-import type { ChannelProgress, PartitionScope, TimerEntry, TrackingUpdate } from '../state/backend.ts';
+import type { ChannelProgress, PartitionScope, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import { columnsOf, type Envelope, type OutboxEntry, pendingStampOf, toPlainEnvelope } from '../transport/envelope.ts';
 import { applyColumns, applySourceStamp } from './apply-columns.ts';
@@ -32,8 +32,8 @@ import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWate
 import { Outputs } from './outputs.ts';
 import { allTimerEntities, changedTimerEntities, timersOfEntity } from './snapshots.ts';
 import { consumeReplayed, pendingReplayOf } from './replay.ts';
-import type { TimerQueue } from './timers.ts';
 import { commitBatchOf } from './partition-commit.ts';
+import { earliestProcessingTime, fireEventTimers, fireProcessingTimers } from './fire-timers.ts';
 
 export { entityId };
 export type { BatchResult, OperatorStats, PartitionDeps } from './partition-deps.ts';
@@ -173,7 +173,7 @@ export class PartitionRuntime {
       if (taken) await taken;
       progressMoved ||= !this.unchangedProbes.has(env);
     }
-    this.fireProcessingTimers();
+    fireProcessingTimers(this.order, this.deps.clock, this.at);
     const committing = this.commitPart(progressMoved);
     if (committing) await committing;
     const parked = this.at.end();
@@ -295,7 +295,7 @@ export class PartitionRuntime {
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
     const moved = this.progress.held !== undefined && (await this.applyLeftHeld());
-    this.fireProcessingTimers();
+    fireProcessingTimers(this.order, this.deps.clock, this.at);
     const committing = this.commitPart(moved);
     if (committing) await committing;
     const parked = this.at.end();
@@ -304,9 +304,7 @@ export class PartitionRuntime {
 
   /** The earliest pending processing-time timer (for scheduling ticks). */
   nextProcessingTime(): number {
-    let t = MAX_WATERMARK;
-    for (const n of this.order) t = Math.min(t, n.timers.processing.peekTime());
-    return t;
+    return earliestProcessingTime(this.order);
   }
 
   async outboxDelivered(version: number): Promise<void> {
@@ -330,31 +328,10 @@ export class PartitionRuntime {
     // with the new one, before any later record.
     this.outputs.flushChannels();
     this.inputWatermark = wm;
-    for (const n of this.order) {
-      const q = n.timers.event;
-      for (let t = q.pollUpTo(wm); t; t = q.pollUpTo(wm)) this.fireTimer(n, t, q);
-      if (n.op.onWatermark) this.at.watermark(n, wm);
-    }
+    fireEventTimers(this.order, wm, this.at);
     this.progress.outputWatermark = wm;
     this.outputs.watermarkMoved = true;
     this.outputs.flushChannels();
-  }
-
-  private fireProcessingTimers(): void {
-    // No pending processing-time timer: nothing can fire, the clock need not be read.
-    if (this.nextProcessingTime() === MAX_WATERMARK) return;
-    const now = this.deps.clock.now();
-    for (const n of this.order) {
-      const q = n.timers.processing;
-      for (let t = q.pollUpTo(now); t; t = q.pollUpTo(now)) this.fireTimer(n, t, q);
-    }
-  }
-
-  /** `q`: the queue that polled `t` (its registration's hint spares the callback's state look-up). */
-  private fireTimer(n: NodeRuntime, t: TimerEntry, q: TimerQueue): void {
-    if (!n.op.onTimer) return;
-    n.ctx.setCurrentKeyString(t.key, t.kg, q.firedHint);
-    this.at.timer(n, t);
   }
 
   /** @internal Deliver a record to a node of this stage. */
