@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { decide, onCommitted, openEpoch, recordAck, requestSavepoint } from '../../lib/checkpoint/coordinator.ts';
-import { participantKey, type Decision, type StepResult } from '../../lib/checkpoint/protocol.ts';
+import { participantKey, type CoordinatorState, type Decision, type StepResult } from '../../lib/checkpoint/protocol.ts';
 import { ackAll, ackOf, cycle, fresh, only, T0 } from './coordinator-steps.ts';
 import { PARTICIPANTS } from './world.ts';
 
@@ -46,6 +46,17 @@ describe('truncation and retention', () => {
     return (r.decisions.find((d) => d.kind === 'truncate') as Extract<Decision, { kind: 'truncate' }>).logs;
   }
 
+  /** Six epochs, completed 10 ms apart: where each commit truncated the logs (null: nowhere), and the state after. */
+  function sixEpochs(s: CoordinatorState): { points: (number | null)[]; s: CoordinatorState } {
+    const points: (number | null)[] = [];
+    for (let e = 1; e <= 6; e++) {
+      const { state, commit } = cycle(s, T0 + e * 10);
+      points.push(logsOf(commit)?.throughEpoch ?? null);
+      s = state;
+    }
+    return { points, s };
+  }
+
   it('with the default retention, truncates logs and outboxes behind each completed checkpoint', () => {
     let s = fresh();
     for (let e = 1; e <= 3; e++) {
@@ -58,26 +69,14 @@ describe('truncation and retention', () => {
   });
 
   it('keeps the last N checkpoints restorable with retention in epochs', () => {
-    let s = fresh({ retention: { epochs: 3 } });
-    const points: (number | null)[] = [];
-    for (let e = 1; e <= 6; e++) {
-      const { state, commit } = cycle(s, T0 + e * 10);
-      points.push(logsOf(commit)?.throughEpoch ?? null);
-      s = state;
-    }
+    const { points, s } = sixEpochs(fresh({ retention: { epochs: 3 } }));
     expect(points).toEqual([1, null, null, 2, 3, 4]);
     expect(s.history.map((h) => h.epoch)).toEqual([4, 5, 6]);
     expect(s.truncatedThrough).toBe(4);
   });
 
   it('keeps logs back to a checkpoint at least `ms` old with retention in time', () => {
-    let s = fresh({ retention: { ms: 25 } });
-    const points: (number | null)[] = [];
-    for (let e = 1; e <= 6; e++) {
-      const { state, commit } = cycle(s, T0 + e * 10);
-      points.push(logsOf(commit)?.throughEpoch ?? null);
-      s = state;
-    }
+    const { points, s } = sixEpochs(fresh({ retention: { ms: 25 } }));
     // Completed at T0+10..60; at T0+50 the newest checkpoint at least 25 ms old is epoch 2, at T0+60 epoch 3.
     expect(points).toEqual([1, null, null, null, 2, 3]);
     expect(s.history.map((h) => h.epoch)).toEqual([3, 4, 5, 6]);
