@@ -41,7 +41,7 @@
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { CommitConflictError, InvariantError } from '../errors.ts';
 import type { BlobStore } from '../checkpoint/storage.ts';
-import type { CommitBatch, PartitionScope, RecoveredPartition, StateBackend, StateWrite, TimerEntry, TrackedInterval } from '../state/backend.ts';
+import type { CommitBatch, PartitionScope, RecoveredPartition, StateBackend, TimerEntry, TrackedInterval } from '../state/backend.ts';
 import { emptyProgress, scopeId } from '../state/backend.ts';
 import type { OutboxEntry } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
@@ -51,6 +51,7 @@ import { commitLogged, finishLogged } from './dynamodb-redo-log.ts';
 import type { PartitionLog } from './dynamodb-state-log.ts';
 import { compactPartitionLog, loadPartitionLog } from './dynamodb-state-log-store.ts';
 import { DynamoDbTable, kb, pool } from './dynamodb-table.ts';
+import { KeyGroupDirectories, stagePrefix } from './dynamodb-directories.ts';
 import { INPUT_LOG_SERVICE, type InputLogSegment, inputLogSegment } from './input-log.ts';
 import { entityOfStateItem, INTERVALS_ATTR, PartitionTracking, TRACK_PREFIX } from './dynamodb-tracking.ts';
 import { StateItemTooLargeError, StateNotPrefetchedError } from './errors.ts';
@@ -124,14 +125,8 @@ export class DynamoDbStateBackend implements StateBackend {
   private readonly cache = new Map<string, { partition: number; fields: Map<string, unknown> }>();
   /** Changed-key tracking per partition (scopeId), loaded by recover(). */
   private readonly tracking = new Map<string, PartitionTracking>();
-  /**
-   * Per key group (stage prefix + kg): the entity keys that have field items, read once
-   * with one Query of sort keys and kept current by this process's own writes. A key
-   * not in it has no items, so prefetch needs no Query for it (a window creates keys all
-   * the time). `keys` undefined: the key group is too large to list; Query per entity.
-   * Same validity as the cache: dropped by recover() and on failed writes.
-   */
-  private readonly directories = new Map<string, { partition: number; keys?: Set<string> }>();
+  /** Per key group: the entity keys that have field items (dynamodb-directories.ts). */
+  private readonly directories: KeyGroupDirectories;
   /** Commits applied (for tests and metrics), as in the in-memory backend. */
   commits = 0;
 
@@ -139,6 +134,7 @@ export class DynamoDbStateBackend implements StateBackend {
     this.table = options.tableName;
     this.accounting = options.accounting ?? new AwsAccounting();
     this.db = new DynamoDbTable(options.client, options.tableName, this.accounting);
+    this.directories = new KeyGroupDirectories(this.db);
     this.readConcurrency = options.readConcurrency ?? 16;
     this.writeConcurrency = options.writeConcurrency ?? 4;
     this.maxCached = options.maxCachedEntities ?? 10_000;
@@ -256,10 +252,9 @@ export class DynamoDbStateBackend implements StateBackend {
       } else missing.push({ kg, entity, key });
     }
     const log = missing.length ? (this.logs.get(scopeId(scope)) ?? (await this.loadLog(scope))) : undefined;
-    await pool([...new Set(missing.map((m) => m.kg))], this.readConcurrency, (kg) => this.directory(scope, kg).then(() => undefined));
+    await pool([...new Set(missing.map((m) => m.kg))], this.readConcurrency, (kg) => this.directories.load(scope, kg).then(() => undefined));
     await pool(missing, this.readConcurrency, async ({ kg, entity, key }) => {
-      const listed = this.directories.get(directoryKey(scope, kg))?.keys;
-      const items = listed && !listed.has(L.entityKey(entity).key) ? [] : await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': L.statePk(scope, kg), ':p': L.entityPrefix(entity) });
+      const items = this.directories.mayHaveItems(scope, kg, entity) ? await this.db.query('#pk = :pk AND begins_with(#sk, :p)', { ':pk': L.statePk(scope, kg), ':p': L.entityPrefix(entity) }) : [];
       let fields = new Map<string, unknown>();
       for (const it of items) fields.set(L.fieldOfItem(entity, it as { sk: string; f?: string }), L.decodeValue(String(it.v)));
       // What the log changed since the base items were last compacted.
@@ -269,26 +264,6 @@ export class DynamoDbStateBackend implements StateBackend {
     for (const key of this.cache.keys()) {
       if (this.cache.size <= this.maxCached || wanted.has(key)) break;
       this.cache.delete(key);
-    }
-  }
-
-  /** Load the key group's directory if not known yet (see `directories`). */
-  private async directory(scope: PartitionScope, kg: number): Promise<void> {
-    const id = directoryKey(scope, kg);
-    if (this.directories.has(id)) return;
-    const page = await this.db.queryFirstPage('#pk = :pk', { ':pk': L.statePk(scope, kg) }, 'sk');
-    const keys = page.complete && page.items.length <= MAX_DIRECTORY_ITEMS ? new Set(page.items.map((it) => L.entityKeyOfSk(String(it.sk)))) : undefined;
-    this.directories.set(id, { partition: scope.partition, keys });
-  }
-
-  /** After field items were (or may have been) written: list their entities, or forget the key group when unsure. */
-  private listed(scope: PartitionScope, writes: readonly StateWrite[], landed: boolean): void {
-    for (const w of writes) {
-      const dir = this.directories.get(directoryKey(scope, w.kg));
-      if (!dir?.keys) continue;
-      if (!landed) this.directories.delete(directoryKey(scope, w.kg));
-      else if (w.value !== undefined) dir.keys.add(L.entityKey(w.entity).key);
-      // A delete keeps the entity listed: it may have other fields; listing too much only costs a Query.
     }
   }
 
@@ -342,11 +317,11 @@ export class DynamoDbStateBackend implements StateBackend {
     } catch (e) {
       // Outcome unknown or rejected: drop what the cache may now get wrong (and the tracking: recover reloads it).
       for (const w of batch.writes) this.cache.delete(cacheKey(scope, w.kg, w.entity));
-      if (!delta) this.listed(scope, batch.writes, false);
+      if (!delta) this.directories.listed(scope, batch.writes, false);
       if (batch.tracking) this.tracking.delete(scopeId(scope));
       throw e;
     }
-    if (!delta) this.listed(scope, batch.writes, true);
+    if (!delta) this.directories.listed(scope, batch.writes, true);
     // Descriptive (not priced: the PutObject is, under 's3', and the item under 'dynamodb').
     if (segment) this.accounting.record(INPUT_LOG_SERVICE, segment.object ? 'segment object' : 'segment inline', { requests: 1, items: batch.inputLog!.reduce((n, a) => n + a.records.length, 0), bytes: segment.object?.body.byteLength ?? 0 });
     const dropped = applyTracking?.() ?? [];
@@ -376,7 +351,7 @@ export class DynamoDbStateBackend implements StateBackend {
     const log = this.logs.get(scopeId(scope));
     if (!log || !log.versions.length) return true;
     const concurrency = { readConcurrency: this.readConcurrency, writeConcurrency: this.writeConcurrency };
-    return compactPartitionLog(this.db, concurrency, scope, log, version ?? log.committedVersion, (writes, landed) => this.listed(scope, writes, landed));
+    return compactPartitionLog(this.db, concurrency, scope, log, version ?? log.committedVersion, (writes, landed) => this.directories.listed(scope, writes, landed));
   }
 
   /** Transactional write units by item kind (not priced: the requests themselves are, under 'dynamodb'). */
@@ -407,20 +382,9 @@ export class DynamoDbStateBackend implements StateBackend {
   /** Other partitions of the stage keep their entries: their key groups are theirs, and they may be mid-batch. */
   private forgetPartition(scope: PartitionScope): void {
     const prefix = stagePrefix(scope);
-    for (const [key, dir] of [...this.directories]) if (dir.partition === scope.partition && key.startsWith(prefix)) this.directories.delete(key);
+    this.directories.forget(scope);
     for (const [key, hit] of [...this.cache]) if (hit.partition === scope.partition && key.startsWith(prefix)) this.cache.delete(key);
   }
-}
-
-/** Above this many items a key group is not listed (one Query page holds up to 1 MB anyway). */
-const MAX_DIRECTORY_ITEMS = 10_000;
-
-function directoryKey(scope: PartitionScope, kg: number): string {
-  return `${stagePrefix(scope)}${kg}`;
-}
-
-function stagePrefix(scope: PartitionScope): string {
-  return `${scope.job.length}:${scope.job}/${scope.stage}/`;
 }
 
 /** State is shared by the partitions of a stage, as in the in-memory backend. */

@@ -12,11 +12,11 @@
  * commits on its own (snapshot handle, forwarded barriers and the ack with the state
  * they describe), then the batch goes on with the envelopes that waited behind it.
  */
-import { type Clock, type Key, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
+import { type Clock, type Key, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
 import { channelsInto, type StagePlan } from '../graph/compile.ts';
 import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
-import type { ChannelProgress, CommitBatch, EntityChanges, InputLogAppend, PartitionScope, TimerEntry, TrackingUpdate } from '../state/backend.ts';
+import type { ChannelProgress, PartitionScope, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import { columnsOf, type Envelope, type OutboxEntry, pendingStampOf, toPlainEnvelope } from '../transport/envelope.ts';
 import { applyColumns, applySourceStamp } from './apply-columns.ts';
@@ -30,8 +30,10 @@ import type { BatchResult, OperatorStats, PartitionDeps } from './partition-deps
 import { sourceIdlenessAfter } from './idleness.ts';
 import { allIdle, entitiesToPrefetch, freshEnvelopes, inputWatermark, sourceWatermark, sourceWatermarkAt } from './inputs.ts';
 import { Outputs } from './outputs.ts';
-import { allTimerEntities, changedTimerEntities, timerChanges, timersOfEntity } from './snapshots.ts';
-import type { TimerQueue } from './timers.ts';
+import { allTimerEntities, changedTimerEntities, timersOfEntity } from './snapshots.ts';
+import { consumeReplayed, pendingReplayOf } from './replay.ts';
+import { commitBatchOf } from './partition-commit.ts';
+import { earliestProcessingTime, fireEventTimers, fireProcessingTimers } from './fire-timers.ts';
 
 export { entityId };
 export type { BatchResult, OperatorStats, PartitionDeps } from './partition-deps.ts';
@@ -171,7 +173,7 @@ export class PartitionRuntime {
       if (taken) await taken;
       progressMoved ||= !this.unchangedProbes.has(env);
     }
-    this.fireProcessingTimers();
+    fireProcessingTimers(this.order, this.deps.clock, this.at);
     const committing = this.commitPart(progressMoved);
     if (committing) await committing;
     const parked = this.at.end();
@@ -185,7 +187,7 @@ export class PartitionRuntime {
   private take(env: Envelope, fresh: boolean): Promise<void> | undefined {
     const ch = this.channel(env.channel);
     const a = this.progress.aligning;
-    if (fresh && env.replayed) this.consumeReplayed(env, ch);
+    if (fresh && env.replayed) consumeReplayed(this.progress, env, ch, this.stage.name, this.scope.partition);
     else if (fresh) {
       ch.seq = env.seq;
       if (env.offset !== undefined) {
@@ -224,23 +226,7 @@ export class PartitionRuntime {
 
   /** The input log replay an in-place restore on AWS left (per source channel: records `from` .. `upTo - 1`); empty: none. */
   get pendingReplay(): { readonly channel: string; readonly from: number; readonly upTo: number }[] {
-    return Object.entries(this.progress.replay ?? {}).map(([channel, upTo]) => ({ channel, from: this.progress.inputs[channel]?.records ?? 0, upTo }));
-  }
-
-  /** A replayed envelope: its records follow the channel's count exactly and stay within the replay; the offset stays. */
-  private consumeReplayed(env: Envelope, ch: ChannelProgress): void {
-    const upTo = this.progress.replay?.[env.channel];
-    const from = ch.records ?? 0;
-    const to = from + env.records.length;
-    if (upTo === undefined || to > upTo) {
-      throw new InvariantError(`partition ${this.stage.name}#${this.scope.partition}: replayed records ${from}..${to - 1} of channel ${env.channel}, but the restore left ${upTo === undefined ? 'no replay' : `a replay up to record ${upTo - 1}`} on it`);
-    }
-    ch.records = to;
-    if (to === upTo) {
-      const { [env.channel]: _done, ...rest } = this.progress.replay!;
-      if (Object.keys(rest).length) this.progress.replay = rest;
-      else delete this.progress.replay;
-    }
+    return pendingReplayOf(this.progress);
   }
 
   private channel(id: string): ChannelProgress {
@@ -309,7 +295,7 @@ export class PartitionRuntime {
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
     const moved = this.progress.held !== undefined && (await this.applyLeftHeld());
-    this.fireProcessingTimers();
+    fireProcessingTimers(this.order, this.deps.clock, this.at);
     const committing = this.commitPart(moved);
     if (committing) await committing;
     const parked = this.at.end();
@@ -318,9 +304,7 @@ export class PartitionRuntime {
 
   /** The earliest pending processing-time timer (for scheduling ticks). */
   nextProcessingTime(): number {
-    let t = MAX_WATERMARK;
-    for (const n of this.order) t = Math.min(t, n.timers.processing.peekTime());
-    return t;
+    return earliestProcessingTime(this.order);
   }
 
   async outboxDelivered(version: number): Promise<void> {
@@ -344,31 +328,10 @@ export class PartitionRuntime {
     // with the new one, before any later record.
     this.outputs.flushChannels();
     this.inputWatermark = wm;
-    for (const n of this.order) {
-      const q = n.timers.event;
-      for (let t = q.pollUpTo(wm); t; t = q.pollUpTo(wm)) this.fireTimer(n, t, q);
-      if (n.op.onWatermark) this.at.watermark(n, wm);
-    }
+    fireEventTimers(this.order, wm, this.at);
     this.progress.outputWatermark = wm;
     this.outputs.watermarkMoved = true;
     this.outputs.flushChannels();
-  }
-
-  private fireProcessingTimers(): void {
-    // No pending processing-time timer: nothing can fire, the clock need not be read.
-    if (this.nextProcessingTime() === MAX_WATERMARK) return;
-    const now = this.deps.clock.now();
-    for (const n of this.order) {
-      const q = n.timers.processing;
-      for (let t = q.pollUpTo(now); t; t = q.pollUpTo(now)) this.fireTimer(n, t, q);
-    }
-  }
-
-  /** `q`: the queue that polled `t` (its registration's hint spares the callback's state look-up). */
-  private fireTimer(n: NodeRuntime, t: TimerEntry, q: TimerQueue): void {
-    if (!n.op.onTimer) return;
-    n.ctx.setCurrentKeyString(t.key, t.kg, q.firedHint);
-    this.at.timer(n, t);
   }
 
   /** @internal Deliver a record to a node of this stage. */
@@ -402,42 +365,18 @@ export class PartitionRuntime {
     if (want.length) await this.deps.backend.prefetch(this.scope, want);
   }
 
-  /**
-   * Commit what was processed since the last commit of this call. `progressMoved`: even
-   * an envelope without records moves a channel's position, which must be committed;
-   * `next` (an aligned barrier) forces the commit and starts a new tracked interval.
-   */
+  /** Commit what was processed since the last commit of this call (commitBatchOf: `progressMoved`, `next`). */
   private commitPart(progressMoved: boolean, next?: TrackingUpdate['next']): Promise<void> | undefined {
     this.outputs.flushChannels();
     this.outputs.sealSinks();
     const outbox = this.pendingOutbox;
     this.pendingOutbox = [];
     for (const d of this.at.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
-    const inputLog = this.consumed.take();
-
-    const { writes, entities } = this.txn.changes();
-    // A commit goes to the interval after the last barrier; one that starts a new interval reports every key.
-    const interval = next ? undefined : (this.progress.lastBarrier ?? 0);
-    const timerEntities = this.tracking ? [] : undefined;
-    const { adds: timerAdds, deletes: timerDeletes } = timerChanges(this.order, timerEntities, interval);
-    this.deps.beforeCommit?.();
-    const changed = next !== undefined || progressMoved || outbox.length > 0 || writes.length > 0 || entities !== undefined || timerAdds.length > 0 || timerDeletes.length > 0;
-    if (!changed) {
+    const batch = commitBatchOf(this.scope, this.version, this.txn, this.order, this.progress, outbox, this.consumed.take(), this.tracking, progressMoved, next, this.deps.beforeCommit);
+    if (!batch) {
       this.afterCommit(outbox, false);
       return undefined;
     }
-    const batch: CommitBatch = {
-      scope: this.scope,
-      expectedVersion: this.version,
-      writes,
-      timerAdds,
-      timerDeletes,
-      progress: copyProgress(this.progress),
-      outbox,
-    };
-    if (entities) (batch as { entities?: readonly EntityChanges[] }).entities = entities;
-    if (timerEntities) (batch as { tracking?: TrackingUpdate }).tracking = next ? { entities: timerEntities, next } : { entities: timerEntities };
-    if (inputLog.length) (batch as { inputLog?: readonly InputLogAppend[] }).inputLog = inputLog;
     // An in-memory store commits synchronously: no promise, no turn of the event loop per batch.
     const backend = this.deps.backend;
     if (backend.commitSync) {
