@@ -179,6 +179,9 @@ export class NodeContext implements OperatorContext {
   stateGet(field: string): unknown {
     return this.state().get(field);
   }
+  statePeek(field: string): unknown {
+    return this.state().peek(field);
+  }
   stateSet(field: string, value: unknown): void {
     this.state().set(field, value);
   }

@@ -24,6 +24,11 @@ export interface OperatorContext {
 
   /** Raw keyed state of the current key: fields are the operator's own naming. */
   stateGet(field: string): unknown;
+  /**
+   * The field's value without stateGet's copy, for reading only: changing it, or anything
+   * it holds, would change committed state outside the batch (and survive its abort).
+   */
+  statePeek(field: string): unknown;
   stateSet(field: string, value: unknown): void;
   stateDelete(field: string): void;
   /**

@@ -180,6 +180,15 @@ export class EntityEntry implements EntityChanges {
     return copy;
   }
 
+  /** The field's value as get() would see it, without a copy: the caller must not change it. */
+  peek(field: string): unknown {
+    if (this.find(field)) {
+      const v = this.hitV;
+      return v === DELETED ? undefined : v;
+    }
+    return this.committedValue(field);
+  }
+
   set(field: string, value: unknown): void {
     this.put(field, value === undefined ? DELETED : value, DIRTY);
   }

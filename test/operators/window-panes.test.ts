@@ -90,6 +90,57 @@ describe('panes', () => {
   });
 });
 
+describe('pane windows with object accumulators', () => {
+  /** Keeps the records' times; merge and getResult change their arguments, as a careless function may. */
+  const times: AggregateFunction<Ev, { ts: number[] }, string> = {
+    createAccumulator: () => ({ ts: [] }),
+    add: (e, acc) => {
+      acc.ts.push(e.t);
+      return acc;
+    },
+    merge: (a, b) => {
+      a.ts.push(...b.ts);
+      b.ts.length = 0;
+      return a;
+    },
+    getResult: (acc) => {
+      const out = acc.ts.sort((x, y) => x - y).join(',');
+      acc.ts.push(-1);
+      return out;
+    },
+  };
+
+  it('a window function that changes its arguments changes no later window, with crashes and duplicates too', async () => {
+    const items: Ev[] = [];
+    for (let i = 0; i < 300; i++) items.push({ k: `k${i % 3}`, t: i * 2 + ((i * 17) % 7) });
+    const size = 30;
+    const slide = 10;
+    // Brute force: every window [s, s + size) a key's records fall in (the stream is in order
+    // within the watermark delay, so nothing is late).
+    const expected: string[] = [];
+    const keys = [...new Set(items.map((e) => e.k))];
+    for (const k of keys) {
+      const mine = items.filter((e) => e.k === k);
+      const ends = new Set(mine.flatMap((e) => [1, 2, 3].map((j) => Math.floor(e.t / slide) * slide + j * slide)));
+      for (const end of ends) {
+        const ts = mine.filter((e) => e.t >= end - size && e.t < end).map((e) => e.t).sort((x, y) => x - y);
+        if (ts.length) expected.push(`${k} ${end} ${ts.join(',')}`);
+      }
+    }
+    for (const faults of [undefined, new FaultInjector({ seed: 3, crashProbability: 0.05, duplicateProbability: 0.1 })]) {
+      const job = new Job('pane-objects', { parallelism: 2 });
+      const out = Sinks.collect<string>();
+      events(job, 'in', items, 20)
+        .keyBy((e) => e.k)
+        .window(Windows.sliding(size, slide))
+        .aggregate(times, (r, { key, window }) => `${key} ${window.end} ${r}`)
+        .sinkTo(out);
+      await runJob(job, { sourceBatchSize: 4, faults });
+      expect([...out.records].sort()).toEqual(expected.sort());
+    }
+  });
+});
+
 /**
  * Session windows, record at a time: parallelism 1 and one record per envelope, so the
  * watermark moves to max t - delay - 1 after each record, and sessions whose end - 1 it
