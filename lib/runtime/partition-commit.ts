@@ -10,26 +10,30 @@ import { copyProgress, type MutableProgress } from './checkpoints.ts';
 import type { NodeRuntime } from './context.ts';
 import { timerChanges } from './snapshots.ts';
 
-/**
- * The batch to commit on `version`, or undefined when nothing changed. `progressMoved`:
- * even an envelope without records moves a channel's position, which must be committed;
- * `next` (an aligned barrier) forces the commit and starts a new tracked interval;
- * `tracking`: a checkpointed run (commits name the entities they changed).
- * `beforeCommit` (fault injection) runs once the changes are taken, before anything is decided.
- */
-export function commitBatchOf(
-  scope: PartitionScope,
-  version: number,
-  txn: StateTxn,
-  order: readonly NodeRuntime[],
-  progress: MutableProgress,
-  outbox: readonly OutboxEntry[],
-  inputLog: readonly InputLogAppend[],
-  tracking: boolean,
-  progressMoved: boolean,
-  next: TrackingUpdate['next'] | undefined,
-  beforeCommit: (() => void) | undefined,
-): CommitBatch | undefined {
+/** What a partition's commit is assembled from (commitBatchOf). */
+export interface CommitInputs {
+  readonly scope: PartitionScope;
+  /** The version the commit expects the store to hold. */
+  readonly version: number;
+  readonly txn: StateTxn;
+  /** The stage's nodes, whose timer queues hold the timer changes. */
+  readonly order: readonly NodeRuntime[];
+  readonly progress: MutableProgress;
+  readonly outbox: readonly OutboxEntry[];
+  readonly inputLog: readonly InputLogAppend[];
+  /** A checkpointed run: commits name the entities they changed. */
+  readonly tracking: boolean;
+  /** Even an envelope without records moves a channel's position, which must be committed. */
+  readonly progressMoved: boolean;
+  /** An aligned barrier: forces the commit and starts a new tracked interval. */
+  readonly next: TrackingUpdate['next'] | undefined;
+  /** Fault injection: runs once the changes are taken, before anything is decided. */
+  readonly beforeCommit: (() => void) | undefined;
+}
+
+/** The batch to commit, or undefined when nothing changed. */
+export function commitBatchOf(c: CommitInputs): CommitBatch | undefined {
+  const { scope, version, txn, order, progress, outbox, inputLog, tracking, progressMoved, next, beforeCommit } = c;
   const { writes, entities } = txn.changes();
   // A commit goes to the interval after the last barrier; one that starts a new interval reports every key.
   const interval = next ? undefined : (progress.lastBarrier ?? 0);

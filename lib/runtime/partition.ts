@@ -372,7 +372,19 @@ export class PartitionRuntime {
     const outbox = this.pendingOutbox;
     this.pendingOutbox = [];
     for (const d of this.at.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
-    const batch = commitBatchOf(this.scope, this.version, this.txn, this.order, this.progress, outbox, this.consumed.take(), this.tracking, progressMoved, next, this.deps.beforeCommit);
+    const batch = commitBatchOf({
+      scope: this.scope,
+      version: this.version,
+      txn: this.txn,
+      order: this.order,
+      progress: this.progress,
+      outbox,
+      inputLog: this.consumed.take(),
+      tracking: this.tracking,
+      progressMoved,
+      next,
+      beforeCommit: this.deps.beforeCommit,
+    });
     if (!batch) {
       this.afterCommit(outbox, false);
       return undefined;
