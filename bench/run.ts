@@ -172,7 +172,7 @@ async function main(): Promise<void> {
     );
   }
   say('\n' + table(results.map(row)));
-  say('\nper core = events / CPU seconds of the process (ratio = runtime / floor, both per core, best of five runs per side after the warm-up passes, the sides alternating; cold ratio: the first full pass of each side); Flink/core = NEXMARK.md 7.1 (runner V1);');
+  say('\nper core = events / CPU seconds of the process (ratio = runtime / floor, both per core, best of five runs per side after the warm-up passes, a run being as many passes as take 200 ms of CPU (their mean), the sides alternating run by run; cold ratio: the first full pass of each side); Flink/core = NEXMARK.md 7.1 (runner V1);');
   say('latency: the row\'s trigger event read by the source -> the row at the sink (bench/nexmark/measure.ts).');
   let checkpointBench: CheckpointBenchResult | undefined;
   if (!values['skip-checkpoints']) {

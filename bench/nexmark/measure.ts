@@ -246,6 +246,34 @@ function check(q: BenchQuery, floor: ReturnType<typeof runFloor>, run: Awaited<R
 export const RUNS = 5;
 
 /**
+ * CPU time a measured run should last at least: a run of a fast query is several passes
+ * over the events, back to back, and counts their mean (sustained throughput, GC
+ * included). With single passes, the best of five picked a pass that no young GC hit
+ * (the runtime's Q8 pass is ~150 ms, a few scavenges), and a floor pass right after a
+ * runtime pass paid for the runtime's garbage: both favoured the runtime (Q8 0.32 -> 0.25
+ * when this came in, session 9).
+ */
+export const MIN_RUN_CPU_MS = 200;
+
+/** Passes per measured run for a side whose pass took `cpuMs` (at most 50). */
+export function passesPerRun(cpuMs: number): number {
+  return Math.max(1, Math.min(50, Math.ceil(MIN_RUN_CPU_MS / Math.max(cpuMs, 0.1))));
+}
+
+/** `passes` passes of one side: the last one, with the mean CPU and wall time of all. */
+async function meanOf<T extends { cpuMs: number; durationMs: number }>(passes: number, pass: () => T | Promise<T>): Promise<T> {
+  let cpuMs = 0;
+  let durationMs = 0;
+  let last: T | undefined;
+  for (let i = 0; i < passes; i++) {
+    last = await pass();
+    cpuMs += last.cpuMs;
+    durationMs += last.durationMs;
+  }
+  return { ...last!, cpuMs: cpuMs / passes, durationMs: durationMs / passes };
+}
+
+/**
  * The two sides alternate, pass by pass (floor, runtime, floor, runtime, ...), in the
  * warm-up passes and in the measured runs: both see the same heap (where the events lie
  * after the runtime's collections moved them: the floors are memory-bound, 10-100 ns per
@@ -263,22 +291,27 @@ export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cf
     await runOnce(q, head, cfg);
   }
   let coldRatio: number | undefined;
+  // Passes per measured run, from each side's last warm-up pass (one without warm-up passes).
+  let floorPasses = 1;
+  let runtimePasses = 1;
   for (let i = 0; i < cfg.warmupRuns; i++) {
     const f = runFloor(q, events);
     const r = await runOnce(q, events, cfg);
     if (i === 0) coldRatio = f.cpuMs / r.cpuMs;
+    floorPasses = passesPerRun(f.cpuMs);
+    runtimePasses = passesPerRun(r.cpuMs);
   }
   const sampler = new MemorySampler();
-  // Best of RUNS per side; each runtime run's rows are checked against the floor's.
+  // Best of RUNS runs per side (a run: passesPerRun passes); the rows of each run's last runtime pass are checked against its floor's.
   let floor: ReturnType<typeof runFloor> | undefined;
   let best: Awaited<ReturnType<typeof runOnce>> | undefined;
   let checked: ReturnType<typeof check> | undefined;
   let mismatch: string | undefined;
   for (let i = 0; i < RUNS; i++) {
-    const f = runFloor(q, events);
+    const f = await meanOf(floorPasses, () => runFloor(q, events));
     if (!floor || f.cpuMs < floor.cpuMs) floor = f;
     sampler.start();
-    const again = await runOnce(q, events, cfg, sampler);
+    const again = await meanOf(runtimePasses, () => runOnce(q, events, cfg, sampler));
     sampler.stop();
     const c = check(q, f, again);
     mismatch ??= c.mismatch;
