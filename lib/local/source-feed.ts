@@ -78,27 +78,31 @@ export class SourceFeed {
     if (!host.room()) return this.idleOnly(host, false);
     // A chunk per partition per round.
     const want = host.batchSize * this.partitioner.partitions;
-    if (this.reader.synchronous === true) return this.pullChunks(host, want);
+    // One partition: the pull is one chunk, taken whole already.
+    if (this.reader.synchronous === true && this.partitioner.partitions > 1) return this.pullChunks(host, want);
     const pulled = this.reader.pull(want);
     return pulled instanceof Promise ? pulled.then((r) => this.pulled(r, host)) : this.pulled(pulled, host);
   }
 
   /**
    * A synchronous reader's round, one pull per chunk: each pull's array is the chunk's
-   * (accept takes it without a copy). Idle envelopes once, after all of the round's chunks,
-   * as after one large pull.
+   * (accept takes it without a copy). The same chunks in the same round as one large pull
+   * cut into chunks, and idle envelopes once, after all of them, as after that pull.
    */
   private pullChunks(host: FeedHost, want: number): boolean {
     const batch = host.batchSize;
-    let sent = false;
+    let progressed = false;
     for (let left = want; left > 0; left -= batch) {
-      const r = this.reader.pull(Math.min(batch, left)) as PullResult;
+      const asked = Math.min(batch, left);
+      const r = this.reader.pull(asked) as PullResult;
+      // Counted before take(): the chunk is the pull's array, and stamping removes rejected events from it.
+      const read = r.events.length;
       if (this.take(r, host)) return true;
-      if (r.events.length === 0) break;
-      sent = true;
-      if (r.events.length < Math.min(batch, left)) break;
+      if (read === 0) break;
+      progressed = true;
+      if (read < asked) break;
     }
-    return this.idleOnly(host, sent);
+    return this.idleOnly(host, progressed);
   }
 
   private pulled(r: PullResult, host: FeedHost): boolean {
