@@ -106,6 +106,7 @@ export class SourceFeed {
   }
 
   private pulled(r: PullResult, host: FeedHost): boolean {
+    // Read after take(), as it always was: a one-chunk pull taken whole has lost its rejected events by then.
     return this.take(r, host) || this.idleOnly(host, r.events.length > 0);
   }
 
