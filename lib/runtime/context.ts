@@ -9,7 +9,7 @@ import { type EntityEntry, entityId, type OperatorOverlay, type StateTxn } from 
 import type { OperatorContext, StreamOperator, TimeDomain } from './operator.ts';
 import type { Push } from './chain.ts';
 import { TimerQueue } from './timers.ts';
-import type { KeyHint } from './timer-nodes.ts';
+import type { KeyHint, TimerHome } from './timer-nodes.ts';
 
 export interface NodeRuntime {
   readonly node: LogicalNode;
@@ -64,7 +64,11 @@ export { entityId };
 
 function timerQueue(node: LogicalNode, domain: TimeDomain, host: ContextHost): TimerQueue {
   const overlay = host.stateTxn.overlay(node.name);
-  return new TimerQueue({ node: node.id, domain, entityOf: (key) => overlay.entityOf(key) }, host.reusesTimerEntries === true);
+  // A key's timers are filed on its state entry (EntityEntry keeps the fields of a TimerHome).
+  return new TimerQueue(
+    { node: node.id, domain, entityOf: (key) => overlay.entityOf(key), homeOf: (key, kg, create) => overlay.timerHome(key, kg, create) as unknown as TimerHome | undefined },
+    host.reusesTimerEntries === true,
+  );
 }
 
 export class NodeContext implements OperatorContext {
@@ -146,7 +150,7 @@ export class NodeContext implements OperatorContext {
     this.key = undefined;
     this.keyFromTimer = true;
     this.kg = kg;
-    this.entry = hint as EntityEntry | undefined;
+    this.entry = hint as unknown as EntityEntry | undefined;
   }
 
   /**
@@ -197,7 +201,7 @@ export class NodeContext implements OperatorContext {
 
   registerTimer(domain: TimeDomain, time: number, ns = ''): void {
     // The current key's entry, when state was used, names the entity: the timer queue keeps it.
-    this.n.timers[domain].registerAt(time, this.keyString, this.kg, ns, this.heldEntry());
+    this.n.timers[domain].registerAt(time, this.keyString, this.kg, ns, this.heldEntry() as unknown as KeyHint | undefined);
   }
   deleteTimer(domain: TimeDomain, time: number, ns = ''): void {
     this.n.timers[domain].deleteAt(time, this.keyString, ns);

@@ -405,11 +405,12 @@ export class PartitionRuntime {
 
   /** After a commit (or none, when nothing changed): the next one starts clean. */
   private afterCommit(outbox: OutboxEntry[], committed: boolean): void {
-    this.txn.reset();
+    // Timers first: an entry whose last timer the commit deleted is forgotten by the reset.
     for (const n of this.order) {
       n.timers.event.clearChanges();
       n.timers.processing.clearChanges();
     }
+    this.txn.reset();
     this.outputs.reset();
     this.at.deadLetters = [];
     const acc = this.acc.outbox;

@@ -1,6 +1,7 @@
 /**
  * The timer queue's parts (timers.ts): one object per timer, which is both the queue's
- * node and the TimerEntry the backend stores; a key's timers; the per-time buckets.
+ * node and the TimerEntry the backend stores; where a key's timers are filed (its home);
+ * the per-time buckets.
  */
 import type { SlottedTimerEntry } from '../state/backend.ts';
 
@@ -16,30 +17,30 @@ export class Node implements SlottedTimerEntry {
   kg: number;
   key: string;
   ns: string;
-  /** The key's timers this node is filed under. */
-  #kt: KeyTimers;
+  /** Where the key's timers are filed (its state entry, or a home of the queue's own). */
+  #home: TimerHome;
   /** LIVE | IN_HEAP | COMMITTED | CHANGED: one field rather than four (one object per timer). */
   #flags = LIVE | CHANGED;
   /** Where the memory store files this entry (SlottedTimerEntry), -1: nowhere. */
   #storeSlot = -1;
 
-  constructor(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, kt: KeyTimers) {
+  constructor(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, home: TimerHome) {
     this.node = node;
     this.domain = domain;
     this.time = time;
     this.kg = kg;
     this.key = key;
     this.ns = ns;
-    this.#kt = kt;
+    this.#home = home;
   }
 
   /** A free node as a new timer of its queue's node and domain (the constructor's work, without the allocation). */
-  renew(time: number, kg: number, key: string, ns: string, kt: KeyTimers): this {
+  renew(time: number, kg: number, key: string, ns: string, home: TimerHome): this {
     this.time = time;
     this.kg = kg;
     this.key = key;
     this.ns = ns;
-    this.#kt = kt;
+    this.#home = home;
     this.#flags = LIVE | CHANGED;
     return this;
   }
@@ -51,8 +52,8 @@ export class Node implements SlottedTimerEntry {
     this.#storeSlot = v;
   }
 
-  get kt(): KeyTimers {
-    return this.#kt;
+  get home(): TimerHome {
+    return this.#home;
   }
   get live(): boolean {
     return (this.#flags & LIVE) !== 0;
@@ -89,42 +90,37 @@ const COMMITTED = 4;
 const CHANGED = 8;
 
 /**
- * A key's timers (live, and committed ones deleted in this batch): usually one or two,
- * searched in a list; a map by (namespace, time) only for keys with many. A class with
- * every field set at construction: fields added later would give the objects several
- * shapes and a property store each.
+ * Where a key's timers are filed: the key's state entry (EntityEntry, which keeps these
+ * fields for the runtime), so that a key is one object for its state and its timers, and
+ * a timer needs no look-up by key when its registration comes with the entry. The homes
+ * hold the timers of both domains of one operator: live ones, and committed ones deleted
+ * in this batch (so that registering again revives them); a list searched by (domain,
+ * namespace, time), a map only for keys with many. A home is also what a commit reports
+ * as the key's changed entity (ChangedEntity: entity and kg).
  */
-export class KeyTimers {
-  list: Node[];
-  map: Map<string, Node> | undefined = undefined;
-  /** The key's entity string, built once for the key's timers (incremental snapshots track it). */
-  entity: string | undefined = undefined;
-  /**
-   * What the registering context last held for the key (its state entry), handed back when
-   * the key's timer fires so that the callback's state needs no look-up by key; the context
-   * checks it is still the key's (TimerQueue.firedHint).
-   */
-  hint: KeyHint | undefined = undefined;
-  /** The key as a changed entity, reported as is by every commit that changes the key's timers. */
-  dirty: ChangedEntity | undefined = undefined;
-  /** The interval, or the call without one, that changedEntities() last reported this key for (NaN: none). */
-  reported = Number.NaN;
-
-  constructor() {
-    // Room for two: a firing window's key holds its fired timer and its next one until the
-    // commit, and a list grown from empty by push takes room for 17.
-    // (Emptied by pop: setting the length to 0 would drop the room.)
-    const list: Node[] = [undefined as unknown as Node, undefined as unknown as Node];
-    list.pop();
-    list.pop();
-    this.list = list;
-  }
-}
-
-/** A registration's view of the key's state: its entity string, and whatever the context keeps with it. */
-export interface KeyHint {
+export interface TimerHome {
   readonly entity: string;
+  readonly kg: number;
+  /** Undefined until the key's first timer. */
+  timerList: Node[] | undefined;
+  timerMap: Map<string, Node> | undefined;
+  /** The interval, or the call without one, that changedEntities() last reported this key for (NaN: none). */
+  timersReported: number;
 }
+
+/** A home of the queue's own, for owners without state entries (TimerOwner.homeOf absent: tests, tools). */
+export class KeyTimers implements TimerHome {
+  timerList: Node[] | undefined = undefined;
+  timerMap: Map<string, Node> | undefined = undefined;
+  timersReported = Number.NaN;
+  constructor(
+    readonly entity = '',
+    readonly kg = 0,
+  ) {}
+}
+
+/** A registration's view of the key's state: its state entry, which the queue files the key's timers on. */
+export type KeyHint = TimerHome;
 
 /** An entity whose timers changed (TrackingUpdate.entities); never changed once built. */
 export interface ChangedEntity {
@@ -132,21 +128,32 @@ export interface ChangedEntity {
   readonly kg: number;
 }
 
-/** The owner of a queue: its timers' node id and domain, and how a key names its entity. */
+/** The owner of a queue: its timers' node id and domain, and where a key's timers are filed. */
 export interface TimerOwner {
   readonly node: number;
   readonly domain: 'event' | 'processing';
   entityOf(key: string): string;
+  /**
+   * The key's home (its state entry), made when `create` and absent. Without it the queue
+   * keeps homes of its own, by key. A home given out here must stay the key's while it
+   * files timers (the overlay keeps such entries: EntityEntry.holdsTimers).
+   */
+  homeOf?(key: string, kg: number, create: boolean): TimerHome | undefined;
 }
 
 export const LIST_MAX = 8;
 
-export const slot = (ns: string, time: number) => ns + '\u0001' + time;
+export const slot = (domain: 'event' | 'processing', ns: string, time: number) => (domain === 'event' ? 'e' : 'p') + ns + '\u0001' + time;
 
-/** A key's timer by (namespace, time). */
-export function findIn(kt: KeyTimers, ns: string, time: number): Node | undefined {
-  if (kt.map !== undefined) return kt.map.get(slot(ns, time));
-  for (const n of kt.list) if (n.time === time && n.ns === ns) return n;
+/** A key's timer by (domain, namespace, time). */
+export function findIn(h: TimerHome, domain: 'event' | 'processing', ns: string, time: number): Node | undefined {
+  if (h.timerMap !== undefined) return h.timerMap.get(slot(domain, ns, time));
+  const list = h.timerList;
+  if (list === undefined) return undefined;
+  for (let i = 0; i < list.length; i++) {
+    const n = list[i];
+    if (n.time === time && n.ns === ns && n.domain === domain) return n;
+  }
   return undefined;
 }
 

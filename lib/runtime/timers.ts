@@ -14,9 +14,9 @@
  * nodes (flags say add or delete) rather than sets kept in step.
  */
 import type { TimerEntry } from '../state/backend.ts';
-import { type Bucket, type ChangedEntity, compare, findIn, type KeyHint, KeyTimers, LIST_MAX, Node, removeAt, slot, type TimerOwner } from './timer-nodes.ts';
+import { type Bucket, type ChangedEntity, compare, findIn, type KeyHint, KeyTimers, LIST_MAX, Node, removeAt, slot, type TimerHome, type TimerOwner } from './timer-nodes.ts';
 
-export type { ChangedEntity, TimerOwner } from './timer-nodes.ts';
+export type { ChangedEntity, TimerHome, TimerOwner } from './timer-nodes.ts';
 
 let reports = 0;
 
@@ -44,8 +44,11 @@ export class TimerQueue {
   private readonly buckets = new Map<number, Bucket>();
   /** The bucket the last push went to: a firing window's timers all register the same next end. */
   private lastBucket: Bucket | undefined;
-  /** Live timers, and committed ones deleted in this batch (so that registering again revives them). */
-  private readonly byKey = new Map<string, KeyTimers>();
+  /**
+   * Homes of the queue's own, by key, when the owner files no timers on state entries
+   * (TimerOwner.homeOf absent); a key leaves with its last node.
+   */
+  private readonly byKey: Map<string, KeyTimers> | undefined;
   private liveCount = 0;
   /** Nodes added or deleted since the last commit (each once; its flags say which change is left). */
   private changed: (Node | null)[] = [];
@@ -59,11 +62,11 @@ export class TimerQueue {
   private deletes = 0;
 
   /**
-   * The key of the timer pollUpTo() returned last, and its timers: a firing window registers
+   * The key of the timer pollUpTo() returned last, and its home: a firing window registers
    * its key's next timer from its callback, which then needs no look-up by key.
    */
   private firedKey: string | undefined;
-  private firedKt: KeyTimers | undefined;
+  private firedHome: TimerHome | undefined;
   /**
    * Nodes of deleted timers that nothing refers to any more (committed deletes the backend
    * has applied, adds cancelled in their batch, out of the heap), reused for new timers: a
@@ -85,11 +88,13 @@ export class TimerQueue {
   constructor(
     private readonly owner: TimerOwner = { node: 0, domain: 'event', entityOf: (key) => key },
     private readonly reuse = false,
-  ) {}
+  ) {
+    this.byKey = owner.homeOf === undefined ? new Map() : undefined;
+  }
 
   load(t: TimerEntry): void {
     if (this.find(t.key, t.ns, t.time)) return;
-    const n = this.insert(t.node, t.domain, t.time, t.kg, t.key, t.ns);
+    const n = this.insert(t.node, t.domain, t.time, t.kg, t.key, t.ns, this.homeFor(t.key, t.kg));
     n.committed = true;
     n.changed = false;
     this.adds--;
@@ -98,27 +103,40 @@ export class TimerQueue {
 
   register(t: TimerEntry): void {
     const n = this.find(t.key, t.ns, t.time);
-    if (n === undefined) this.insert(t.node, t.domain, t.time, t.kg, t.key, t.ns);
+    if (n === undefined) this.insert(t.node, t.domain, t.time, t.kg, t.key, t.ns, this.homeFor(t.key, t.kg));
     else if (!n.live) this.revive(n);
   }
 
   /**
    * register() for this queue's node and domain, the entry built only when the timer is new.
-   * `hint`: the key's state entry when the caller has one: its entity string spares a lookup
-   * when the key's changes are reported, and firedHint() hands it back at the key's firing.
+   * `hint`: the key's state entry when the caller holds it (the owner's home of the key,
+   * TimerOwner.homeOf): the timer is filed on it without a look-up by key, and firedHint
+   * hands it back at the key's firing. Ignored by a queue that keeps homes of its own.
    */
   registerAt(time: number, key: string, kg: number, ns: string, hint?: KeyHint): void {
-    const fired = this.firedKt;
-    // The fired key's timers, while they are still filed (a key leaves byKey only with its last node).
-    const known = key === this.firedKey && fired !== undefined && (fired.map !== undefined ? fired.map.size > 0 : fired.list.length > 0) ? fired : this.byKey.get(key);
-    const n = known === undefined ? undefined : findIn(known, ns, time);
-    if (n === undefined) {
-      const kt = this.insert(this.owner.node, this.owner.domain, time, kg, key, ns, known).kt;
-      if (hint !== undefined) {
-        if (kt.entity === undefined) kt.entity = hint.entity;
-        kt.hint = hint;
-      }
-    } else if (!n.live) this.revive(n);
+    const home = hint !== undefined && this.byKey === undefined ? hint : key === this.firedKey && this.firedHome !== undefined && this.homeHolds(this.firedHome, key) ? this.firedHome : this.homeFor(key, kg);
+    const n = findIn(home, this.owner.domain, ns, time);
+    if (n === undefined) this.insert(this.owner.node, this.owner.domain, time, kg, key, ns, home);
+    else if (!n.live) this.revive(n);
+  }
+
+  /** The fired key's home is still the key's (a home of the queue's own leaves with its last node). */
+  private homeHolds(h: TimerHome, key: string): boolean {
+    return this.byKey === undefined || this.byKey.get(key) === h;
+  }
+
+  /** The key's home, made if absent. */
+  private homeFor(key: string, kg: number): TimerHome {
+    const byKey = this.byKey;
+    if (byKey === undefined) return this.owner.homeOf!(key, kg, true)!;
+    let h = byKey.get(key);
+    if (h === undefined) byKey.set(key, (h = new KeyTimers(this.owner.entityOf(key), kg)));
+    return h;
+  }
+
+  /** The key's home if it has one. */
+  private homeOf(key: string): TimerHome | undefined {
+    return this.byKey === undefined ? this.owner.homeOf!(key, 0, false) : this.byKey.get(key);
   }
 
   delete(t: TimerEntry): void {
@@ -187,10 +205,10 @@ export class TimerQueue {
       if (n.live) into.adds[into.added++] = n;
       else into.deletes[into.deleted++] = n;
       if (entities === undefined) continue;
-      const kt = n.kt;
-      if (kt.reported === call) continue;
-      kt.reported = call;
-      entities.push((kt.dirty ??= { entity: (kt.entity ??= this.owner.entityOf(n.key)), kg: n.kg }));
+      const h = n.home;
+      if (h.timersReported === call) continue;
+      h.timersReported = call;
+      entities.push(h);
     }
   }
 
@@ -205,10 +223,10 @@ export class TimerQueue {
     for (let i = 0; i < this.changedCount; i++) {
       const n = this.changed[i]!;
       if (n.live === n.committed) continue;
-      const kt = n.kt;
-      if (kt.reported === call) continue;
-      kt.reported = call;
-      out.push((kt.dirty ??= { entity: (kt.entity ??= this.owner.entityOf(n.key)), kg: n.kg }));
+      const h = n.home;
+      if (h.timersReported === call) continue;
+      h.timersReported = call;
+      out.push(h);
     }
   }
 
@@ -218,9 +236,9 @@ export class TimerQueue {
     return b === undefined ? Number.POSITIVE_INFINITY : b.time;
   }
 
-  /** The hint registered with the key of the timer pollUpTo() returned last (see registerAt). */
+  /** The state entry of the key of the timer pollUpTo() returned last (its home; undefined: a queue with homes of its own). */
   get firedHint(): KeyHint | undefined {
-    return this.firedKt === undefined ? undefined : this.firedKt.hint;
+    return this.byKey === undefined ? this.firedHome : undefined;
   }
 
   /** Remove and return the earliest live timer at or before `upTo`. */
@@ -237,19 +255,17 @@ export class TimerQueue {
     n.inHeap = false;
     this.kill(n);
     this.firedKey = n.key;
-    this.firedKt = n.kt;
+    this.firedHome = n.home;
     return n;
   }
 
-  /** Live timers at or before `upTo` without removing them (for prefetching their keys). */
+  /** Live timers at or before `upTo` without removing them (for prefetching their keys), in no particular order. */
   liveUpTo(upTo: number): TimerEntry[] {
     const out: TimerEntry[] = [];
-    const take = (n: Node) => {
-      if (n.live && n.time <= upTo) out.push(n);
-    };
-    for (const kt of this.byKey.values()) {
-      if (kt.map !== undefined) for (const n of kt.map.values()) take(n);
-      else for (const n of kt.list) take(n);
+    // Every live timer is queued, once (dead ones may linger in their bucket until skipped).
+    for (const b of this.order) {
+      if (b.time > upTo) continue;
+      for (const n of b.nodes) if (n.live) out.push(n);
     }
     return out;
   }
@@ -263,11 +279,12 @@ export class TimerQueue {
 
   /** liveOf, appended to `out`. */
   liveInto(key: string, out: TimerEntry[]): void {
-    const kt = this.byKey.get(key);
-    if (kt === undefined) return;
-    if (kt.map !== undefined) {
-      for (const n of kt.map.values()) if (n.live) out.push(n);
-    } else for (const n of kt.list) if (n.live) out.push(n);
+    const h = this.homeOf(key);
+    if (h === undefined) return;
+    const domain = this.owner.domain;
+    if (h.timerMap !== undefined) {
+      for (const n of h.timerMap.values()) if (n.live && n.domain === domain) out.push(n);
+    } else if (h.timerList !== undefined) for (const n of h.timerList) if (n.live && n.domain === domain) out.push(n);
   }
 
   get size(): number {
@@ -275,6 +292,9 @@ export class TimerQueue {
   }
 
   clearChanges(): void {
+    // The batch is over: a key fired in it may lose its entry (forgotten with its last timer).
+    this.firedKey = undefined;
+    this.firedHome = undefined;
     // Nothing added or deleted (added and deleted hold changed nodes only): nothing to clear,
     // and Map/Set clear() would allocate fresh tables for every queue at every commit.
     if (this.changedCount === 0) return;
@@ -301,22 +321,21 @@ export class TimerQueue {
   }
 
   private find(key: string, ns: string, time: number): Node | undefined {
-    const kt = this.byKey.get(key);
-    return kt === undefined ? undefined : findIn(kt, ns, time);
+    const h = this.homeOf(key);
+    return h === undefined ? undefined : findIn(h, this.owner.domain, ns, time);
   }
 
-  /** `kt`: the key's timers when the caller looked them up already (register: one lookup per key, not two). */
-  private insert(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, known?: KeyTimers): Node {
-    let kt = known ?? this.byKey.get(key);
-    if (kt === undefined) this.byKey.set(key, (kt = new KeyTimers()));
+  /** `home`: the key's home (looked up, or handed in, by the caller). */
+  private insert(node: number, domain: 'event' | 'processing', time: number, kg: number, key: string, ns: string, home: TimerHome): Node {
     const free = this.free;
-    const n = free.length > 0 && node === this.owner.node && domain === this.owner.domain ? free.pop()!.renew(time, kg, key, ns, kt) : new Node(node, domain, time, kg, key, ns, kt);
-    if (kt.map !== undefined) kt.map.set(slot(n.ns, n.time), n);
-    else if (kt.list.length < LIST_MAX) kt.list.push(n);
+    const n = free.length > 0 && node === this.owner.node && domain === this.owner.domain ? free.pop()!.renew(time, kg, key, ns, home) : new Node(node, domain, time, kg, key, ns, home);
+    if (home.timerMap !== undefined) home.timerMap.set(slot(n.domain, n.ns, n.time), n);
+    else if (home.timerList === undefined) home.timerList = listOf(n);
+    else if (home.timerList.length < LIST_MAX) home.timerList.push(n);
     else {
-      kt.map = new Map(kt.list.map((x) => [slot(x.ns, x.time), x]));
-      kt.map.set(slot(n.ns, n.time), n);
-      kt.list = [];
+      home.timerMap = new Map(home.timerList.map((x) => [slot(x.domain, x.ns, x.time), x]));
+      home.timerMap.set(slot(n.domain, n.ns, n.time), n);
+      home.timerList = undefined;
     }
     this.liveCount++;
     this.adds++;
@@ -339,21 +358,28 @@ export class TimerQueue {
     } else this.remove(n);
   }
 
-  /** Unfile a node from its key (a key whose last timer goes is forgotten). */
+  /** Unfile a node from its key's home (a home of the queue's own goes with its last node). */
   private remove(n: Node): void {
-    const kt = n.kt;
-    if (kt.map !== undefined) {
-      const s = slot(n.ns, n.time);
-      if (kt.map.get(s) !== n) return;
-      kt.map.delete(s);
-      if (kt.map.size === 0) this.byKey.delete(n.key);
+    const h = n.home;
+    if (h.timerMap !== undefined) {
+      const s = slot(n.domain, n.ns, n.time);
+      if (h.timerMap.get(s) !== n) return;
+      h.timerMap.delete(s);
+      if (h.timerMap.size === 0) this.homeEmptied(h, n.key);
       return;
     }
-    // A node is filed once, and a key's entry leaves byKey only with its last node.
-    const i = kt.list.indexOf(n);
+    // A node is filed once, and a home of the queue's own leaves byKey only with its last node.
+    const list = h.timerList;
+    const i = list === undefined ? -1 : list.indexOf(n);
     if (i < 0) return;
-    removeAt(kt.list, i);
-    if (kt.list.length === 0) this.byKey.delete(n.key);
+    removeAt(list!, i);
+    if (list!.length === 0) this.homeEmptied(h, n.key);
+  }
+
+  private homeEmptied(h: TimerHome, key: string): void {
+    // Back to a list: a key with many timers once may hold few later.
+    if (h.timerMap !== undefined) h.timerMap = undefined;
+    if (this.byKey !== undefined && this.byKey.get(key) === h) this.byKey.delete(key);
   }
 
   /** The bucket of the earliest time with a live timer, positioned on it (dead ones skipped, empty buckets dropped). */
@@ -437,4 +463,15 @@ export class TimerQueue {
     }
     h[i] = last;
   }
+}
+
+/**
+ * A key's first timer list, with room for two: a firing window's key holds its fired timer
+ * and its next one until the commit, and a list grown from empty by push takes room for 17.
+ * (Emptied by pop: setting the length to 0 would drop the room.)
+ */
+function listOf(n: Node): Node[] {
+  const list: Node[] = [n, n];
+  list.pop();
+  return list;
 }

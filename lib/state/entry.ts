@@ -95,6 +95,13 @@ export class EntityEntry implements EntityChanges {
   /** find()'s answer: the slot's value and flags (no object per look-up). */
   private hitV: unknown = undefined;
   private hitFlags = 0;
+  /**
+   * The key's timers, filed here by the runtime (runtime/timer-nodes.ts TimerHome): one object
+   * per key for its state and its timers. The overlay keeps an entry that files timers.
+   */
+  timerList: unknown[] | undefined = undefined;
+  timerMap: Map<string, unknown> | undefined = undefined;
+  timersReported = Number.NaN;
 
   constructor(
     private readonly txn: CellSource,
@@ -304,6 +311,11 @@ export class EntityEntry implements EntityChanges {
   /** @internal Between batches: the entry keeps the store's cell of its entity (the entity has fields). */
   get keepsCell(): boolean {
     return this.committed !== null;
+  }
+
+  /** @internal The runtime files timers of the key here (see timerList). */
+  get holdsTimers(): boolean {
+    return this.timerMap !== undefined ? this.timerMap.size > 0 : this.timerList !== undefined && this.timerList.length > 0;
   }
 }
 

@@ -43,6 +43,8 @@ export class OperatorOverlay {
    * when the sweep forgets live keys.
    */
   private complete: boolean;
+  /** Entries past which reset() sweeps (maxKeys, or more while entries that file timers fill the map). */
+  private sweepAt: number;
 
   constructor(
     private readonly txn: StateTxn,
@@ -51,6 +53,7 @@ export class OperatorOverlay {
     complete: boolean,
   ) {
     this.complete = complete;
+    this.sweepAt = maxKeys;
   }
 
   /** The key's entry, touched by this batch (created on first use: the only place its entity string is built). */
@@ -97,19 +100,40 @@ export class OperatorOverlay {
     // the live keys keep theirs; a key that comes back makes a new entry. Kept until then, a
     // key whose state dies and comes back soon (a window's auction) reuses its entry. When
     // mostly live keys fill the map, start over (each sweep frees at least half the bound).
-    if (this.entries.size > this.maxKeys) {
+    // Entries that file timers (the runtime's homes of them) are kept either way: they are
+    // the keys' timers until those go. If they alone fill the map, the bound grows with them
+    // (a sweep per batch would cost a pass over every key).
+    if (this.entries.size > this.sweepAt) {
       for (const [k, e] of this.entries) {
-        if (!e.keepsCell) {
+        if (!e.keepsCell && !e.holdsTimers) {
           this.entries.delete(k);
           e.live = false;
         }
       }
       if (this.entries.size > this.maxKeys >> 1) {
-        for (const e of this.entries.values()) e.live = false;
-        this.entries = new Map();
+        const kept = new Map<string, EntityEntry>();
+        for (const [k, e] of this.entries) {
+          if (e.holdsTimers) kept.set(k, e);
+          else e.live = false;
+        }
+        this.entries = kept;
         this.complete = false;
       }
+      this.sweepAt = Math.max(this.maxKeys, 2 * this.entries.size);
     }
+  }
+
+  /**
+   * @internal The key's entry as the home of its timers (runtime/timer-nodes.ts TimerHome),
+   * made if `create` and absent; not touched by the batch (its first state use begins it).
+   */
+  timerHome(keyString: string, kg: number, create: boolean): EntityEntry | undefined {
+    let e = this.entries.get(keyString);
+    if (e === undefined && create) {
+      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString), keyString, this);
+      this.entries.set(keyString, e);
+    }
+    return e;
   }
 
 }
@@ -248,7 +272,7 @@ export class StateTxn implements CellSource {
     for (let i = 0; i < this.touchedCount; i++) {
       const e = this.touched[i];
       e.clear();
-      if (forget && !e.keepsCell) e.owner.forget(e);
+      if (forget && !e.keepsCell && !e.holdsTimers) e.owner.forget(e);
     }
     for (const o of this.overlays.values()) o.reset(this.batch);
     this.touchedCount = 0;

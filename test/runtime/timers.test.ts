@@ -1,26 +1,58 @@
 /** TimerQueue against a plain model: firing order (time, key, namespace), no-op re-registration, and the per-commit change sets. */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { TimerQueue } from '../../lib/runtime/timers.ts';
+import { type TimerHome, TimerQueue } from '../../lib/runtime/timers.ts';
 import type { TimerEntry } from '../../lib/state/backend.ts';
+import { InMemoryStateBackend } from '../../lib/state/memory.ts';
+import { StateTxn } from '../../lib/state/txn.ts';
 
 const entry = (time: number, key: string, ns: string): TimerEntry => ({ node: 0, domain: 'event', time, kg: 0, key, ns });
 const id = (t: TimerEntry) => `${t.time}|${t.key}|${t.ns}`;
+/** A changed entity as reported (the key's home: its entity and kg, plus the home's own fields). */
+const ek = (xs: readonly { entity: string; kg: number }[]) => xs.map(({ entity, kg }) => ({ entity, kg }));
 const order = (a: TimerEntry, b: TimerEntry) => a.time - b.time || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0) || (a.ns < b.ns ? -1 : a.ns > b.ns ? 1 : 0);
 
-const timerArb = fc.record({ time: fc.integer({ min: 0, max: 6 }), key: fc.constantFrom('sa', 'sb', 'n1', 'n10'), ns: fc.constantFrom('', 'x', 'L') });
+const KEYS = ['sa', 'sb', 'n1', 'n10'];
+const timerArb = fc.record({ time: fc.integer({ min: 0, max: 6 }), key: fc.constantFrom(...KEYS), ns: fc.constantFrom('', 'x', 'L') });
 const opArb = fc.oneof(
-  fc.record({ op: fc.constant('register' as const), t: timerArb, at: fc.boolean() }),
+  fc.record({ op: fc.constant('register' as const), t: timerArb, at: fc.boolean(), hint: fc.boolean() }),
   fc.record({ op: fc.constant('delete' as const), t: timerArb }),
   fc.record({ op: fc.constant('poll' as const), upTo: fc.integer({ min: -1, max: 7 }) }),
   fc.record({ op: fc.constant('commit' as const) }),
 );
 
+/**
+ * A queue whose keys' timers are filed on their state entries, as a partition's are
+ * (context.ts), over an overlay that forgets entries at each batch's end and sweeps past
+ * two keys: `endBatch` is a commit's end (timers first, then the state's reset).
+ */
+function queueOnEntries(reuse: boolean) {
+  const txn = new StateTxn(new InMemoryStateBackend(), { job: 'j', stage: 0, partition: 0 }, 2);
+  const overlay = txn.overlay('op');
+  const q = new TimerQueue({ node: 0, domain: 'event', entityOf: (key) => overlay.entityOf(key), homeOf: (key, kg, create) => overlay.timerHome(key, kg, create) as unknown as TimerHome | undefined }, reuse);
+  return {
+    q,
+    /** The key's entry as a context holds it once it used the key's state (touched: the batch's end may forget it). */
+    hint: (key: string, kg: number) => overlay.entry(key, kg) as unknown as TimerHome,
+    endBatch: () => {
+      q.clearChanges();
+      txn.reset();
+    },
+  };
+}
+
 describe('TimerQueue', () => {
-  it.each([false, true])('behaves like a sorted set with a committed copy (property; reusing deleted nodes: %s)', (reuse) => {
+  it.each([
+    [false, 'its own'],
+    [true, 'its own'],
+    [false, 'state entries'],
+    [true, 'state entries'],
+  ])('behaves like a sorted set with a committed copy (property; reusing deleted nodes: %s; homes: %s)', (reuse, homes) => {
     fc.assert(
       fc.property(fc.uniqueArray(timerArb, { selector: (t) => `${t.time}|${t.key}|${t.ns}`, maxLength: 6 }), fc.array(opArb, { maxLength: 80 }), (initial, ops) => {
-        const q = new TimerQueue(undefined, reuse);
+        const onEntries = homes === 'state entries' ? queueOnEntries(reuse) : undefined;
+        const q = onEntries?.q ?? new TimerQueue(undefined, reuse);
+        const endBatch = onEntries?.endBatch ?? (() => q.clearChanges());
         // What the backend was handed as added and not deleted since: reuse must never change it.
         const stored = new Map<string, TimerEntry>();
         const live = new Map<string, TimerEntry>();
@@ -35,7 +67,7 @@ describe('TimerQueue', () => {
           if (o.op === 'register') {
             const e = entry(o.t.time, o.t.key, o.t.ns);
             // registerAt: as a context does, also right after a poll of the same key (its timers are not looked up again).
-            if (o.at) q.registerAt(e.time, e.key, e.kg, e.ns);
+            if (o.at) q.registerAt(e.time, e.key, e.kg, e.ns, o.hint ? onEntries?.hint(e.key, e.kg) : undefined);
             else q.register(e);
             if (!live.has(id(e))) live.set(id(e), e);
           } else if (o.op === 'delete') {
@@ -56,7 +88,7 @@ describe('TimerQueue', () => {
             expect(counts).toEqual({ adds: q.added.length, deletes: q.deleted.length });
             for (const t of q.deleted) stored.delete(id(t));
             for (const t of q.added) stored.set(id(t), t);
-            q.clearChanges();
+            endBatch();
             committed = new Set(live.keys());
           }
           expect(q.size).toBe(live.size);
@@ -64,6 +96,8 @@ describe('TimerQueue', () => {
           const min = Math.min(...[...live.values()].map((t) => t.time));
           expect(q.peekTime()).toBe(min);
           expect(new Set(q.liveUpTo(Infinity).map(id))).toEqual(new Set(live.keys()));
+          // Found by key too (snapshots take a changed key's timers so): a key's home is never lost while it files timers.
+          for (const key of KEYS) expect(new Set(q.liveOf(key).map(id))).toEqual(new Set([...live.values()].filter((t) => t.key === key).map(id)));
         }
       }),
       { seed: 31337, numRuns: 400 },
@@ -104,14 +138,14 @@ describe('TimerQueue', () => {
     q.deleteAt(1, 'b', ''); // added and deleted in one batch: no change
     const out: { entity: string; kg: number }[] = [];
     q.changedEntities(out);
-    expect(out).toEqual([{ entity: 'op\u0001a', kg: 2 }]);
+    expect(ek(out)).toEqual([{ entity: 'op\u0001a', kg: 2 }]);
     q.clearChanges();
     const none: { entity: string; kg: number }[] = [];
     q.changedEntities(none);
     expect(none).toEqual([]);
     expect(q.pollUpTo(1)?.key).toBe('a');
     q.changedEntities(none);
-    expect(none).toEqual([{ entity: 'op\u0001a', kg: 2 }]);
+    expect(ek(none)).toEqual([{ entity: 'op\u0001a', kg: 2 }]);
     expect(q.deleted.map((t) => t.time)).toEqual([1]);
   });
 
@@ -132,7 +166,7 @@ describe('TimerQueue', () => {
     expect(lists.adds.map(id)).toEqual(['5|c|']);
     expect(lists.deletes.map(id)).toEqual(['1|a|']);
     expect([lists.added, lists.deleted]).toEqual([1, 1]);
-    expect(entities).toEqual([
+    expect(ek(entities)).toEqual([
       { entity: 'op\u0001a', kg: 2 },
       { entity: 'op\u0001c', kg: 4 },
     ]);
@@ -143,7 +177,7 @@ describe('TimerQueue', () => {
     const later: { entity: string; kg: number }[] = [];
     q.collect({ adds: [], deletes: [], added: 0, deleted: 0 }, undefined, 7);
     q.collect({ adds: [], deletes: [], added: 0, deleted: 0 }, later, 7);
-    expect(later).toEqual([{ entity: 'op\u0001b', kg: 3 }]);
+    expect(ek(later)).toEqual([{ entity: 'op\u0001b', kg: 3 }]);
   });
 });
 
