@@ -22,8 +22,15 @@ import type { ChannelBuffer } from './channel-buffer.ts';
 /** The error for user code of `operator` that threw on `value` while this partition applied its input (attributed to the input record or callback). */
 export type FailureOf = (operator: string, value: unknown, cause: unknown) => Error;
 
-/** Keys whose routing a sender remembers; past it the cache starts over (keys come and go: auctions, windows). */
-const ROUTES_LIMIT = 16_384;
+/**
+ * Keys whose routing a sender remembers; past it the cache starts over (keys come and go:
+ * auctions, windows). Small enough that a route dies young: at 16 384 Nexmark Q5's routes
+ * (one per new auction) lived through two young-generation collections and were promoted,
+ * and Q5 took 7-17 % more CPU than at 4 096 (bench/ab.ts, three rounds). A job with more
+ * keys recurring than this recomputes a key's routing (its key string and hash) when the
+ * cache has started over.
+ */
+const ROUTES_LIMIT = 4_096;
 
 /** A key's routing, computed once while it stays cached, and where its partials in the open buffer are. */
 class KeyRoute {
