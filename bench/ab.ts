@@ -19,6 +19,7 @@ import { openCheckpointedRuntime } from '../lib/local/checkpointing.ts';
 import type { EmbeddedOptions } from '../lib/local/embedded-options.ts';
 import { generate, replaySource } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
+import { intOption } from './flags.ts';
 
 const { values } = parseArgs({
   options: {
@@ -30,11 +31,6 @@ const { values } = parseArgs({
   },
 });
 
-const count = (flag: string, v: string | undefined, min: number) => {
-  const n = Number(v);
-  if (!Number.isSafeInteger(n) || n < min) throw new Error(`--${flag}: expected an integer >= ${min}, received "${v}"`);
-  return n;
-};
 
 type NumericOptions = Partial<Pick<EmbeddedOptions, (typeof NUMERIC)[number]>>;
 const NUMERIC = ['sourceBatchSize', 'sourceChunksPerRound', 'maxEnvelopesPerBatch', 'batchRecords', 'queueCapacity', 'lingerRounds', 'lingerRecords'] as const;
@@ -50,9 +46,9 @@ function parseVariant(spec: string): NumericOptions {
   return out;
 }
 
-const runs = count('runs', values.runs, 1);
-const warmups = count('warmup-runs', values['warmup-runs'], 0);
-const events = generate(count('events', values.events, 1), 42);
+const runs = intOption('runs', values.runs, 1);
+const warmups = intOption('warmup-runs', values['warmup-runs'], 0);
+const events = generate(intOption('events', values.events, 1), 42);
 const variants = values.variants.split(';').map((spec) => ({ spec: spec || '(defaults)', options: parseVariant(spec) }));
 
 for (const name of values.query.split(',')) {

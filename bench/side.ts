@@ -17,6 +17,7 @@ import { CollectSink } from '../lib/api/sinks.ts';
 import { openCheckpointedRuntime } from '../lib/local/checkpointing.ts';
 import { generate, replaySource } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
+import { intOption } from './flags.ts';
 
 const { values } = parseArgs({
   options: {
@@ -26,16 +27,11 @@ const { values } = parseArgs({
     runs: { type: 'string', default: '5' },
   },
 });
-const count = (flag: string, v: string | undefined, min: number) => {
-  const n = Number(v);
-  if (!Number.isSafeInteger(n) || n < min) throw new Error(`--${flag}: expected an integer >= ${min}, received "${v}"`);
-  return n;
-};
 const q = QUERIES.find((x) => x.name === values.query);
 if (!q) throw new Error(`--query: one of ${QUERIES.map((x) => x.name).join(', ')}, received "${values.query}"`);
 if (values.side !== 'runtime' && values.side !== 'floor') throw new Error(`--side: runtime or floor, received "${values.side}"`);
-const runs = count('runs', values.runs, 1);
-const events = generate(count('events', values.events, 1), 42);
+const runs = intOption('runs', values.runs, 1);
+const events = generate(intOption('events', values.events, 1), 42);
 
 /** One pass: CPU ms. The runtime's pass checkpoints every second, as the bench's does. */
 async function pass(): Promise<number> {

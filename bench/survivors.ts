@@ -21,6 +21,7 @@ import { CollectSink } from '../lib/api/sinks.ts';
 import { openCheckpointedRuntime } from '../lib/local/checkpointing.ts';
 import { generate } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
+import { intOption } from './flags.ts';
 
 const { values } = parseArgs({
   options: {
@@ -31,17 +32,12 @@ const { values } = parseArgs({
     top: { type: 'string', default: '30' },
   },
 });
-const count = (flag: string, v: string | undefined, min: number) => {
-  const n = Number(v);
-  if (!Number.isSafeInteger(n) || n < min) throw new Error(`--${flag}: expected an integer >= ${min}, received "${v}"`);
-  return n;
-};
 const gc = (globalThis as { gc?: (o: { type: 'minor' }) => void }).gc;
 if (!gc) throw new Error('run with node --expose-gc (see the usage at the top of bench/survivors.ts)');
 const q = QUERIES.find((x) => x.name === values.query);
 if (!q) throw new Error(`--query: one of ${QUERIES.map((x) => x.name).join(', ')}, received "${values.query}"`);
-const window = count('pulls', values.pulls, 1);
-const events = generate(count('events', values.events, 1), 42);
+const window = intOption('pulls', values.pulls, 1);
+const events = generate(intOption('events', values.events, 1), 42);
 
 interface HeapNode {
   callFrame: { functionName: string; url: string };
@@ -106,7 +102,7 @@ const source = {
 };
 const dir = mkdtempSync(join(tmpdir(), 'sluice-survivors-'));
 try {
-  for (let r = 0; r < count('runs', values.runs, 1); r++) {
+  for (let r = 0; r < intOption('runs', values.runs, 1); r++) {
     const { runtime } = await openCheckpointedRuntime(q.job(undefined), { sources: { events: source }, sinks: { results: new CollectSink() } }, { dir: join(dir, String(r)), intervalMs: 1000, durable: false, start: 'fresh' });
     await runtime.run();
   }
@@ -116,4 +112,4 @@ try {
 if (windows === 0) throw new Error('no window closed: use more --events or fewer --pulls');
 const all = [...totals.values()].reduce((a, b) => a + b, 0);
 console.log(`${q.name}: ${windows} windows of ${window} source pulls; ${(all / windows / 1e6).toFixed(2)} MB survive a minor GC per window`);
-for (const [k, v] of [...totals].sort((a, b) => b[1] - a[1]).slice(0, count('top', values.top, 1))) console.log(`${(v / windows / 1e3).toFixed(0).padStart(7)} KB  ${k}`);
+for (const [k, v] of [...totals].sort((a, b) => b[1] - a[1]).slice(0, intOption('top', values.top, 1))) console.log(`${(v / windows / 1e3).toFixed(0).padStart(7)} KB  ${k}`);
