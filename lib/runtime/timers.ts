@@ -114,15 +114,20 @@ export class TimerQueue {
    * hands it back at the key's firing. Ignored by a queue that keeps homes of its own.
    */
   registerAt(time: number, key: string, kg: number, ns: string, hint?: KeyHint): void {
-    const home = hint !== undefined && this.byKey === undefined ? hint : key === this.firedKey && this.firedHome !== undefined && this.homeHolds(this.firedHome, key) ? this.firedHome : this.homeFor(key, kg);
+    const home = this.registrationHome(key, kg, hint);
     const n = findIn(home, this.owner.domain, ns, time);
     if (n === undefined) this.insert(this.owner.node, this.owner.domain, time, kg, key, ns, home);
     else if (!n.live) this.revive(n);
   }
 
-  /** The fired key's home is still the key's (a home of the queue's own leaves with its last node). */
-  private homeHolds(h: TimerHome, key: string): boolean {
-    return this.byKey === undefined || this.byKey.get(key) === h;
+  /** Where a registration files its timer: the caller's entry, the fired key's home (a window registering its next end), or the key's by look-up. */
+  private registrationHome(key: string, kg: number, hint: KeyHint | undefined): TimerHome {
+    if (hint !== undefined && this.byKey === undefined) return hint;
+    const fired = this.firedHome;
+    // The fired key's home, while it is still the key's (one of the queue's own leaves with its
+    // last node; an entry is kept while it files timers, and firedHome goes at the batch's end).
+    if (key === this.firedKey && fired !== undefined && (this.byKey === undefined || this.byKey.get(key) === fired)) return fired;
+    return this.homeFor(key, kg);
   }
 
   /** The key's home, made if absent. */
