@@ -11,25 +11,39 @@
  * and self time summed per source file;
  * the .cpuprofile opens in Chrome DevTools or speedscope.
  *
+ * `--lines N`: also the N source lines with the most self samples, with their text: where
+ * inside a hot function the time goes. tsx hands V8 each module as one line, so run a
+ * bundle (esbuild, unminified: one statement per line) for this:
+ *
+ *   npx esbuild bench/profile.ts --bundle --platform=node --format=esm --packages=external --outfile=bench/.profile.mjs
+ *   node bench/.profile.mjs --query q5 --events 1000000 --runs 4 --checkpoint-interval 1000 --lines 40
+ *
+ * Lines that allocate collect samples beyond their cost (a sample often lands where the
+ * young generation fills up): compare changes with bench/ab.ts, not by these shares.
+ *
  * `--heap`: where the profiled run allocates instead (V8's sampling heap profiler, every
  * 4 KB, objects collected by either GC included): bytes per event by allocating function
  * and by file. Garbage is what the GC share of the CPU profile pays for.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { openCheckpointedRuntime } from '../lib/local/checkpointing.ts';
 import { EmbeddedRuntime } from '../lib/local/embedded.ts';
 import { CollectSink } from '../lib/api/sinks.ts';
 import { generate, replaySource } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
+import { intOption } from './flags.ts';
 
 interface ProfileNode {
   id: number;
   callFrame: { functionName: string; url: string; lineNumber: number };
   children?: number[];
+  /** Self samples by source line (1-based), as V8 reports them. */
+  positionTicks?: { line: number; ticks: number }[];
 }
 interface Profile {
   nodes: ProfileNode[];
@@ -47,6 +61,7 @@ const { values } = parseArgs({
     'checkpoint-interval': { type: 'string' },
     runs: { type: 'string', default: '1' },
     heap: { type: 'boolean', default: false },
+    lines: { type: 'string', default: '0' },
   },
 });
 const q = QUERIES.find((x) => x.name === values.query);
@@ -128,6 +143,35 @@ console.log(
 show('self', self);
 show('total', total);
 show('self time by file', byFile);
+const lines = intOption('lines', values.lines, 0);
+if (lines > 0) showLines(profile, lines);
+
+/** The source lines with the most self samples, each with its share of all samples and its text. */
+function showLines(p: Profile, n: number): void {
+  const ticks = new Map<string, number>();
+  let sum = 0;
+  for (const node of p.nodes) {
+    for (const { line, ticks: t } of node.positionTicks ?? []) {
+      sum += t;
+      if (!node.callFrame.url.startsWith('file://')) continue;
+      const k = `${node.callFrame.url}:${line}`;
+      ticks.set(k, (ticks.get(k) ?? 0) + t);
+    }
+  }
+  const sources = new Map<string, string[]>();
+  const textOf = (url: string, line: number) => {
+    let src = sources.get(url);
+    if (src === undefined) sources.set(url, (src = readFileSync(fileURLToPath(url), 'utf8').split('\n')));
+    return (src[line - 1] ?? '').trim().slice(0, 100);
+  };
+  console.log(`--- self samples by line (of ${sum} with line positions)`);
+  for (const [k, t] of [...ticks].sort((a, b) => b[1] - a[1]).slice(0, n)) {
+    const i = k.lastIndexOf(':');
+    const url = k.slice(0, i);
+    const line = Number(k.slice(i + 1));
+    console.log(`${((100 * t) / sum).toFixed(1).padStart(5)}%  ${url.split('/').slice(-2).join('/')}:${line}  ${textOf(url, line)}`);
+  }
+}
 
 interface HeapNode {
   callFrame: { functionName: string; url: string };

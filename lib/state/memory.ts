@@ -22,33 +22,12 @@ import {
   type TrackedInterval,
   type TrackingUpdate,
 } from './backend.ts';
-import { FieldTable } from './fields.ts';
+import { Cell, detach, StageCells } from './memory-cells.ts';
 import { TrackedLog } from './tracked-log.ts';
-
-
-/**
- * An entity's committed fields (StateCell), the first two inline (FieldTable). The stage's map
- * holds the cells of entities with fields (attached); commits update them in place, so an
- * overlay that keeps a cell needs no look-up per batch, and a commit applies an entity's
- * writes without finding it.
- */
-class Cell extends FieldTable {
-  attached = false;
-  /**
-   * A detached cell: the store's change count when cellOf() made it. While no commit or
-   * install has happened since, the entity is still absent from the store: its commit
-   * attaches this cell without looking the entity up again.
-   */
-  born = -1;
-  /** The tracked interval this entity last joined (saves the interval's map look-up per commit). */
-  tracked: TrackedLog | undefined = undefined;
-}
 
 /** Cell.born of a fresh cell (freshCell): the caller knows the entity is absent; its commit attaches it without a look-up. */
 const KNOWN_ABSENT = -2;
 
-/** key group -> entity -> cell */
-type StageCells = Map<number, Map<string, Cell>>;
 
 interface PartitionRecord {
   version: number;
@@ -99,7 +78,7 @@ export class InMemoryStateBackend implements StateBackend {
     // State belongs to the stage, not the partition: a rescale reassigns key groups.
     const id = `${scope.job}/${scope.stage}`;
     s = this.state.get(id);
-    if (!s) this.state.set(id, (s = new Map()));
+    if (!s) this.state.set(id, (s = new StageCells()));
     this.stageOfScope.set(scope, s);
     return s;
   }
@@ -130,12 +109,12 @@ export class InMemoryStateBackend implements StateBackend {
 
   /** The entity's cell (a ReadonlyMap of its fields, updated by later commits), undefined when it has none. */
   peek(scope: PartitionScope, kg: number, entity: string): ReadonlyMap<string, unknown> | undefined {
-    return this.stageState(scope).get(kg)?.get(entity);
+    return this.stageState(scope).find(kg, entity);
   }
 
   /** The entity's cell; a new detached one when it has no fields (a commit attaches it). */
   cellOf(scope: PartitionScope, kg: number, entity: string): Cell {
-    const found = this.stageState(scope).get(kg)?.get(entity);
+    const found = this.stageState(scope).find(kg, entity);
     if (found !== undefined) return found;
     const cell = new Cell();
     cell.born = this.changeCount;
@@ -150,7 +129,7 @@ export class InMemoryStateBackend implements StateBackend {
   }
 
   hasCells(scope: PartitionScope): boolean {
-    for (const groups of this.stageState(scope).values()) if (groups.size > 0) return true;
+    for (const groups of this.stageState(scope).index().values()) if (groups.size > 0) return true;
     return false;
   }
 
@@ -189,7 +168,7 @@ export class InMemoryStateBackend implements StateBackend {
   *entitiesOf(scope: PartitionScope, keyGroups: readonly number[]): Iterable<{ kg: number; entity: string; fields: ReadonlyMap<string, unknown> }> {
     const stage = this.stageState(scope);
     for (const kg of keyGroups) {
-      const groups = stage.get(kg);
+      const groups = stage.index().get(kg);
       if (groups) for (const [entity, cell] of groups) yield { kg, entity, fields: cell };
     }
   }
@@ -201,18 +180,12 @@ export class InMemoryStateBackend implements StateBackend {
    */
   install(scope: PartitionScope, part: InstalledPartition, keyGroups: readonly number[]): void {
     const stage = this.stageState(scope);
-    for (const kg of keyGroups) {
-      // Cells an overlay may still hold stop answering for the store.
-      for (const cell of stage.get(kg)?.values() ?? []) detach(cell);
-      stage.delete(kg);
-    }
+    // Cells an overlay may still hold stop answering for the store.
+    for (const kg of keyGroups) stage.dropGroup(kg);
     for (const { kg, entity, fields } of part.entities) {
-      let groups = stage.get(kg);
-      if (!groups) stage.set(kg, (groups = new Map()));
       const cell = new Cell();
       for (const [f, v] of fields) cell.set(f, v);
-      cell.attached = true;
-      groups.set(entity, cell);
+      stage.attachIndexed(cell, kg, entity);
     }
     this.changeCount++;
     this.untrackedChanges++;
@@ -245,7 +218,7 @@ export class InMemoryStateBackend implements StateBackend {
   /** Number of live entities of a stage (tests, metrics). */
   entityCount(job: string, stage: number): number {
     let n = 0;
-    for (const groups of this.stageState({ job, stage, partition: 0 }).values()) n += groups.size;
+    for (const groups of this.stageState({ job, stage, partition: 0 }).index().values()) n += groups.size;
     return n;
   }
 }
@@ -328,23 +301,12 @@ function sameTimer(x: TimerEntry, t: TimerEntry): boolean {
   return x.time === t.time && x.key === t.key && x.node === t.node && x.domain === t.domain && x.ns === t.ns;
 }
 
-function groupsOf(stage: StageCells, kg: number): Map<string, Cell> {
-  let groups = stage.get(kg);
-  if (groups === undefined) stage.set(kg, (groups = new Map()));
-  return groups;
-}
-
-function detach(cell: Cell): void {
-  cell.attached = false;
-  cell.clearFields();
-}
-
 /** An entity's changes straight from the overlay: its cell, usually attached, is updated in place. */
 function applyEntity(stage: StageCells, e: EntityChanges, cur: TrackedLog | undefined, changeCount: number): void {
   let cell = e.cell as Cell;
   if (!(cell instanceof Cell) || (!cell.attached && cell.born !== changeCount && cell.born !== KNOWN_ABSENT)) {
     // Looked up when the entity had no fields (or not this store's cell): a commit since may have given it some.
-    const found = stage.get(e.kg)?.get(e.entity);
+    const found = stage.find(e.kg, e.entity);
     cell = found ?? (cell instanceof Cell ? cell : new Cell());
   }
   if (cur !== undefined && cell.tracked !== cur) {
@@ -352,32 +314,23 @@ function applyEntity(stage: StageCells, e: EntityChanges, cur: TrackedLog | unde
     cell.tracked = cur;
   }
   if (cell.attached) {
-    if (!e.applyTo(cell)) {
-      groupsOf(stage, e.kg).delete(e.entity);
-      detach(cell);
-    }
+    if (!e.applyTo(cell)) stage.detach(cell, e.kg, e.entity);
     return;
   }
-  if (e.applyTo(cell)) {
-    cell.attached = true;
-    cell.born = -1;
-    groupsOf(stage, e.kg).set(e.entity, cell);
-  } else cell.clearFields();
+  if (e.applyTo(cell)) stage.attach(cell, e.kg, e.entity);
+  else cell.clearFields();
 }
 
 /** Field by field (the writes form of a commit). An entity's writes are consecutive: its cell is found once. */
 function applyWrites(stage: StageCells, writes: readonly StateWrite[], cur: TrackedLog | undefined): void {
   let lastEntity: string | undefined;
   let lastKg = -1;
-  let groups: Map<string, Cell> | undefined;
   let cell: Cell | undefined;
   for (const w of writes) {
     if (w.entity !== lastEntity || w.kg !== lastKg) {
       lastEntity = w.entity;
       lastKg = w.kg;
-      groups = groupsOf(stage, w.kg);
-      cell = groups.get(w.entity);
-      if (cell === undefined) cell = new Cell();
+      cell = stage.find(w.kg, w.entity) ?? new Cell();
       if (cur !== undefined && cell.tracked !== cur) {
         cur.add(w.entity, w.kg);
         cell.tracked = cur;
@@ -387,15 +340,9 @@ function applyWrites(stage: StageCells, writes: readonly StateWrite[], cur: Trac
     if (w.value === undefined) {
       if (!c.attached) continue;
       c.delete(w.field);
-      if (c.size === 0) {
-        groups!.delete(w.entity);
-        detach(c);
-      }
+      if (c.size === 0) stage.detach(c, w.kg, w.entity);
     } else {
-      if (!c.attached) {
-        c.attached = true;
-        groups!.set(w.entity, c);
-      }
+      if (!c.attached) stage.attachIndexed(c, w.kg, w.entity);
       c.set(w.field, w.value);
     }
   }
