@@ -287,7 +287,10 @@ export class TimerQueue {
     const h = this.homeOf(key);
     if (h === undefined) return;
     const domain = this.owner.domain;
-    if (h.timerMap !== undefined) {
+    const one = h.timerOne;
+    if (one !== undefined) {
+      if (one.live && one.domain === domain) out.push(one);
+    } else if (h.timerMap !== undefined) {
       for (const n of h.timerMap.values()) if (n.live && n.domain === domain) out.push(n);
     } else if (h.timerList !== undefined) for (const n of h.timerList) if (n.live && n.domain === domain) out.push(n);
   }
@@ -335,12 +338,17 @@ export class TimerQueue {
     const free = this.free;
     const n = free.length > 0 && node === this.owner.node && domain === this.owner.domain ? free.pop()!.renew(time, kg, key, ns, home) : new Node(node, domain, time, kg, key, ns, home);
     if (home.timerMap !== undefined) home.timerMap.set(slot(n.domain, n.ns, n.time), n);
-    else if (home.timerList === undefined) home.timerList = listOf(n);
-    else if (home.timerList.length < LIST_MAX) home.timerList.push(n);
+    else if (home.timerList !== undefined) {
+      if (home.timerList.length < LIST_MAX) home.timerList.push(n);
+      else {
+        home.timerMap = new Map(home.timerList.map((x) => [slot(x.domain, x.ns, x.time), x]));
+        home.timerMap.set(slot(n.domain, n.ns, n.time), n);
+        home.timerList = undefined;
+      }
+    } else if (home.timerOne === undefined) home.timerOne = n;
     else {
-      home.timerMap = new Map(home.timerList.map((x) => [slot(x.domain, x.ns, x.time), x]));
-      home.timerMap.set(slot(n.domain, n.ns, n.time), n);
-      home.timerList = undefined;
+      home.timerList = [home.timerOne, n];
+      home.timerOne = undefined;
     }
     this.liveCount++;
     this.adds++;
@@ -373,6 +381,12 @@ export class TimerQueue {
       if (h.timerMap.size === 0) this.homeEmptied(h, n.key);
       return;
     }
+    if (h.timerOne !== undefined) {
+      if (h.timerOne !== n) return;
+      h.timerOne = undefined;
+      this.homeEmptied(h, n.key);
+      return;
+    }
     // A node is filed once, and a home of the queue's own leaves byKey only with its last node.
     const list = h.timerList;
     const i = list === undefined ? -1 : list.indexOf(n);
@@ -382,8 +396,9 @@ export class TimerQueue {
   }
 
   private homeEmptied(h: TimerHome, key: string): void {
-    // Back to a list: a key with many timers once may hold few later.
-    if (h.timerMap !== undefined) h.timerMap = undefined;
+    // Back to one inline: a key with many timers once may hold few later.
+    h.timerMap = undefined;
+    h.timerList = undefined;
     if (this.byKey !== undefined && this.byKey.get(key) === h) this.byKey.delete(key);
   }
 
@@ -468,15 +483,4 @@ export class TimerQueue {
     }
     h[i] = last;
   }
-}
-
-/**
- * A key's first timer list, with room for two: a firing window's key holds its fired timer
- * and its next one until the commit, and a list grown from empty by push takes room for 17.
- * (Emptied by pop: setting the length to 0 would drop the room.)
- */
-function listOf(n: Node): Node[] {
-  const list: Node[] = [n, n];
-  list.pop();
-  return list;
 }

@@ -99,6 +99,7 @@ export class EntityEntry implements EntityChanges {
    * The key's timers, filed here by the runtime (runtime/timer-nodes.ts TimerHome): one object
    * per key for its state and its timers. The overlay keeps an entry that files timers.
    */
+  timerOne: unknown = undefined;
   timerList: unknown[] | undefined = undefined;
   timerMap: Map<string, unknown> | undefined = undefined;
   timersReported = Number.NaN;
@@ -313,8 +314,9 @@ export class EntityEntry implements EntityChanges {
     return this.committed !== null;
   }
 
-  /** @internal The runtime files timers of the key here (see timerList). */
+  /** @internal The runtime files timers of the key here (see timerOne). */
   get holdsTimers(): boolean {
+    if (this.timerOne !== undefined) return true;
     return this.timerMap !== undefined ? this.timerMap.size > 0 : this.timerList !== undefined && this.timerList.length > 0;
   }
 }
