@@ -181,16 +181,16 @@ export class NodeContext implements OperatorContext {
   }
 
   stateGet(field: string): unknown {
-    return this.state().get(field);
+    return this.state().read(field);
   }
   statePeek(field: string): unknown {
     return this.state().peek(field);
   }
   stateSet(field: string, value: unknown): void {
-    this.state().set(field, value);
+    this.state().write(field, value);
   }
   stateDelete(field: string): void {
-    this.state().set(field, undefined);
+    this.state().write(field, undefined);
   }
   stateAppend(field: string, value: unknown): number {
     return this.state().append(field, value);

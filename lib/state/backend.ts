@@ -233,16 +233,18 @@ export interface StateBackend {
    * Optional (in-memory stores): the entity's cell, which peek() would answer the fields of.
    * StateTxn keeps an attached cell across batches instead of peeking once per batch, and
    * commits its writes as CommitBatch.entities, which a store with cellOf must accept.
-   * Remote stores (needsPrefetch) leave it unset.
+   * Remote stores (needsPrefetch) leave it unset. `reuse`: an object of the caller's that the
+   * store may take as the entity's new cell when it has none (an in-memory store's state
+   * entries are built on its cells: StateTxn's entry then is the cell, one object per key).
    */
-  cellOf?(scope: PartitionScope, kg: number, entity: string): StateCell;
+  cellOf?(scope: PartitionScope, kg: number, entity: string, reuse?: StateCell): StateCell;
   /**
    * Optional, with cellOf: a new detached cell for an entity the caller knows has no fields in
    * the store, attached by the commit that gives it some without a look-up. A StateTxn that
    * began on a stage without cells (hasCells) knows every entity of its partition with fields
-   * (they were all made through it), until untrackedChanges moves.
+   * (they were all made through it), until untrackedChanges moves. `reuse`: as for cellOf.
    */
-  freshCell?(scope: PartitionScope, kg: number, entity: string): StateCell;
+  freshCell?(scope: PartitionScope, kg: number, entity: string, reuse?: StateCell): StateCell;
   /** Optional, with freshCell: does any entity of the partition's stage have fields? */
   hasCells?(scope: PartitionScope): boolean;
   /**

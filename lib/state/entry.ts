@@ -5,10 +5,12 @@
  */
 import { InvariantError } from '../errors.ts';
 import type { EntityChanges, StateCell, StateWrite, WritableFields } from './backend.ts';
+import { Cell } from './memory-cells.ts';
 
 /** Where an entry finds its entity's committed fields (StateTxn). */
 export interface CellSource {
-  cellOf(kg: number, entity: string): StateCell;
+  /** `reuse`: the entry itself, which an in-memory store may take as the entity's new cell (see EntityEntry). */
+  cellOf(kg: number, entity: string, reuse: Cell): StateCell;
 }
 
 /** What keeps entries by key (OperatorOverlay). */
@@ -53,6 +55,13 @@ const OWN = 2;
 /** The list's elements are the committed list's (append copied it shallowly): deep-copied before it is handed out. */
 const SHARED = 4;
 
+/** find()'s answer: the slot's value and flags (module state, not fields: nothing runs between a find and its read). */
+let hitV: unknown;
+let hitFlags = 0;
+
+/** TimerHome.timersReported of a key never reported (a small integer, so the field holds no boxed number). */
+const NOT_REPORTED = -0x80000000;
+
 /** A field of the overlay past the two inline slots. */
 interface Overflow {
   v: unknown;
@@ -63,16 +72,25 @@ interface Overflow {
  * One key of one operator. Entries live as long as the operator's overlay keeps them
  * (see OperatorOverlay), so a key's entity string is built and hashed once, not per
  * batch; what a batch read or wrote is cleared when the batch ends (`batch` says which
- * batch touched it last). Its first two fields are inline (`f0`, `f1`); further fields
- * go to `more`. With an in-memory store the entry keeps the store's cell of the entity
+ * batch touched it last). Its first two fields are inline (`bf0`, `bf1`); further fields
+ * go to `bmore`. With an in-memory store the entry keeps the store's cell of the entity
  * across batches (StateBackend.cellOf), and the commit applies the entry's writes to it directly.
  *
- * Copy discipline: committed values are never changed by the overlay. get() answers a
+ * An entry is built on the in-memory store's cell (it extends Cell): for an entity that had
+ * no fields, the store takes the entry itself as the entity's cell (StateBackend.freshCell,
+ * cellOf with `reuse`), so a key is one object, not an entry and a cell (fewer objects for
+ * the young-generation GC to copy, one cache miss per batch instead of two). So the Map-like
+ * get/set/forEach it inherits are the cell's: the committed fields, as the store sees them.
+ * The batch's view is read()/peek()/write()/append()/fields(). An entry whose entity has a
+ * cell already (made by an earlier entry, a restore) uses that one; other stores' entries
+ * leave their cell part empty.
+ *
+ * Copy discipline: committed values are never changed by the overlay. read() answers a
  * copy the caller may change; append() copies a committed list shallowly (its elements
  * are shared with the committed list, marked SHARED) and deep-copies them only if the
  * list is handed out in the same batch, so an aborted batch leaves committed state as it was.
  */
-export class EntityEntry implements EntityChanges {
+export class EntityEntry extends Cell implements EntityChanges {
   /** The batch that touched this entry last (-1: none). */
   batch = -1;
   /**
@@ -84,17 +102,14 @@ export class EntityEntry implements EntityChanges {
   live = true;
   /** The entity's committed fields: the store's cell, kept while attached, or this batch's view (null: not looked up). */
   private committed: StateCell | null = null;
-  private f0: string | undefined = undefined;
-  private v0: unknown = undefined;
-  private s0 = 0;
-  private f1: string | undefined = undefined;
-  private v1: unknown = undefined;
-  private s1 = 0;
-  private more: Map<string, Overflow> | undefined = undefined;
+  private bf0: string | undefined = undefined;
+  private bv0: unknown = undefined;
+  private bs0 = 0;
+  private bf1: string | undefined = undefined;
+  private bv1: unknown = undefined;
+  private bs1 = 0;
+  private bmore: Map<string, Overflow> | undefined = undefined;
   private anyDirty = false;
-  /** find()'s answer: the slot's value and flags (no object per look-up). */
-  private hitV: unknown = undefined;
-  private hitFlags = 0;
   /**
    * The key's timers, filed here by the runtime (runtime/timer-nodes.ts TimerHome): one object
    * per key for its state and its timers. The overlay keeps an entry that files timers.
@@ -102,7 +117,7 @@ export class EntityEntry implements EntityChanges {
   timerOne: unknown = undefined;
   timerList: unknown[] | undefined = undefined;
   timerMap: Map<string, unknown> | undefined = undefined;
-  timersReported = Number.NaN;
+  timersReported = NOT_REPORTED;
 
   constructor(
     private readonly txn: CellSource,
@@ -111,54 +126,56 @@ export class EntityEntry implements EntityChanges {
     /** The key's string form, and the overlay that keeps the entry by it (StateTxn.reset may forget it). */
     readonly key: string,
     readonly owner: EntryOwner,
-  ) {}
+  ) {
+    super();
+  }
 
   /** A committed field's value (not a copy). */
   private committedValue(field: string): unknown {
     // Nothing commits during a batch, so one look-up per entity serves all its fields.
     let c = this.committed;
-    if (c === null) c = this.committed = this.txn.cellOf(this.kg, this.entity);
+    if (c === null) c = this.committed = this.txn.cellOf(this.kg, this.entity, this);
     return c.get(field);
   }
 
   /** The entity's cell (EntityChanges): looked up now if this batch has not read the entity. */
   get cell(): StateCell {
     let c = this.committed;
-    if (c === null) c = this.committed = this.txn.cellOf(this.kg, this.entity);
+    if (c === null) c = this.committed = this.txn.cellOf(this.kg, this.entity, this);
     return c;
   }
 
   /** Has this batch a value (or a deletion) for the field? Sets hitV and hitFlags when it has. */
   private find(field: string): boolean {
-    if (field === this.f0) {
-      this.hitV = this.v0;
-      this.hitFlags = this.s0;
+    if (field === this.bf0) {
+      hitV = this.bv0;
+      hitFlags = this.bs0;
       return true;
     }
-    if (field === this.f1) {
-      this.hitV = this.v1;
-      this.hitFlags = this.s1;
+    if (field === this.bf1) {
+      hitV = this.bv1;
+      hitFlags = this.bs1;
       return true;
     }
-    const o = this.more === undefined ? undefined : this.more.get(field);
+    const o = this.bmore === undefined ? undefined : this.bmore.get(field);
     if (o === undefined) return false;
-    this.hitV = o.v;
-    this.hitFlags = o.flags;
+    hitV = o.v;
+    hitFlags = o.flags;
     return true;
   }
 
   /** Store the batch's value of a field (slots fill in order and are freed together, at clear()). */
   private put(field: string, v: unknown, flags: number): void {
-    if (field === this.f0 || this.f0 === undefined) {
-      this.f0 = field;
-      this.v0 = v;
-      this.s0 = flags;
-    } else if (field === this.f1 || this.f1 === undefined) {
-      this.f1 = field;
-      this.v1 = v;
-      this.s1 = flags;
+    if (field === this.bf0 || this.bf0 === undefined) {
+      this.bf0 = field;
+      this.bv0 = v;
+      this.bs0 = flags;
+    } else if (field === this.bf1 || this.bf1 === undefined) {
+      this.bf1 = field;
+      this.bv1 = v;
+      this.bs1 = flags;
     } else {
-      const more = (this.more ??= new Map());
+      const more = (this.bmore ??= new Map());
       const o = more.get(field);
       if (o === undefined) more.set(field, { v, flags });
       else {
@@ -176,11 +193,12 @@ export class EntityEntry implements EntityChanges {
     return out;
   }
 
-  get(field: string): unknown {
+  /** The field's value in this batch: a copy the caller may change (write() it back for the change to count). */
+  read(field: string): unknown {
     if (this.find(field)) {
-      const v = this.hitV;
+      const v = hitV;
       if (v === DELETED) return undefined;
-      const flags = this.hitFlags;
+      const flags = hitFlags;
       return (flags & (OWN | SHARED)) === 0 ? v : this.handOut(field, v, flags);
     }
     const copy = cloneValue(this.committedValue(field));
@@ -188,22 +206,23 @@ export class EntityEntry implements EntityChanges {
     return copy;
   }
 
-  /** The field's value as get() would see it, without a copy: the caller must not change it. */
+  /** The field's value as read() would see it, without a copy: the caller must not change it. */
   peek(field: string): unknown {
     if (this.find(field)) {
-      const v = this.hitV;
+      const v = hitV;
       return v === DELETED ? undefined : v;
     }
     return this.committedValue(field);
   }
 
-  set(field: string, value: unknown): void {
+  /** Set the field in this batch (undefined deletes it). */
+  write(field: string, value: unknown): void {
     this.put(field, value === undefined ? DELETED : value, DIRTY);
   }
 
   /**
    * Add `value` at the end of the list in `field` (absent: an empty list), as
-   * set(field, [...(get(field) ?? []), value]) would, without copying the list per call:
+   * write(field, [...(read(field) ?? []), value]) would, without copying the list per call:
    * the first append of a batch copies the list shallowly, later ones push to that copy.
    * The value is kept as given (as set keeps it). Returns the list's new length.
    */
@@ -211,8 +230,8 @@ export class EntityEntry implements EntityChanges {
     let base: unknown;
     let shared = false;
     if (this.find(field)) {
-      const v = this.hitV;
-      if ((this.hitFlags & OWN) !== 0) {
+      const v = hitV;
+      if ((hitFlags & OWN) !== 0) {
         const own = v as unknown[];
         own.push(value);
         return own.length;
@@ -246,10 +265,10 @@ export class EntityEntry implements EntityChanges {
     committed.forEach((v, f) => {
       if (f.startsWith(prefix) && !this.find(f)) out.set(f, cloneValue(v));
     });
-    if (this.f0 !== undefined && this.v0 !== DELETED && this.f0.startsWith(prefix)) out.set(this.f0, this.handOut(this.f0, this.v0, this.s0));
-    if (this.f1 !== undefined && this.v1 !== DELETED && this.f1.startsWith(prefix)) out.set(this.f1, this.handOut(this.f1, this.v1, this.s1));
-    if (this.more) {
-      for (const [f, o] of this.more) if (f.startsWith(prefix) && o.v !== DELETED) out.set(f, this.handOut(f, o.v, o.flags));
+    if (this.bf0 !== undefined && this.bv0 !== DELETED && this.bf0.startsWith(prefix)) out.set(this.bf0, this.handOut(this.bf0, this.bv0, this.bs0));
+    if (this.bf1 !== undefined && this.bv1 !== DELETED && this.bf1.startsWith(prefix)) out.set(this.bf1, this.handOut(this.bf1, this.bv1, this.bs1));
+    if (this.bmore) {
+      for (const [f, o] of this.bmore) if (f.startsWith(prefix) && o.v !== DELETED) out.set(f, this.handOut(f, o.v, o.flags));
     }
     return [...out].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
   }
@@ -257,10 +276,10 @@ export class EntityEntry implements EntityChanges {
   /** @internal Append this entry's dirty fields, with their final values. */
   writesTo(out: StateWrite[]): void {
     if (!this.anyDirty) return;
-    if ((this.s0 & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field: this.f0!, value: this.v0 === DELETED ? undefined : this.v0 });
-    if ((this.s1 & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field: this.f1!, value: this.v1 === DELETED ? undefined : this.v1 });
-    if (this.more !== undefined) {
-      for (const [field, o] of this.more) {
+    if ((this.bs0 & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field: this.bf0!, value: this.bv0 === DELETED ? undefined : this.bv0 });
+    if ((this.bs1 & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field: this.bf1!, value: this.bv1 === DELETED ? undefined : this.bv1 });
+    if (this.bmore !== undefined) {
+      for (const [field, o] of this.bmore) {
         if ((o.flags & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field, value: o.v === DELETED ? undefined : o.v });
       }
     }
@@ -268,10 +287,10 @@ export class EntityEntry implements EntityChanges {
 
   /** Apply this batch's writes to `fields` (EntityChanges). Returns whether any field is left. */
   applyTo(fields: WritableFields): boolean {
-    if ((this.s0 & DIRTY) !== 0) applyField(fields, this.f0!, this.v0);
-    if ((this.s1 & DIRTY) !== 0) applyField(fields, this.f1!, this.v1);
-    if (this.more !== undefined) {
-      for (const [field, o] of this.more) if ((o.flags & DIRTY) !== 0) applyField(fields, field, o.v);
+    if ((this.bs0 & DIRTY) !== 0) applyField(fields, this.bf0!, this.bv0);
+    if ((this.bs1 & DIRTY) !== 0) applyField(fields, this.bf1!, this.bv1);
+    if (this.bmore !== undefined) {
+      for (const [field, o] of this.bmore) if ((o.flags & DIRTY) !== 0) applyField(fields, field, o.v);
     }
     return fields.size > 0;
   }
@@ -298,15 +317,15 @@ export class EntityEntry implements EntityChanges {
   clear(): void {
     const c = this.committed;
     if (c !== null && !c.attached) this.committed = null;
-    this.f0 = undefined;
-    this.v0 = undefined;
-    this.s0 = 0;
-    this.f1 = undefined;
-    this.v1 = undefined;
-    this.s1 = 0;
-    this.more = undefined;
+    this.bf0 = undefined;
+    this.bv0 = undefined;
+    this.bs0 = 0;
+    this.bf1 = undefined;
+    this.bv1 = undefined;
+    this.bs1 = 0;
+    this.bmore = undefined;
     this.anyDirty = false;
-    this.hitV = undefined;
+    hitV = undefined;
   }
 
   /** @internal Between batches: the entry keeps the store's cell of its entity (the entity has fields). */

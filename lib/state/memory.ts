@@ -14,6 +14,7 @@ import {
   type PartitionScope,
   type RecoveredPartition,
   type StateBackend,
+  type StateCell,
   type StateWrite,
   scopeId,
   type SlottedTimerEntry,
@@ -112,18 +113,22 @@ export class InMemoryStateBackend implements StateBackend {
     return this.stageState(scope).find(kg, entity);
   }
 
-  /** The entity's cell; a new detached one when it has no fields (a commit attaches it). */
-  cellOf(scope: PartitionScope, kg: number, entity: string): Cell {
+  /**
+   * The entity's cell; a detached one when it has no fields (a commit attaches it): `reuse`
+   * when that is a cell of this store that is free (a state entry: see StateBackend.cellOf),
+   * else a new one.
+   */
+  cellOf(scope: PartitionScope, kg: number, entity: string, reuse?: StateCell): Cell {
     const found = this.stageState(scope).find(kg, entity);
     if (found !== undefined) return found;
-    const cell = new Cell();
+    const cell = freeCell(reuse);
     cell.born = this.changeCount;
     return cell;
   }
 
   /** A cell for an entity the caller knows is absent (StateBackend.freshCell): no look-up. */
-  freshCell(): Cell {
-    const cell = new Cell();
+  freshCell(_scope: PartitionScope, _kg: number, _entity: string, reuse?: StateCell): Cell {
+    const cell = freeCell(reuse);
     cell.born = KNOWN_ABSENT;
     return cell;
   }
@@ -299,6 +304,11 @@ function isSlotted(t: TimerEntry): t is SlottedTimerEntry {
 
 function sameTimer(x: TimerEntry, t: TimerEntry): boolean {
   return x.time === t.time && x.key === t.key && x.node === t.node && x.domain === t.domain && x.ns === t.ns;
+}
+
+/** `reuse` when it is a cell of this store's kind that holds no entity's fields (not attached, no fields), else a new cell. */
+function freeCell(reuse: StateCell | undefined): Cell {
+  return reuse instanceof Cell && !reuse.attached && reuse.listed < 0 && reuse.size === 0 ? reuse : new Cell();
 }
 
 /** An entity's changes straight from the overlay: its cell, usually attached, is updated in place. */

@@ -14,6 +14,7 @@
  */
 import type { EntityChanges, PartitionScope, StateBackend, StateCell, StateWrite } from './backend.ts';
 import { type CellSource, EntityEntry, entityId } from './entry.ts';
+import type { Cell } from './memory-cells.ts';
 
 export { cloneValue, EntityEntry, entityId } from './entry.ts';
 
@@ -63,7 +64,7 @@ export class OperatorOverlay {
       e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString), keyString, this);
       this.entries.set(keyString, e);
       this.resume(e);
-      if (this.complete && (this.complete = this.txn.knowsAll())) e.absent(this.txn.freshCell(kg, e.entity));
+      if (this.complete && (this.complete = this.txn.knowsAll())) e.absent(this.txn.freshCell(kg, e.entity, e));
       return e;
     }
     return e.batch === this.batch ? e : this.resume(e);
@@ -185,8 +186,8 @@ export class StateTxn implements CellSource {
   }
 
   /** @internal A cell for an entity known to be absent (knowsAll). */
-  freshCell(kg: number, entity: string): StateCell {
-    return this.backend.freshCell!(this.scope, kg, entity);
+  freshCell(kg: number, entity: string, reuse: EntityEntry): StateCell {
+    return this.backend.freshCell!(this.scope, kg, entity, reuse);
   }
 
   /** An operator's overlay: long-lived (one per operator and partition), its entries per batch. */
@@ -202,8 +203,8 @@ export class StateTxn implements CellSource {
   }
 
   /** @internal The entity's committed fields: the store's cell, or a view for this batch. */
-  cellOf(kg: number, entity: string): StateCell {
-    if (this.cells) return this.backend.cellOf!(this.scope, kg, entity);
+  cellOf(kg: number, entity: string, reuse: Cell): StateCell {
+    if (this.cells) return this.backend.cellOf!(this.scope, kg, entity, reuse);
     return new PeekedCell(this.backend.peek(this.scope, kg, entity));
   }
 
@@ -221,15 +222,15 @@ export class StateTxn implements CellSource {
   }
 
   get(kg: number, entity: string, field: string): unknown {
-    return this.entryOf(kg, entity).get(field);
+    return this.entryOf(kg, entity).read(field);
   }
 
   set(kg: number, entity: string, field: string, value: unknown): void {
-    this.entryOf(kg, entity).set(field, value);
+    this.entryOf(kg, entity).write(field, value);
   }
 
   delete(kg: number, entity: string, field: string): void {
-    this.entryOf(kg, entity).set(field, undefined);
+    this.entryOf(kg, entity).write(field, undefined);
   }
 
   /** Every live field of an entity whose name starts with prefix (committed merged with the overlay). */

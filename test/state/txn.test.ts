@@ -125,7 +125,7 @@ describe('StateTxn', () => {
             const entry = txn.overlay(op).entry(key, kgOf(key));
             if (o.kind === 'get') {
               if (!view.has(id)) view.set(id, { e, f: field, v: structuredClone(model.get(e)?.get(field)), dirty: false });
-              const got = entry.get(field);
+              const got = entry.read(field);
               expect(got).toEqual(view.get(id)!.v);
               // A copy: changing it changes neither committed state nor, unless written back, the commit.
               if (o.mutate) {
@@ -133,10 +133,10 @@ describe('StateTxn', () => {
                 scribble(view.get(id)!.v);
               }
             } else if (o.kind === 'set') {
-              entry.set(field, structuredClone(o.v));
+              entry.write(field, structuredClone(o.v));
               view.set(id, { e, f: field, v: structuredClone(o.v), dirty: true });
             } else if (o.kind === 'delete') {
-              entry.set(field, undefined);
+              entry.write(field, undefined);
               view.set(id, { e, f: field, v: undefined, dirty: true });
             } else if (o.kind === 'append') {
               const cur = view.has(id) ? view.get(id)!.v : model.get(e)?.get(field);
@@ -171,45 +171,45 @@ describe('StateTxn', () => {
   it('reads are copies: a changed value counts only when written back', () => {
     const { txn, commit, committed } = open();
     const e = txn.overlay('op').entry('a', kgOf('a'));
-    e.set('P', [1, 2]);
+    e.write('P', [1, 2]);
     commit();
-    const read = txn.overlay('op').entry('a', kgOf('a')).get('P') as number[];
+    const read = txn.overlay('op').entry('a', kgOf('a')).read('P') as number[];
     read.push(3);
     expect(txn.writes()).toEqual([]);
     commit();
     expect(committed().get(entityId('op', 'a'))?.get('P')).toEqual([1, 2]);
     const again = txn.overlay('op').entry('a', kgOf('a'));
-    const v = again.get('P') as number[];
+    const v = again.read('P') as number[];
     v.push(3);
-    again.set('P', v);
+    again.write('P', v);
     commit();
     expect(committed().get(entityId('op', 'a'))?.get('P')).toEqual([1, 2, 3]);
   });
 
   it('an abandoned batch leaves committed state and the next batch clean', () => {
     const { txn, commit, committed } = open();
-    txn.overlay('op').entry('a', kgOf('a')).set('P', 1);
-    txn.overlay('op').entry('a', kgOf('a')).set('x', { n: 1 });
+    txn.overlay('op').entry('a', kgOf('a')).write('P', 1);
+    txn.overlay('op').entry('a', kgOf('a')).write('x', { n: 1 });
     commit();
     const before = committed();
     const e = txn.overlay('op').entry('a', kgOf('a'));
-    e.set('P', 2);
-    e.set('x', undefined);
-    txn.overlay('other').entry('b', kgOf('b')).set('P', 5);
+    e.write('P', 2);
+    e.write('x', undefined);
+    txn.overlay('other').entry('b', kgOf('b')).write('P', 5);
     txn.reset();
     expect(committed()).toEqual(before);
     expect(txn.writes()).toEqual([]);
     const next = txn.overlay('op').entry('a', kgOf('a'));
-    expect(next.get('P')).toBe(1);
-    expect(next.get('x')).toEqual({ n: 1 });
-    expect(txn.overlay('other').entry('b', kgOf('b')).get('P')).toBeUndefined();
+    expect(next.read('P')).toBe(1);
+    expect(next.read('x')).toEqual({ n: 1 });
+    expect(txn.overlay('other').entry('b', kgOf('b')).read('P')).toBeUndefined();
   });
 
   it('finds entries by entity string as by (operator, key), and keeps a key entry across batches', () => {
     // Commits by entity, as the runtime commits to a store with cells: the entry's cell is the one attached.
     const { txn, commit } = open(true, true);
     const e1 = txn.overlay('op').entry('n1', kgOf('n1'));
-    e1.set('P', 7);
+    e1.write('P', 7);
     expect(txn.get(kgOf('n1'), entityId('op', 'n1'), 'P')).toBe(7);
     expect(txn.fields(kgOf('n1'), entityId('op', 'n1'), '')).toEqual([['P', 7]]);
     commit();
@@ -217,7 +217,7 @@ describe('StateTxn', () => {
     expect(e2).toBe(e1);
     expect(e2.entity).toBe(entityId('op', 'n1'));
     expect(txn.overlay('op').entityOf('n1')).toBe(e1.entity);
-    expect(e2.get('P')).toBe(7);
+    expect(e2.read('P')).toBe(7);
   });
 
   it('append copies a committed list once per batch, shallowly, and never changes committed state (abandon, then re-apply)', () => {
@@ -229,7 +229,7 @@ describe('StateTxn', () => {
       expect(entry().append('L', { n: 2 })).toBe(2);
       expect(entry().append('L', { n: 3 })).toBe(3);
       // Handed out in the batch that appended: a deep copy, whose changes reach nothing.
-      const got = entry().get('L') as { n: number }[];
+      const got = entry().read('L') as { n: number }[];
       expect(got).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }]);
       got[0].n = 99;
       // The caller's list is its own: a later append makes a new one.
@@ -249,9 +249,9 @@ describe('StateTxn', () => {
   it('append to a field that holds no list is refused with the field and what it holds', () => {
     const { txn } = open();
     const entry = txn.overlay('op').entry('a', kgOf('a'));
-    entry.set('P', 5);
+    entry.write('P', 5);
     expect(() => entry.append('P', 1)).toThrow('state field "P" of "op\\u0001a": append expects a list, found number');
-    expect(entry.get('P')).toBe(5);
+    expect(entry.read('P')).toBe(5);
   });
 
   it("with a store of cells, an overlay forgets a key once its state is gone, and keeps live keys' entries", () => {
@@ -261,26 +261,26 @@ describe('StateTxn', () => {
     const a = entry('a');
     const b = entry('b');
     a.append('l', 1);
-    b.set('P', 1);
+    b.write('P', 1);
     commit();
     expect(entry('a')).toBe(a);
-    entry('a').set('l', undefined);
+    entry('a').write('l', undefined);
     // Keys only read (absent) keep no entry either.
-    expect(entry('c').get('P')).toBeUndefined();
+    expect(entry('c').read('P')).toBeUndefined();
     commit();
     expect(overlay.size).toBe(1);
     expect(entry('b')).toBe(b);
     const a2 = entry('a');
     expect(a2).not.toBe(a);
-    expect(a2.get('l')).toBeUndefined();
+    expect(a2.read('l')).toBeUndefined();
     expect(a2.append('l', 2)).toBe(1);
     commit();
     expect(committed().get(entityId('op', 'a'))?.get('l')).toEqual([2]);
     // A batch that is abandoned forgets nothing it should keep: its writes never happened.
-    entry('a').set('l', undefined);
+    entry('a').write('l', undefined);
     txn.reset();
     expect(entry('a')).toBe(a2);
-    expect(entry('a').get('l')).toEqual([2]);
+    expect(entry('a').read('l')).toEqual([2]);
   });
 
   it("an entry held across batches is live while its overlay keeps it; resumed, it reads as the key's looked-up entry would", () => {
@@ -288,44 +288,44 @@ describe('StateTxn', () => {
     const overlay = txn.overlay('op');
     const entry = (k: string) => overlay.entry(k, kgOf(k));
     const a = entry('a');
-    a.set('P', 1);
+    a.write('P', 1);
     commit();
     // Held (a context, a timer's hint) into the next batch: no look-up, the same entry and value.
     expect(a.live).toBe(true);
-    expect(overlay.resume(a).get('P')).toBe(1);
+    expect(overlay.resume(a).read('P')).toBe(1);
     expect(entry('a')).toBe(a);
-    a.set('P', 2);
+    a.write('P', 2);
     commit();
     expect(committed().get(entityId('op', 'a'))?.get('P')).toBe(2);
-    overlay.resume(a).set('P', undefined);
+    overlay.resume(a).write('P', undefined);
     commit();
     // Its state gone, the overlay forgot it: a holder must look the key up again, and gets a new entry.
     expect(a.live).toBe(false);
     const a2 = entry('a');
     expect(a2).not.toBe(a);
     expect(a2.live).toBe(true);
-    expect(a2.get('P')).toBeUndefined();
+    expect(a2.read('P')).toBeUndefined();
   });
 
   it('a txn begun on a stage without state takes new keys as absent until state appears other than through it (install, a commit field by field)', () => {
     const { backend, txn, commit } = open(true, true);
     const entry = (k: string) => txn.overlay('op').entry(k, kgOf(k));
-    entry('a').set('P', 1);
+    entry('a').write('P', 1);
     commit();
-    expect(entry('b').get('P')).toBeUndefined();
+    expect(entry('b').read('P')).toBeUndefined();
     commit();
     // Installed under the txn: a key it never saw now has state, and it reads it.
     backend.install(scope, { progress: emptyProgress(), timers: [], entities: [{ kg: kgOf('n1'), entity: entityId('op', 'n1'), fields: new Map([['P', 7]]) }] }, [kgOf('n1')]);
-    expect(entry('n1').get('P')).toBe(7);
+    expect(entry('n1').read('P')).toBe(7);
     // A new txn over a stage with state looks keys up.
     const second = new StateTxn(backend, scope);
-    expect(second.overlay('op').entry('n1', kgOf('n1')).get('P')).toBe(7);
+    expect(second.overlay('op').entry('n1', kgOf('n1')).read('P')).toBe(7);
     // Field by field: the cell that commit makes is found by a later batch's new entry.
     const third = open(true, false);
     const e3 = (k: string) => third.txn.overlay('op').entry(k, kgOf(k));
-    e3('a').set('P', 3);
+    e3('a').write('P', 3);
     third.commit();
-    expect(e3('a').get('P')).toBe(3);
+    expect(e3('a').read('P')).toBe(3);
   });
 
   it('past its bound, an overlay drops the entries of keys whose state is gone, and starts over when live keys fill it', () => {
@@ -333,25 +333,25 @@ describe('StateTxn', () => {
     const remote = open(false, false, 4);
     const rEntry = (k: string) => remote.txn.overlay('op').entry(k, kgOf(k));
     const ra = rEntry('a');
-    ra.set('P', 1);
+    ra.write('P', 1);
     remote.commit();
     expect(rEntry('a')).toBe(ra);
-    for (const k of ['b', 'c', 'd', 'e']) expect(rEntry(k).get('P')).toBeUndefined();
+    for (const k of ['b', 'c', 'd', 'e']) expect(rEntry(k).read('P')).toBeUndefined();
     remote.commit();
     expect(rEntry('a')).not.toBe(ra);
-    expect(rEntry('a').get('P')).toBe(1);
+    expect(rEntry('a').read('P')).toBe(1);
     // A store of cells: mostly live keys past the bound, the overlay starts over (their entries are made again, their state read again).
     const { txn, commit } = open(true, true, 4);
     const entry = (k: string) => txn.overlay('op').entry(k, kgOf(k));
     const b = entry('b');
-    b.set('P', 1);
+    b.write('P', 1);
     commit();
     expect(entry('b')).toBe(b);
-    for (const k of ['c', 'd', 'e', 'f']) entry(k).set('P', k);
+    for (const k of ['c', 'd', 'e', 'f']) entry(k).write('P', k);
     commit();
     expect(entry('b')).not.toBe(b);
-    expect(entry('b').get('P')).toBe(1);
-    expect(entry('c').get('P')).toBe('c');
+    expect(entry('b').read('P')).toBe(1);
+    expect(entry('c').read('P')).toBe('c');
   });
 
   it('cloneValue copies JSON-like values deeply: equal, and no object shared', () => {
