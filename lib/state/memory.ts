@@ -367,7 +367,16 @@ function currentInterval(r: PartitionRecord): TrackedLog {
 /** After the writes (marked in commitSync): entities changed otherwise (timers), then maybe a new interval. */
 function track(r: PartitionRecord, u: TrackingUpdate): void {
   const cur = r.tracking[r.tracking.length - 1];
-  for (const e of u.entities) cur.add(e.entity, e.kg);
+  for (const e of u.entities) {
+    // A state entry is its entity's cell (or was built on one): a key whose writes joined the
+    // interval already is not listed again for its timers (any object of the entity may carry
+    // the mark: it only says that the interval lists the entity).
+    if (e instanceof Cell) {
+      if (e.tracked === cur) continue;
+      e.tracked = cur;
+    }
+    cur.add(e.entity, e.kg);
+  }
   if (u.next) {
     r.tracking = r.tracking.filter((t) => t.after >= u.next!.dropBefore);
     r.tracking.push(new TrackedLog(u.next.after));
