@@ -18,7 +18,7 @@ export interface EmbeddedOptions {
   readonly sinks?: Readonly<Record<string, Sink<any>>>;
   /** Rebind sources by name (for example `sluice run --input`). */
   readonly sources?: Readonly<Record<string, SourceBinding<any>>>;
-  /** Records per source envelope. Default 1024; 2048 in jobs with chunked rounds (rounds.ts sourceChunking). */
+  /** Records per source envelope. Default 4096; 2048 in jobs with chunked rounds (rounds.ts sourceChunking). */
   readonly sourceBatchSize?: number;
   /**
    * Envelopes a source may send per scheduling round, for jobs where that changes nothing
@@ -33,15 +33,16 @@ export interface EmbeddedOptions {
    */
   readonly maxEnvelopesPerBatch?: number;
   /**
-   * Records after which a batch stops taking envelopes. Default 16384 (16 source
-   * envelopes of 1024): downstream envelopes are small (one per watermark step), and a
+   * Records after which a batch stops taking envelopes. Default 16384 (4 source
+   * envelopes of 4096): downstream envelopes are small (one per watermark step), and a
    * commit per few of them would cost more than their records.
    */
   readonly batchRecords?: number;
   /**
    * Scheduling rounds a partition fed by another stage may wait while its input keeps
    * arriving, so that one batch (one commit) takes several rounds' records (linger.ts).
-   * Default 8; 0: take the queue every round.
+   * Default 2 (8 until source chunks grew to 4096 records: with chunks that large, 2, 4 and
+   * 8 cost the same CPU in Q5, Q7 and Q8, and 8 tripled Q5's latency); 0: take the queue every round.
    */
   readonly lingerRounds?: number;
   /** Queued records at which a lingering partition takes its queue at once. Default 4096. */

@@ -72,7 +72,7 @@ export class EmbeddedRuntime implements IngestTarget {
       queueCapacity: options.queueCapacity ?? 65536,
       maxAttempts: options.maxAttempts ?? 3,
     };
-    this.linger = { rounds: options.lingerRounds ?? 8, records: Math.min(options.lingerRecords ?? 4096, this.opts.batchRecords), envelopes: this.opts.maxEnvelopesPerBatch };
+    this.linger = { rounds: options.lingerRounds ?? 2, records: Math.min(options.lingerRecords ?? 4096, this.opts.batchRecords), envelopes: this.opts.maxEnvelopesPerBatch };
     for (const node of this.plan.job.sinks()) {
       if (node.spec.kind !== 'sink') continue;
       this.sinks.set(node.name, options.sinks?.[node.name] ?? node.spec.sink);

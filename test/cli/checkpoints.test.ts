@@ -29,7 +29,7 @@ beforeAll(async () => {
   await writeFile(join(dir, 'package.json'), '{"type":"module"}');
   job = join(dir, 'counts.ts');
   await writeFile(job, JOB);
-  input = eventsFile(dir, 'events.jsonl', 20_000);
+  input = eventsFile(dir, 'events.jsonl', 60_000);
 });
 afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
@@ -46,7 +46,7 @@ describe('sluice run --checkpoint-interval --crash-after / --resume', () => {
     const out = join(dir, 'out.jsonl');
     const ck = join(dir, 'ck');
     const args = ['run', job, '--input', input, '--output', out, '--checkpoint-interval', '1', '--checkpoint-dir', ck];
-    const crashed = await sluice([...args, '--crash-after', '12000']);
+    const crashed = await sluice([...args, '--crash-after', '40000']);
     expect(crashed.code, crashed.stderr).toBe(137);
     expect(crashed.stderr).not.toMatch(/records in/); // No summary: it died.
     const partial = await sorted(out);

@@ -8,7 +8,7 @@ import { ManualClock, WatermarkStrategies } from '../../lib/api/types.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
 import { chunkedRounds } from '../../lib/local/embedded.ts';
-import { sourceChunking } from '../../lib/local/rounds.ts';
+import { SOURCE_BATCH, sourceChunking } from '../../lib/local/rounds.ts';
 
 interface Ev {
   n: number;
@@ -74,7 +74,7 @@ describe('several source chunks per round (one source, one stage of one partitio
     expect(chunkedRounds(compile(wide.graph), 1)).toBe(false);
   });
 
-  it('sizes their chunks so that a round is 4096 records (within one batch); other jobs keep 1024-record chunks, one per round', () => {
+  it('sizes their chunks so that a round is 4096 records (within one batch); other jobs keep chunks of SOURCE_BATCH records, one per round', () => {
     const plan = compile(selection(new ManualClock(0), 1).job.graph);
     expect(sourceChunking(plan, {}, 16_384)).toEqual({ batchSize: 2048, chunksPerRound: 2 });
     expect(sourceChunking(plan, {}, 2048)).toEqual({ batchSize: 2048, chunksPerRound: 1 });
@@ -83,7 +83,7 @@ describe('several source chunks per round (one source, one stage of one partitio
     expect(sourceChunking(plan, { sourceBatchSize: 50_000 }, 16_384)).toEqual({ batchSize: 50_000, chunksPerRound: 1 });
     const wide = new Job('wide', { parallelism: 2 });
     wide.fromItems('in', [1, 2]).sinkTo(Sinks.collect());
-    expect(sourceChunking(compile(wide.graph), { sourceChunksPerRound: 8 }, 16_384)).toEqual({ batchSize: 1024, chunksPerRound: 1 });
+    expect(sourceChunking(compile(wide.graph), { sourceChunksPerRound: 8 }, 16_384)).toEqual({ batchSize: SOURCE_BATCH, chunksPerRound: 1 });
   });
 
   // 40 ms: epochs with input between them (chunks go several per round between epochs);
