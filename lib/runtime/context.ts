@@ -162,7 +162,8 @@ export class NodeContext implements OperatorContext {
    */
   private state(): EntityEntry {
     const e = this.entry;
-    if (e !== undefined) {
+    // The key's entry while live (the overlay reuses forgotten entries for other keys).
+    if (e !== undefined && e.key === this.keyString) {
       if (e.batch === this.overlay.batch) return e;
       if (e.live) return this.overlay.resume(e);
     }
@@ -177,7 +178,7 @@ export class NodeContext implements OperatorContext {
   /** The current key's entry if this context holds a live one (a registration's hint: see TimerQueue.registerAt). */
   private heldEntry(): EntityEntry | undefined {
     const e = this.entry;
-    return e !== undefined && e.live ? e : undefined;
+    return e !== undefined && e.live && e.key === this.keyString ? e : undefined;
   }
 
   stateGet(field: string): unknown {

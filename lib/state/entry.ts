@@ -121,13 +121,34 @@ export class EntityEntry extends Cell implements EntityChanges {
 
   constructor(
     private readonly txn: CellSource,
-    readonly kg: number,
-    readonly entity: string,
+    /** The key's group, entity and string form: set again when the overlay reuses the entry for another key (renew). */
+    public kg: number,
+    public entity: string,
     /** The key's string form, and the overlay that keeps the entry by it (StateTxn.reset may forget it). */
-    readonly key: string,
+    public key: string,
     readonly owner: EntryOwner,
   ) {
     super();
+  }
+
+  /**
+   * @internal A forgotten entry as a new key's (OperatorOverlay reuses them: one fewer object
+   * for the young-generation GC to copy per key). Forgotten means cleared, with no fields in
+   * the store (its cell part detached and empty) and no timers, so only what names the key
+   * and what marks it is reset here.
+   */
+  renew(kg: number, entity: string, key: string): this {
+    this.kg = kg;
+    this.entity = entity;
+    this.key = key;
+    this.batch = -1;
+    this.keyValue = undefined;
+    this.live = true;
+    this.committed = null;
+    this.timersReported = NOT_REPORTED;
+    this.tracked = undefined;
+    this.born = -1;
+    return this;
   }
 
   /** A committed field's value (not a copy). */

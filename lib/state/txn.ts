@@ -33,6 +33,9 @@ class PeekedCell implements StateCell {
 /** Keys an operator's overlay remembers across batches before it sweeps (bounds memory). */
 const MAX_REMEMBERED_KEYS = 1 << 16;
 
+/** Forgotten entries an overlay keeps for new keys (a batch's new keys take about as many as it forgets). */
+const SPARE_ENTRIES = 4096;
+
 /** One operator's entries, by key string. */
 export class OperatorOverlay {
   /** The current batch (StateTxn.reset starts a new one). */
@@ -46,6 +49,12 @@ export class OperatorOverlay {
   private complete: boolean;
   /** Entries past which reset() sweeps (maxKeys, or more while entries that file timers fill the map). */
   private sweepAt: number;
+  /**
+   * Forgotten entries, reused for new keys: a window's keys come and go by the thousand, and an
+   * entry lives long enough (its key's windows) to be copied by the young-generation GC, which
+   * a reused one (already in the old generation) is not.
+   */
+  private readonly spare: EntityEntry[] = [];
 
   constructor(
     private readonly txn: StateTxn,
@@ -61,8 +70,7 @@ export class OperatorOverlay {
   entry(keyString: string, kg: number): EntityEntry {
     let e = this.entries.get(keyString);
     if (e === undefined) {
-      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString), keyString, this);
-      this.entries.set(keyString, e);
+      e = this.newEntry(keyString, kg);
       this.resume(e);
       if (this.complete && (this.complete = this.txn.knowsAll())) e.absent(this.txn.freshCell(kg, e.entity, e));
       return e;
@@ -86,6 +94,8 @@ export class OperatorOverlay {
   forget(entry: EntityEntry): void {
     this.entries.delete(entry.key);
     entry.live = false;
+    // Whoever still holds it (a context, a timer's hint) checks `live` and the key: see renew.
+    if (this.spare.length < SPARE_ENTRIES) this.spare.push(entry);
   }
 
   /** Keys remembered (tests). */
@@ -130,10 +140,16 @@ export class OperatorOverlay {
    */
   timerHome(keyString: string, kg: number, create: boolean): EntityEntry | undefined {
     let e = this.entries.get(keyString);
-    if (e === undefined && create) {
-      e = new EntityEntry(this.txn, kg, entityId(this.operator, keyString), keyString, this);
-      this.entries.set(keyString, e);
-    }
+    if (e === undefined && create) e = this.newEntry(keyString, kg);
+    return e;
+  }
+
+  /** A key's entry, remembered by key: a spare one renewed, or a new one. */
+  private newEntry(keyString: string, kg: number): EntityEntry {
+    const entity = entityId(this.operator, keyString);
+    const spare = this.spare.pop();
+    const e = spare !== undefined ? spare.renew(kg, entity, keyString) : new EntityEntry(this.txn, kg, entity, keyString, this);
+    this.entries.set(keyString, e);
     return e;
   }
 

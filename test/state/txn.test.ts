@@ -299,12 +299,40 @@ describe('StateTxn', () => {
     expect(committed().get(entityId('op', 'a'))?.get('P')).toBe(2);
     overlay.resume(a).write('P', undefined);
     commit();
-    // Its state gone, the overlay forgot it: a holder must look the key up again, and gets a new entry.
+    // Its state gone, the overlay forgot it: a holder must look the key up again.
     expect(a.live).toBe(false);
     const a2 = entry('a');
-    expect(a2).not.toBe(a);
     expect(a2.live).toBe(true);
+    expect(a2.key).toBe('a');
     expect(a2.read('P')).toBeUndefined();
+  });
+
+  it('reuses a forgotten entry for a new key: renewed, it names the new key and reads and commits only its state', () => {
+    const { txn, commit, committed } = open(true, true);
+    const overlay = txn.overlay('op');
+    const entry = (k: string) => overlay.entry(k, kgOf(k));
+    entry('b').write('P', 'b');
+    const a = entry('a');
+    a.write('P', 1);
+    commit();
+    overlay.resume(a).write('P', undefined);
+    commit();
+    expect(a.live).toBe(false);
+    // The next new key takes the spare entry: the same object, now the key's.
+    const n1 = entry('n1');
+    expect(n1).toBe(a);
+    expect([n1.live, n1.key, n1.entity, n1.kg]).toEqual([true, 'n1', entityId('op', 'n1'), kgOf('n1')]);
+    expect(n1.read('P')).toBeUndefined();
+    n1.write('P', 3);
+    commit();
+    expect(committed().get(entityId('op', 'n1'))?.get('P')).toBe(3);
+    expect(committed().has(entityId('op', 'a'))).toBe(false);
+    expect(committed().get(entityId('op', 'b'))?.get('P')).toBe('b');
+    // The old key comes back: a new entry, not the one 'n1' now holds.
+    const a2 = entry('a');
+    expect(a2).not.toBe(n1);
+    expect(a2.read('P')).toBeUndefined();
+    expect(entry('n1').read('P')).toBe(3);
   });
 
   it('a txn begun on a stage without state takes new keys as absent until state appears other than through it (install, a commit field by field)', () => {
