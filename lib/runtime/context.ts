@@ -167,7 +167,7 @@ export class NodeContext implements OperatorContext {
       if (e.batch === this.overlay.batch) return e;
       if (e.live) return this.overlay.resume(e);
     }
-    const fresh = (this.entry = this.overlay.entry(this.keyString, this.kg));
+    const fresh = (this.entry = this.overlay.entry(this.keyString, this.kg, this.keyFromTimer ? undefined : this.key));
     // A primitive key is kept for the key's timers, as its string would parse (-0 as 0); an
     // object key is parsed anew for each (the record's object stays the user's).
     const k = this.key;

@@ -6,6 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { keyToString } from '../../lib/api/types.ts';
 import { emptyProgress, type PartitionScope, type StateBackend } from '../../lib/state/backend.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';
 import { cloneValue, entityId, StateTxn } from '../../lib/state/txn.ts';
@@ -333,6 +334,26 @@ describe('StateTxn', () => {
     expect(a2).not.toBe(n1);
     expect(a2.read('P')).toBeUndefined();
     expect(entry('n1').read('P')).toBe(3);
+  });
+
+  it("finds a number key's entry by the number or by its string form, and a string key by its string form", () => {
+    const { txn, commit } = open(true, true);
+    const overlay = txn.overlay('op');
+    const byNumber = overlay.entry(keyToString(42), kgOf(keyToString(42)), 42);
+    byNumber.write('P', 1);
+    expect(overlay.entry('n42', kgOf('n42'))).toBe(byNumber);
+    expect(overlay.timerHome('n42', kgOf('n42'), false)).toBe(byNumber);
+    // The string '42' is another key.
+    const byString = overlay.entry(keyToString('42'), kgOf(keyToString('42')), '42');
+    expect(byString).not.toBe(byNumber);
+    expect(byString.read('P')).toBeUndefined();
+    commit();
+    expect(overlay.entry('n42', kgOf('n42')).read('P')).toBe(1);
+    overlay.entry('n42', kgOf('n42')).write('P', undefined);
+    commit();
+    // Forgotten with its last field, under either form.
+    expect(overlay.timerHome('n42', kgOf('n42'), false)).toBeUndefined();
+    expect(overlay.size).toBe(0);
   });
 
   it('a txn begun on a stage without state takes new keys as absent until state appears other than through it (install, a commit field by field)', () => {
