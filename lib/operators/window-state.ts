@@ -89,8 +89,13 @@ export class WindowKeyCache {
     private readonly prefixes: readonly string[],
   ) {}
 
+  /** The last window asked for: records mostly fall in the window of the one before. */
+  private lastStart = Number.NaN;
+  private last: string[] = [];
+
   /** [windowKey, ...prefix + windowKey]. */
   get(start: number): string[] {
+    if (start === this.lastStart) return this.last;
     let e = this.map.get(start);
     if (e === undefined) {
       // Windows advance with event time: a full cache is mostly stale, so start over.
@@ -99,6 +104,8 @@ export class WindowKeyCache {
       e = [k, ...this.prefixes.map((p) => p + k)];
       this.map.set(start, e);
     }
+    this.lastStart = start;
+    this.last = e;
     return e;
   }
 }
