@@ -345,8 +345,16 @@ export class TimerQueue {
         home.timerMap.set(slot(n.domain, n.ns, n.time), n);
         home.timerList = undefined;
       }
-    } else if (home.timerOne === undefined) home.timerOne = n;
-    else {
+    } else if (home.timerOne === undefined || (this.reuse && !home.timerOne.live)) {
+      // No timer yet, or the key's one timer deleted in this batch (a window's fired timer,
+      // whose firing registers the next): the new one takes its place, no list. The deleted
+      // one stays in `changed` for the commit's delete; registering it again makes a new
+      // node for the same timer, so a commit may delete one object and add another of the
+      // same timer: only for a store that files timers by object (`reuse`: the in-memory
+      // store, which applies deletes first). DynamoDB refuses two operations on one item in
+      // a transaction: there the deleted timer stays filed and a registration revives it.
+      home.timerOne = n;
+    } else {
       home.timerList = [home.timerOne, n];
       home.timerOne = undefined;
     }
