@@ -119,7 +119,7 @@ export class StageCells {
 }
 
 /** A cell out of the store: no fields, not attached. */
-export function detach(cell: Cell): void {
+function detach(cell: Cell): void {
   cell.attached = false;
   cell.clearFields();
 }

@@ -23,7 +23,7 @@ import {
   type TrackedInterval,
   type TrackingUpdate,
 } from './backend.ts';
-import { Cell, detach, StageCells } from './memory-cells.ts';
+import { Cell, StageCells } from './memory-cells.ts';
 import { TrackedLog } from './tracked-log.ts';
 
 /** Cell.born of a fresh cell (freshCell): the caller knows the entity is absent; its commit attaches it without a look-up. */
