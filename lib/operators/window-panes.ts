@@ -26,7 +26,7 @@ import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
 import { cloneValue } from '../state/txn.ts';
 import type { WindowOperator, WindowSpec } from './window.ts';
 import type { PartialAggregate } from './window-combiner.ts';
-import { checkTimestamp, type FixedWindows, windowContents } from './window-state.ts';
+import { checkTimestamp, type FixedWindows, floorMod, windowContents } from './window-state.ts';
 
 const PANES = 'P';
 
@@ -34,11 +34,6 @@ function gcd(a: number, b: number): number {
   while (b !== 0) [a, b] = [b, a % b];
   return a;
 }
-
-const mod = (a: number, m: number) => {
-  const r = a % m;
-  return r < 0 ? r + m : r;
-};
 
 /** True when windows of this spec can be kept as panes (see the file comment). */
 export function panesApply(spec: WindowSpec, w: FixedWindows): boolean {
@@ -71,17 +66,17 @@ export class PaneGeometry {
 
   /** The start of the pane holding t. */
   paneOf(t: number): number {
-    return t - mod(t - this.offset, this.g);
+    return t - floorMod(t - this.offset, this.g);
   }
 
   /** Latest window start at or before t. */
   startAtOrBefore(t: number): number {
-    return t - mod(t - this.offset, this.slide);
+    return t - floorMod(t - this.offset, this.slide);
   }
 
   /** Earliest window start at or after t. */
   startAtOrAfter(t: number): number {
-    const r = mod(t - this.offset, this.slide);
+    const r = floorMod(t - this.offset, this.slide);
     return r === 0 ? t : t - r + this.slide;
   }
 

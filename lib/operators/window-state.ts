@@ -77,8 +77,23 @@ export function fixedWindowsOf(a: WindowAssigner): FixedWindows | undefined {
  */
 export function firstWindowStart(t: number, w: FixedWindows): number {
   const x = t - w.size;
-  const rem = (x - w.offset) % w.slide;
-  return x - (rem < 0 ? rem + w.slide : rem) + w.slide;
+  return x - floorMod(x - w.offset, w.slide) + w.slide;
+}
+
+/** Below this floorMod divides (see there); beyond it, `%`. */
+const FLOOR_MOD_EXACT = 2 ** 52;
+
+/**
+ * a mod m in [0, m), for integers a and m > 0 (window bounds, epoch milliseconds), by a
+ * division and a floor: `%` on numbers beyond small integers (epoch milliseconds are) is a
+ * call to C's fmod, tens of nanoseconds on every record and firing of a window. Exact for
+ * |a| < 2^52: the rounded quotient could only reach the next integer if a >= 2^53 - m, so
+ * its floor is the true one, and the product is an integer of at most |a| + m (or 0 or -m).
+ */
+export function floorMod(a: number, m: number): number {
+  if (a < FLOOR_MOD_EXACT && a > -FLOOR_MOD_EXACT) return a - Math.floor(a / m) * m;
+  const r = a % m;
+  return r < 0 ? r + m : r + 0; // + 0: `%` gives -0 for a negative multiple
 }
 
 /** Window key (and prefixed field names) by window start: the hot path computes each only once. */
