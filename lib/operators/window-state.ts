@@ -87,8 +87,9 @@ const FLOOR_MOD_EXACT = 2 ** 52;
  * a mod m in [0, m), for integers a and m > 0 (window bounds, epoch milliseconds), by a
  * division and a floor: `%` on numbers beyond small integers (epoch milliseconds are) is a
  * call to C's fmod, tens of nanoseconds on every record and firing of a window. Exact for
- * |a| < 2^52: the rounded quotient could only reach the next integer if a >= 2^53 - m, so
- * its floor is the true one, and the product is an integer of at most |a| + m (or 0 or -m).
+ * |a| < 2^52: rounding can carry the quotient across an integer only when |a| is about 2^53
+ * or more, so its floor is the true one, and the product is an exact integer of at most
+ * |a| + m (0 or -m when m > |a|).
  */
 export function floorMod(a: number, m: number): number {
   if (a < FLOOR_MOD_EXACT && a > -FLOOR_MOD_EXACT) return a - Math.floor(a / m) * m;
