@@ -15,7 +15,7 @@ import type { Job } from '../api/stream.ts';
 import { BackPressureError, InjectedCrash, SluiceError } from '../errors.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
-import { locationId, type ParkedFailure, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
+import { locationId, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
 import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
 import type { StateBackend } from '../state/backend.ts';

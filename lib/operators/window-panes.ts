@@ -53,15 +53,12 @@ export class PaneGeometry {
   readonly offset: number;
   /** The pane length. */
   readonly g: number;
-  /** Each window is one pane (tumbling, or a slide that is a multiple of the size). */
-  readonly single: boolean;
 
   constructor(w: FixedWindows) {
     this.size = w.size;
     this.slide = w.slide;
     this.offset = w.offset;
     this.g = gcd(w.size, w.slide);
-    this.single = this.g === w.size;
   }
 
   /** The start of the pane holding t. */
@@ -97,7 +94,7 @@ export class PaneGeometry {
  */
 export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: FixedWindows, combined: boolean): WindowOperator {
   const geo = new PaneGeometry(w);
-  const { size, slide, g, single } = geo;
+  const { size, slide, g } = geo;
   const contents = windowContents(ctx, spec.fn, false);
   const lateTag = spec.lateTag;
 
