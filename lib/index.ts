@@ -1,5 +1,5 @@
 /** Sluice's public API: write a job with these, run it with `sluice` or on AWS. */
-export { Job, DataStream, KeyedStream, WindowedStream } from './api/stream.ts';
+export { Job, DataStream, KeyedStream, WindowedStream, type CoGroupOptions } from './api/stream.ts';
 export type { JobOptions } from './graph/logical.ts';
 export { Windows, type TimeWindow, type WindowAssigner } from './api/windows.ts';
 export { WatermarkStrategies, OutputTag, ManualClock, systemClock, type Clock, type Key, type WatermarkStrategy } from './api/types.ts';

@@ -5,8 +5,9 @@
  *   sluice run examples/nexmark/q8.ts --input events.jsonl --output new-sellers.jsonl
  *
  * A window join: persons keyed by id and auctions keyed by seller, cogrouped per
- * window, so each (person, window) gives one row however many auctions matched (the
- * SQL's GROUP BY on both sides). Only the fields the join needs enter its state.
+ * window (inner: both sides present), so each (person, window) gives one row however
+ * many auctions matched (the SQL's GROUP BY on both sides). Only the fields the join
+ * needs enter its state.
  *
  * Output records: {id, name, windowStart, windowEnd}; reference order: windowStart, id.
  */
@@ -46,16 +47,19 @@ export default function q8(params: Q8Params = {}): Job {
     .keyBy((p) => p.id)
     .join(sellers.keyBy((s) => s))
     .window(Windows.tumbling(sizeMs))
-    .coGroup<Q8Row>((people, auctions, { window }, out) => {
-      if (people.length === 0 || auctions.length === 0) return;
-      // GROUP BY id, name: one row per distinct person (ids are unique, so usually one).
-      const seen = new Set<string>();
-      for (const p of people) {
-        if (seen.has(p.name)) continue;
-        seen.add(p.name);
-        out.emit({ id: p.id, name: p.name, windowStart: window.start, windowEnd: window.end });
-      }
-    })
+    .coGroup<Q8Row>(
+      (people, _auctions, { window }, out) => {
+        // GROUP BY id, name: one row per distinct person (ids are unique, so usually one).
+        const seen = new Set<string>();
+        for (const p of people) {
+          if (seen.has(p.name)) continue;
+          seen.add(p.name);
+          out.emit({ id: p.id, name: p.name, windowStart: window.start, windowEnd: window.end });
+        }
+      },
+      // The SQL's P JOIN A: only windows where the person also opened an auction.
+      { inner: true },
+    )
     .name('new-sellers')
     .sinkTo(Sinks.stdout(), 'results');
   return job;

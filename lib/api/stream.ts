@@ -278,6 +278,15 @@ export class WindowedStream<T, K extends Key> {
   }
 }
 
+export interface CoGroupOptions {
+  /**
+   * Call the function only for windows with records on both sides, as an inner join
+   * (a one-sided window's records are purged without a call). Default false: every
+   * window with a record on either side, the other side possibly empty.
+   */
+  readonly inner?: boolean;
+}
+
 export class JoinedWindow<L, R, K extends Key> {
   constructor(
     private readonly left: KeyedStream<L, K>,
@@ -293,9 +302,15 @@ export class JoinedWindow<L, R, K extends Key> {
     ]);
   }
 
-  /** All left and right records of a key's window at once (empty sides included when the other has records). */
-  coGroup<O>(coGroup: CoGroupFunction<K, L, R, O>): DataStream<O> {
-    return this.left.addNode<O>({ kind: 'windowJoin', assigner: this.assigner, fn: { kind: 'coGroup', coGroup } }, [
+  /**
+   * All left and right records of a key's window at once: by default for every window
+   * with a record on either side (an empty side included, as an outer join); with
+   * `{ inner: true }` only for windows with records on both sides (as an inner join).
+   */
+  coGroup<O>(coGroup: CoGroupFunction<K, L, R, O>, options: CoGroupOptions = {}): DataStream<O> {
+    const inner = options.inner ?? false;
+    if (typeof inner !== 'boolean') throw new JobDefinitionError('coGroup', 'options.inner: true or false', JSON.stringify(inner));
+    return this.left.addNode<O>({ kind: 'windowJoin', assigner: this.assigner, fn: { kind: 'coGroup', coGroup, inner } }, [
       this.left.keyedInput(),
       this.right.keyedInput(),
     ]);

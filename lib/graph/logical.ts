@@ -56,7 +56,7 @@ export type NodeSpec =
   | {
       readonly kind: 'windowJoin';
       readonly assigner: WindowAssigner;
-      readonly fn: { readonly kind: 'pairs'; readonly join: JoinFunction<any, any, any> } | { readonly kind: 'coGroup'; readonly coGroup: CoGroupFunction<any, any, any, any> };
+      readonly fn: { readonly kind: 'pairs'; readonly join: JoinFunction<any, any, any> } | { readonly kind: 'coGroup'; readonly coGroup: CoGroupFunction<any, any, any, any>; readonly inner: boolean };
     }
   | { readonly kind: 'intervalJoin'; readonly lowerMs: number; readonly upperMs: number; readonly fn: IntervalJoinFunction<any, any, any, any> }
   | { readonly kind: 'coProcess'; readonly fn: KeyedCoProcessFunction<any, any, any, any, any> }

@@ -164,4 +164,52 @@ describe('window join: coGroup', () => {
       { key: 'x', start: 10, lefts: [], rights: ['r2'], ts: 19 },
     ]);
   });
+
+  /** Each call's key, window start and sides, with the node's entities left after the run. */
+  async function coGroupCalls(items: readonly Tagged[], options?: { inner?: boolean }) {
+    const backend = new InMemoryStateBackend();
+    const job = new Job('cogroup-calls', { parallelism: 1 });
+    const sink = Sinks.collect<{ key: string; start: number; lefts: string[]; rights: string[] }>();
+    const { left, right } = sides(events(job, 'in', items));
+    left
+      .join(right)
+      .window(Windows.tumbling(10))
+      .coGroup<{ key: string; start: number; lefts: string[]; rights: string[] }>(
+        (ls, rs, { key, window }, c) => c.emit({ key: key as string, start: window.start, lefts: ls.map((e) => e.id), rights: rs.map((e) => e.id) }),
+        options,
+      )
+      .name('join')
+      .sinkTo(sink);
+    const { runtime } = await runJob(job, { backend });
+    return { calls: sorted(sink.records), entities: backend.entityCount('cogroup-calls', stageOf(runtime, 'join')) };
+  }
+
+  // x: both sides in [0,10), only a right in [10,20); y: only a left; z: both in [10,20), only a right in [20,30).
+  const mixed = [L('x', 1, 'l1'), R('x', 2, 'r1'), L('y', 5, 'l3'), L('x', 3, 'l2'), R('x', 14, 'r2'), L('z', 11, 'l4'), R('z', 12, 'r3'), R('z', 25, 'r4')];
+
+  it('inner: called only for windows with records on both sides; one-sided windows are purged all the same', async () => {
+    const inner = await coGroupCalls(mixed, { inner: true });
+    expect(inner.calls).toEqual(
+      sorted([
+        { key: 'x', start: 0, lefts: ['l1', 'l2'], rights: ['r1'] },
+        { key: 'z', start: 10, lefts: ['l4'], rights: ['r3'] },
+      ]),
+    );
+    expect(inner.entities).toBe(0);
+    // The default (outer) sees the same two windows and the three one-sided ones.
+    const outer = await coGroupCalls(mixed);
+    expect(outer.calls).toHaveLength(5);
+    expect(outer.calls).toEqual(expect.arrayContaining(inner.calls));
+    expect(outer.entities).toBe(0);
+    expect(await coGroupCalls(mixed, { inner: false })).toEqual(outer);
+  });
+
+  it('rejects an inner option that is not a boolean, naming it', () => {
+    const job = new Job('cogroup-options', { parallelism: 1 });
+    const { left, right } = sides(events(job, 'in', [L('x', 1, 'l')]));
+    const joined = left.join(right).window(Windows.tumbling(10));
+    const bad = { inner: 'yes' } as unknown as { inner: boolean };
+    expect(() => joined.coGroup(() => {}, bad)).toThrow(JobDefinitionError);
+    expect(() => joined.coGroup(() => {}, bad)).toThrow(/options\.inner: true or false.*"yes"/);
+  });
 });
