@@ -308,6 +308,8 @@ export class JoinedWindow<L, R, K extends Key> {
    * `{ inner: true }` only for windows with records on both sides (as an inner join).
    */
   coGroup<O>(coGroup: CoGroupFunction<K, L, R, O>, options: CoGroupOptions = {}): DataStream<O> {
+    const unknown = Object.keys(options).filter((k) => k !== 'inner');
+    if (unknown.length > 0) throw new JobDefinitionError('coGroup', 'options with at most "inner"', `option ${unknown.map((k) => JSON.stringify(k)).join(', ')}`);
     const inner = options.inner ?? false;
     if (typeof inner !== 'boolean') throw new JobDefinitionError('coGroup', 'options.inner: true or false', JSON.stringify(inner));
     return this.left.addNode<O>({ kind: 'windowJoin', assigner: this.assigner, fn: { kind: 'coGroup', coGroup, inner } }, [

@@ -204,12 +204,14 @@ describe('window join: coGroup', () => {
     expect(await coGroupCalls(mixed, { inner: false })).toEqual(outer);
   });
 
-  it('rejects an inner option that is not a boolean, naming it', () => {
+  it('rejects an inner option that is not a boolean, and unknown options, naming them', () => {
     const job = new Job('cogroup-options', { parallelism: 1 });
     const { left, right } = sides(events(job, 'in', [L('x', 1, 'l')]));
     const joined = left.join(right).window(Windows.tumbling(10));
     const bad = { inner: 'yes' } as unknown as { inner: boolean };
     expect(() => joined.coGroup(() => {}, bad)).toThrow(JobDefinitionError);
     expect(() => joined.coGroup(() => {}, bad)).toThrow(/options\.inner: true or false.*"yes"/);
+    const typo = { innner: true } as unknown as { inner: boolean };
+    expect(() => joined.coGroup(() => {}, typo)).toThrow(/at most "inner".*"innner"/);
   });
 });
