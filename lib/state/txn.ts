@@ -169,7 +169,6 @@ export class OperatorOverlay {
     this.entries.set(mk, e);
     return e;
   }
-
 }
 
 /** A batch's state writes, as the commit carries them (CommitBatch.writes and .entities). */
