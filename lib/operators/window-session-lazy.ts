@@ -12,8 +12,8 @@
  * created (namespace ''), and nothing when it grows or merges. When a timer fires, the
  * key's sessions whose end - 1 is at or before it fire; every other session gets a timer
  * at its current end - 1 (a no-op when it has one). So each session always has a timer
- * at or before its end - 1, fires exactly when the watermark reaches its end - 1, and the
- * firing order, (time, key), is that of one timer per session.
+ * at or before its end - 1, fires exactly when the watermark reaches its end - 1, and a
+ * key's sessions fire by end, as they would with one timer per session.
  */
 import type { StreamRecord } from '../api/types.ts';
 import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';

@@ -14,8 +14,9 @@
  * - window joins: `l${windowKey}` / `r${windowKey}`, the left / right elements of a window;
  * - interval joins: `L${time}` / `R${time}`, the left / right elements with that timestamp.
  * Timers: where a timer's time names the window (fixed sizes; sessions, which never share
- * an end), the namespace is '' and the runtime's (time, key, ns) order fires one key's
- * windows by end; the retaining operators use windowKey as namespace (by end, then start).
+ * an end), the namespace is '' and time order fires one key's windows by end; the
+ * retaining operators use windowKey as namespace (a key's timers of one time fire by
+ * namespace: by end, then start).
  */
 import type { Collector, WindowInfo } from '../api/functions.ts';
 import type { Key } from '../api/types.ts';

@@ -169,16 +169,23 @@ export function removeAt<T>(list: T[], i: number): void {
   list.pop();
 }
 
-/** (key, namespace) order within one time. */
-export function compare(a: Node, b: Node): number {
-  if (a.key !== b.key) return a.key < b.key ? -1 : 1;
-  return a.ns < b.ns ? -1 : a.ns > b.ns ? 1 : 0;
+/**
+ * The live timer of `n`'s key, domain and time with the least namespace (`n` itself when
+ * none is less): one key's timers of one time fire in namespace order.
+ */
+export function firstOfKeyAt(h: TimerHome, n: Node): Node {
+  let best = n;
+  const consider = (x: Node) => {
+    if (x.live && x.time === n.time && x.domain === n.domain && x.ns < best.ns) best = x;
+  };
+  if (h.timerMap !== undefined) for (const x of h.timerMap.values()) consider(x);
+  else if (h.timerList !== undefined) for (let i = 0; i < h.timerList.length; i++) consider(h.timerList[i]);
+  return best;
 }
 
-/** The timers of one time, sorted once firing reaches them; `next` is the firing position. */
+/** The timers of one time, in the order they were queued; `next` is the firing position. */
 export interface Bucket {
   readonly time: number;
   nodes: Node[];
-  sorted: boolean;
   next: number;
 }

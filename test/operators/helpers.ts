@@ -55,6 +55,21 @@ export function sorted<T>(rows: readonly T[]): T[] {
 }
 
 /**
+ * Rows grouped by their `key`, each key's in the order they came: what the runtime orders
+ * (per key); across keys, timers of one time fire in no stated order.
+ */
+export function perKey<T extends { key: Key }>(rows: readonly T[]): [string, T[]][] {
+  const by = new Map<string, T[]>();
+  for (const r of rows) {
+    const k = JSON.stringify(r.key);
+    let list = by.get(k);
+    if (list === undefined) by.set(k, (list = []));
+    list.push(r);
+  }
+  return [...by].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+/**
  * Sum of the `droppedLate` counters of an operator's instances. The runtime does not
  * expose operator instances, so this reaches into its private partitions.
  */

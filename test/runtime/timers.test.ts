@@ -1,4 +1,7 @@
-/** TimerQueue against a plain model: firing order (time, key, namespace), no-op re-registration, and the per-commit change sets. */
+/**
+ * TimerQueue against a plain model: firing order (time order; one key's timers of one time
+ * by namespace; across keys, queue order), no-op re-registration, and the per-commit change sets.
+ */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { type TimerHome, TimerQueue } from '../../lib/runtime/timers.ts';
@@ -10,7 +13,6 @@ const entry = (time: number, key: string, ns: string): TimerEntry => ({ node: 0,
 const id = (t: TimerEntry) => `${t.time}|${t.key}|${t.ns}`;
 /** A changed entity as reported (the key's home: its entity and kg, plus the home's own fields). */
 const ek = (xs: readonly { entity: string; kg: number }[]) => xs.map(({ entity, kg }) => ({ entity, kg }));
-const order = (a: TimerEntry, b: TimerEntry) => a.time - b.time || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0) || (a.ns < b.ns ? -1 : a.ns > b.ns ? 1 : 0);
 
 const KEYS = ['sa', 'sb', 'n1', 'n10'];
 const timerArb = fc.record({ time: fc.integer({ min: 0, max: 6 }), key: fc.constantFrom(...KEYS), ns: fc.constantFrom('', 'x', 'L') });
@@ -47,7 +49,7 @@ describe('TimerQueue', () => {
     [true, 'its own'],
     [false, 'state entries'],
     [true, 'state entries'],
-  ])('behaves like a sorted set with a committed copy (property; reusing deleted nodes: %s; homes: %s)', (reuse, homes) => {
+  ])('behaves like a time-ordered set with a committed copy (property; reusing deleted nodes: %s; homes: %s)', (reuse, homes) => {
     fc.assert(
       fc.property(fc.uniqueArray(timerArb, { selector: (t) => `${t.time}|${t.key}|${t.ns}`, maxLength: 6 }), fc.array(opArb, { maxLength: 80 }), (initial, ops) => {
         const onEntries = homes === 'state entries' ? queueOnEntries(reuse) : undefined;
@@ -75,10 +77,19 @@ describe('TimerQueue', () => {
             q.delete(e);
             live.delete(id(e));
           } else if (o.op === 'poll') {
-            const due = [...live.values()].filter((t) => t.time <= o.upTo).sort(order)[0];
+            // Due: the earliest time's; of those, the queue picks the key (queue order, not
+            // modelled), and then the key's least namespace.
+            const due = [...live.values()].filter((t) => t.time <= o.upTo);
+            const time = Math.min(...due.map((t) => t.time));
             const got = q.pollUpTo(o.upTo);
-            expect(got && id(got)).toBe(due && id(due));
-            if (due) live.delete(id(due));
+            if (due.length === 0) expect(got).toBeUndefined();
+            else {
+              expect(got && live.has(id(got))).toBe(true);
+              expect(got!.time).toBe(time);
+              const nss = due.filter((t) => t.time === time && t.key === got!.key).map((t) => t.ns);
+              expect(got!.ns).toBe(nss.sort()[0]);
+              live.delete(id(got!));
+            }
           } else {
             const added = new Set([...q.added].map(id));
             const deleted = new Set([...q.deleted].map(id));
@@ -132,19 +143,39 @@ describe('TimerQueue', () => {
     expect(q.pollUpTo(30)).toBeUndefined();
   });
 
-  it('fires thousands of timers of one time in key order, including ones registered while firing', () => {
+  it('fires thousands of timers of one time in the order they were queued, ones registered while firing included', () => {
     const q = new TimerQueue();
-    for (let i = 999; i >= 0; i--) q.register(entry(5, `k${String(i).padStart(4, '0')}`, ''));
+    const keys = Array.from({ length: 1000 }, (_, i) => `k${(i * 7919) % 1000}`);
+    for (const k of keys) q.register(entry(5, k, ''));
     const fired: string[] = [];
     for (let t = q.pollUpTo(5); t; t = q.pollUpTo(5)) {
       fired.push(t.key);
-      // A timer registered at the time being fired, after the current key, fires in this pass.
-      if (t.key === 'k0500') q.register(entry(5, 'k0500a', ''));
-      if (t.key === 'k0600') q.register(entry(5, 'k0000', '')); // before the current key: next
+      // Registered at the time being fired: queued after the rest, fired in this pass.
+      if (t.key === keys[500]) q.register(entry(5, 'late', ''));
+      if (t.key === keys[600]) q.register(entry(5, keys[0], '')); // fired already: again, last
     }
-    expect(fired.slice(500, 503)).toEqual(['k0500', 'k0500a', 'k0501']);
-    expect(fired[fired.indexOf('k0600') + 1]).toBe('k0000');
-    expect(fired).toHaveLength(1002);
+    expect(fired).toEqual([...keys, 'late', keys[0]]);
+    expect(q.size).toBe(0);
+  });
+
+  it.each([false, true])('fires one key\'s timers of one time in namespace order, whatever their queue order (recovered: %s)', (recovered) => {
+    const q = new TimerQueue(undefined, true);
+    const add = (t: TimerEntry) => (recovered ? q.load(t) : q.register(t));
+    add(entry(5, 'a', 'w2'));
+    add(entry(5, 'b', ''));
+    add(entry(5, 'a', 'w1'));
+    add(entry(4, 'a', 'w3'));
+    add(entry(5, 'a', 'w0'));
+    q.clearChanges();
+    const fired: string[] = [];
+    for (let t = q.pollUpTo(5); t; t = q.pollUpTo(5)) {
+      fired.push(id(t));
+      if (id(t) === '5|a|w1') q.register(entry(5, 'a', 'v')); // less than w2, queued last
+    }
+    // Key a comes first (its first timer of 5 was queued first), its timers by namespace.
+    expect(fired).toEqual(['4|a|w3', '5|a|w0', '5|a|w1', '5|a|v', '5|a|w2', '5|b|']);
+    expect(q.size).toBe(0);
+    expect(new Set(q.deleted.map(id))).toEqual(new Set(['4|a|w3', '5|a|w0', '5|b|', '5|a|w1', '5|a|w2']));
   });
 
   it('hands the backend entries with exactly the TimerEntry fields (JSON and spreads leave the bookkeeping out)', () => {
