@@ -175,11 +175,16 @@ export function removeAt<T>(list: T[], i: number): void {
  */
 export function firstOfKeyAt(h: TimerHome, n: Node): Node {
   let best = n;
-  const consider = (x: Node) => {
-    if (x.live && x.time === n.time && x.domain === n.domain && x.ns < best.ns) best = x;
-  };
-  if (h.timerMap !== undefined) for (const x of h.timerMap.values()) consider(x);
-  else if (h.timerList !== undefined) for (let i = 0; i < h.timerList.length; i++) consider(h.timerList[i]);
+  const list = h.timerList;
+  if (list !== undefined) {
+    // (No closure shared with the map's loop: it would be allocated per call.)
+    for (let i = 0; i < list.length; i++) {
+      const x = list[i];
+      if (x.ns < best.ns && x.live && x.time === n.time && x.domain === n.domain) best = x;
+    }
+  } else if (h.timerMap !== undefined) {
+    for (const x of h.timerMap.values()) if (x.ns < best.ns && x.live && x.time === n.time && x.domain === n.domain) best = x;
+  }
   return best;
 }
 
