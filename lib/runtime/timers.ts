@@ -257,11 +257,11 @@ export class TimerQueue {
     const b = this.firstBucket();
     if (b === undefined || b.time > upTo) return undefined;
     let n = b.nodes[b.next];
-    const h = n.home;
     // A key with more than one timer: its timer of this time with the least namespace fires
     // first. Fired ahead of its place, it is dead when its place comes (skipped there);
-    // the node at the firing position stays for the next poll.
-    if (h.timerOne === undefined) n = firstOfKeyAt(h, n);
+    // the node at the firing position stays for the next poll. No namespace is less than ''
+    // (the windows' timers without lateness): their key's other timers are not looked at.
+    if (n.ns !== '' && n.home.timerOne === undefined) n = firstOfKeyAt(n.home, n);
     if (n === b.nodes[b.next]) {
       b.next++;
       n.inHeap = false;
