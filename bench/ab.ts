@@ -36,7 +36,7 @@ const { values } = parseArgs({
 
 
 type NumericOptions = Partial<Pick<EmbeddedOptions, (typeof NUMERIC)[number]>>;
-const NUMERIC = ['sourceBatchSize', 'sourceChunksPerRound', 'maxEnvelopesPerBatch', 'batchRecords', 'queueCapacity', 'lingerRounds', 'lingerRecords', 'ab'] as const;
+const NUMERIC = ['sourceBatchSize', 'sourceChunksPerRound', 'maxEnvelopesPerBatch', 'batchRecords', 'queueCapacity', 'lingerRounds', 'lingerRecords'] as const;
 
 function parseVariant(spec: string): NumericOptions {
   const out: Record<string, number> = {};
@@ -58,7 +58,6 @@ for (const name of values.query.split(',')) {
   const q = QUERIES.find((x) => x.name === name);
   if (!q) throw new Error(`--query: one of ${QUERIES.map((x) => x.name).join(', ')}, received "${name}"`);
   const run = async (options: NumericOptions) => {
-    (globalThis as any).__ab = (options as any).ab ?? 0;
     const dir = mkdtempSync(join(tmpdir(), 'sluice-ab-'));
     try {
       const sources = { events: replaySource(events) };
