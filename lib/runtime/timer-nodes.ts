@@ -177,15 +177,16 @@ export function firstOfKeyAt(h: TimerHome, n: Node): Node {
   let best = n;
   const list = h.timerList;
   if (list !== undefined) {
-    // (No closure shared with the map's loop: it would be allocated per call.)
-    for (let i = 0; i < list.length; i++) {
-      const x = list[i];
-      if (x.ns < best.ns && x.live && x.time === n.time && x.domain === n.domain) best = x;
-    }
+    for (let i = 0; i < list.length; i++) if (firesBefore(list[i], best, n)) best = list[i];
   } else if (h.timerMap !== undefined) {
-    for (const x of h.timerMap.values()) if (x.ns < best.ns && x.live && x.time === n.time && x.domain === n.domain) best = x;
+    for (const x of h.timerMap.values()) if (firesBefore(x, best, n)) best = x;
   }
   return best;
+}
+
+/** `x` is live, of `n`'s time and domain, and of a lesser namespace than `best` (a function, not a closure: one per call would allocate). */
+function firesBefore(x: Node, best: Node, n: Node): boolean {
+  return x.ns < best.ns && x.live && x.time === n.time && x.domain === n.domain;
 }
 
 /** The timers of one time, in the order they were queued; `next` is the firing position. */
