@@ -7,7 +7,7 @@
  *                    [--parallelism N] [--seed 42] [--warmup 100000] [--warmup-runs 5] [--json] [--in-process]
  *                    [--checkpoint-interval MS|off]   (default: every 1000 ms, the issue's condition)
  *                    [--cost-events 20000] [--cost-publish-batch 2000] [--skip-aws-cost]
- *                    [--checkpoints-query q5] [--skip-checkpoints]
+ *                    [--checkpoints-query q5] [--skip-checkpoints] [--node-defaults]
  *
  * Then, in the same run, the checkpoint section (bench/checkpoints.ts, in its own child
  * process): one query (Q5 by default) over the same number of events with checkpoints
@@ -15,7 +15,8 @@
  * p50/p99 and snapshot bytes per epoch. `--skip-checkpoints` leaves it out.
  *
  * Each query runs in a fresh child process (`--expose-gc`), so its JIT state and peak
- * memory are its own. Events are generated into memory first, so neither side pays
+ * memory are its own, with the V8 flags of Sluice's launchers (lib/cli/node-flags.ts: a
+ * single-threaded scavenger; `--node-defaults`: Node's defaults instead). Events are generated into memory first, so neither side pays
  * for generation or parsing. The two sides alternate pass by pass: a warm-up (--warmup
  * events, then --warmup-runs full passes of each: the steady state of V8's JIT), then five
  * measured runs of each, and the run with the least CPU time counts per side (every
@@ -34,6 +35,7 @@ import { parseArgs } from 'node:util';
 import { type CheckpointBenchResult, checkpointReport } from './checkpoints.ts';
 import { checkpointLabel, generate, measure, type MeasureConfig, type QueryResult } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
+import { NODE_FLAGS } from '../lib/cli/node-flags.ts';
 
 function fail(message: string): never {
   console.error(`bench: ${message}`);
@@ -69,6 +71,7 @@ const { values } = parseArgs({
     'cost-events': { type: 'string' },
     'cost-publish-batch': { type: 'string' },
     'skip-aws-cost': { type: 'boolean', default: false },
+    'node-defaults': { type: 'boolean', default: false },
     worker: { type: 'string' },
   },
 });
@@ -86,6 +89,11 @@ const cfg: MeasureConfig = {
 const names = (values.query ?? QUERIES.map((q) => q.name)).flatMap((s) => s.split(',')).map((s) => s.trim().toLowerCase());
 const selected = names.map((name) => QUERIES.find((q) => q.name === name) ?? fail(`--query: expected one of ${QUERIES.map((q) => q.name).join(', ')}, received "${name}"`));
 
+/** The children's node flags: the launchers' V8 flags (both sides of a query run under them), unless --node-defaults. */
+const v8Flags = values['node-defaults'] || values['in-process'] ? [] : NODE_FLAGS;
+const childFlags = [...process.execArgv, '--expose-gc', ...v8Flags];
+const flagsLabel = values['in-process'] ? "this process's" : v8Flags.join(' ') || "Node's defaults";
+
 /** Child side: one query, its result as JSON on stdout. */
 async function worker(name: string): Promise<void> {
   const q = QUERIES.find((x) => x.name === name) ?? fail(`--worker: unknown query ${name}`);
@@ -97,7 +105,7 @@ function inChild(name: string): Promise<QueryResult> {
   const script = fileURLToPath(import.meta.url);
   const args = process.argv.slice(2).filter((a, i, all) => a !== '--json' && !(a.startsWith('--query') || all[i - 1] === '--query'));
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...process.execArgv, '--expose-gc', script, ...args, '--worker', name], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [...childFlags, script, ...args, '--worker', name], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
     child.on('error', reject);
@@ -113,7 +121,7 @@ function checkpointsInChild(query: string, events: number): Promise<CheckpointBe
   const script = fileURLToPath(new URL('./checkpoints.ts', import.meta.url));
   const args = ['--json', '--query', query, '--events', String(events)];
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...process.execArgv, '--expose-gc', script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [...childFlags, script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
     child.on('error', reject);
@@ -160,7 +168,7 @@ async function main(): Promise<void> {
   // With --json, stdout carries only the JSON; the human-readable report goes to stderr.
   const say = values.json ? (line: string) => console.error(line) : (line: string) => console.log(line);
   say(`Nexmark on the embedded runtime: ${count.toLocaleString('en-US')} events (seed ${cfg.seed}, 10 000 events/s of event time), warm-up ${cfg.warmup.toLocaleString('en-US')} events + ${cfg.warmupRuns} full passes, checkpoints: ${checkpointLabel(cfg)}`);
-  say(`node ${process.version}, ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}); ${values['in-process'] ? 'all queries in this process' : 'one process per query'}`);
+  say(`node ${process.version}, ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}); ${values['in-process'] ? 'all queries in this process' : 'one process per query'}; V8 flags: ${flagsLabel}`);
   const events = values['in-process'] ? generate(cfg.events, cfg.seed) : undefined;
   const results: QueryResult[] = [];
   for (const q of selected) {
@@ -189,7 +197,7 @@ async function main(): Promise<void> {
     awsCost = await measureAwsCost(selected.map((q) => q.name), costCfg, say);
   }
   if (values.json) {
-    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: checkpointLabel(cfg), node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, results, checkpointBench, awsCost }, null, 2));
+    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: checkpointLabel(cfg), node: process.version, v8Flags: flagsLabel, cpus: cpus().length, cpu: cpus()[0]?.model, results, checkpointBench, awsCost }, null, 2));
   }
   if (results.some((r) => !r.resultsMatch)) {
     console.error('bench: the runtime and the floor disagree on the results');
