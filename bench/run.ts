@@ -18,12 +18,13 @@
  * memory are its own, with the V8 flags of Sluice's launchers (lib/cli/node-flags.ts: a
  * single-threaded scavenger; `--node-defaults`: Node's defaults instead). Events are
  * generated into memory first, so neither side pays for generation or parsing. The two
- * sides alternate pass by pass: a warm-up (--warmup events, then --warmup-runs full passes
- * of each: the steady state of V8's JIT), then five measured runs of each, and the run with the least CPU time counts per side (every
- * runtime run's rows are checked). Throughput counts all events (persons, auctions, bids),
- * as Flink's Nexmark runner does; "per core" divides by the process's CPU time
- * (Flink's "throughput/cores"). Both sides must produce the same rows, or the bench
- * fails. Latency is defined in bench/nexmark/measure.ts.
+ * sides alternate pass by pass: a warm-up (--warmup events, then --warmup-runs full
+ * passes of each: the steady state of V8's JIT), then five measured runs of each, and
+ * the run with the least CPU time counts per side (every runtime run's rows are
+ * checked). Throughput counts all events (persons, auctions, bids), as Flink's Nexmark
+ * runner does; "per core" divides by the process's CPU time (Flink's
+ * "throughput/cores"). Both sides must produce the same rows, or the bench fails.
+ * Latency is defined in bench/nexmark/measure.ts.
  *
  * Then the AWS cost section (bench/aws-cost.ts): the same queries in local-AWS mode,
  * dollars per million events next to the naive baseline and Managed Flink.
