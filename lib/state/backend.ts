@@ -148,11 +148,25 @@ export interface StateCell {
   forEach(fn: (value: unknown, field: string) => void): void;
   /** In the store: later commits show through this cell until one drops the entity's last field. */
   readonly attached: boolean;
+  /**
+   * Is the field's list the store's alone (WritableFields.setOwned), so that a commit may
+   * extend it in place (WritableFields.extend)? Absent: never (a remote store's view).
+   */
+  extensible?(field: string): boolean;
 }
 
 /** What EntityChanges.applyTo writes into: a store's fields of one entity. */
 export interface WritableFields {
   set(field: string, value: unknown): void;
+  /**
+   * set() of a list that no one outside the store holds (an overlay's append made it and
+   * handed it to no one): later commits may extend it in place instead of replacing it.
+   */
+  setOwned(field: string, list: unknown[]): void;
+  /** Is the field's list one set by setOwned (and not set, deleted or replaced since)? */
+  extensible(field: string): boolean;
+  /** Push `items` onto the field's list in place (only when extensible(field)). */
+  extend(field: string, items: readonly unknown[]): void;
   delete(field: string): void;
   readonly size: number;
 }

@@ -54,6 +54,12 @@ const DIRTY = 1;
 const OWN = 2;
 /** The list's elements are the committed list's (append copied it shallowly): deep-copied before it is handed out. */
 const SHARED = 4;
+/**
+ * The value is a tail: what this batch appended to a committed list that is the store's
+ * alone (StateCell.extensible). The commit pushes the tail onto that list in place, so a
+ * list that grows over many batches (a window's records) is not copied by each of them.
+ */
+const TAIL = 8;
 
 /** find()'s answer: the slot's value and flags (module state, not fields: nothing runs between a find and its read). */
 let hitV: unknown;
@@ -220,6 +226,7 @@ export class EntityEntry extends Cell implements EntityChanges {
       const v = hitV;
       if (v === DELETED) return undefined;
       const flags = hitFlags;
+      if ((flags & TAIL) !== 0) return this.handOut(field, this.withTail(field, v as unknown[]), DIRTY | OWN | SHARED);
       return (flags & (OWN | SHARED)) === 0 ? v : this.handOut(field, v, flags);
     }
     const copy = cloneValue(this.committedValue(field));
@@ -231,9 +238,20 @@ export class EntityEntry extends Cell implements EntityChanges {
   peek(field: string): unknown {
     if (this.find(field)) {
       const v = hitV;
+      if ((hitFlags & TAIL) !== 0) return this.withTail(field, v as unknown[]);
       return v === DELETED ? undefined : v;
     }
     return this.committedValue(field);
+  }
+
+  /**
+   * A tail's field as a whole list from now on (the committed list's elements, shared, then
+   * the tail's): the batch's own copy, as append() without a tail would have made it.
+   */
+  private withTail(field: string, tail: unknown[]): unknown[] {
+    const list = (this.committedValue(field) as unknown[]).concat(tail);
+    this.put(field, list, DIRTY | OWN | SHARED);
+    return list;
   }
 
   /** Set the field in this batch (undefined deletes it). */
@@ -252,15 +270,20 @@ export class EntityEntry extends Cell implements EntityChanges {
     let shared = false;
     if (this.find(field)) {
       const v = hitV;
-      if ((hitFlags & OWN) !== 0) {
+      if ((hitFlags & (OWN | TAIL)) !== 0) {
         const own = v as unknown[];
         own.push(value);
-        return own.length;
+        return (hitFlags & TAIL) !== 0 ? (this.committedValue(field) as unknown[]).length + own.length : own.length;
       }
       base = v === DELETED ? undefined : v;
     } else {
       base = this.committedValue(field);
       shared = base !== undefined;
+      // The store's own list: this batch's appends become a tail its commit pushes on.
+      if (shared && this.committed!.extensible?.(field) === true) {
+        this.put(field, [value], DIRTY | TAIL);
+        return (base as unknown[]).length + 1;
+      }
     }
     let list: unknown[];
     if (base === undefined) list = [value];
@@ -286,10 +309,12 @@ export class EntityEntry extends Cell implements EntityChanges {
     committed.forEach((v, f) => {
       if (f.startsWith(prefix) && !this.find(f)) out.set(f, cloneValue(v));
     });
-    if (this.bf0 !== undefined && this.bv0 !== DELETED && this.bf0.startsWith(prefix)) out.set(this.bf0, this.handOut(this.bf0, this.bv0, this.bs0));
-    if (this.bf1 !== undefined && this.bv1 !== DELETED && this.bf1.startsWith(prefix)) out.set(this.bf1, this.handOut(this.bf1, this.bv1, this.bs1));
+    const f0 = this.bf0;
+    if (f0 !== undefined && this.bv0 !== DELETED && f0.startsWith(prefix)) out.set(f0, this.read(f0));
+    const f1 = this.bf1;
+    if (f1 !== undefined && this.bv1 !== DELETED && f1.startsWith(prefix)) out.set(f1, this.read(f1));
     if (this.bmore) {
-      for (const [f, o] of this.bmore) if (f.startsWith(prefix) && o.v !== DELETED) out.set(f, this.handOut(f, o.v, o.flags));
+      for (const [f, o] of this.bmore) if (f.startsWith(prefix) && o.v !== DELETED) out.set(f, this.read(f));
     }
     return [...out].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
   }
@@ -297,23 +322,41 @@ export class EntityEntry extends Cell implements EntityChanges {
   /** @internal Append this entry's dirty fields, with their final values. */
   writesTo(out: StateWrite[]): void {
     if (!this.anyDirty) return;
-    if ((this.bs0 & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field: this.bf0!, value: this.bv0 === DELETED ? undefined : this.bv0 });
-    if ((this.bs1 & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field: this.bf1!, value: this.bv1 === DELETED ? undefined : this.bv1 });
+    if ((this.bs0 & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field: this.bf0!, value: this.finalValue(this.bf0!, this.bv0, this.bs0) });
+    if ((this.bs1 & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field: this.bf1!, value: this.finalValue(this.bf1!, this.bv1, this.bs1) });
     if (this.bmore !== undefined) {
       for (const [field, o] of this.bmore) {
-        if ((o.flags & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field, value: o.v === DELETED ? undefined : o.v });
+        if ((o.flags & DIRTY) !== 0) out.push({ kg: this.kg, entity: this.entity, field, value: this.finalValue(field, o.v, o.flags) });
       }
     }
   }
 
+  /** A written field's value as the commit leaves it (a tail after its committed list). */
+  private finalValue(field: string, v: unknown, flags: number): unknown {
+    if (v === DELETED) return undefined;
+    return (flags & TAIL) !== 0 ? (this.committedValue(field) as unknown[]).concat(v as unknown[]) : v;
+  }
+
   /** Apply this batch's writes to `fields` (EntityChanges). Returns whether any field is left. */
   applyTo(fields: WritableFields): boolean {
-    if ((this.bs0 & DIRTY) !== 0) applyField(fields, this.bf0!, this.bv0);
-    if ((this.bs1 & DIRTY) !== 0) applyField(fields, this.bf1!, this.bv1);
+    if ((this.bs0 & DIRTY) !== 0) this.applyField(fields, this.bf0!, this.bv0, this.bs0);
+    if ((this.bs1 & DIRTY) !== 0) this.applyField(fields, this.bf1!, this.bv1, this.bs1);
     if (this.bmore !== undefined) {
-      for (const [field, o] of this.bmore) if ((o.flags & DIRTY) !== 0) applyField(fields, field, o.v);
+      for (const [field, o] of this.bmore) if ((o.flags & DIRTY) !== 0) this.applyField(fields, field, o.v, o.flags);
     }
     return fields.size > 0;
+  }
+
+  private applyField(fields: WritableFields, field: string, v: unknown, flags: number): void {
+    if (v === DELETED) fields.delete(field);
+    else if ((flags & TAIL) !== 0) {
+      // The tail's list is the one this batch read (nothing commits during a batch), still the store's own.
+      if ((fields as unknown) === this.committed && fields.extensible(field)) fields.extend(field, v as unknown[]);
+      else fields.setOwned(field, this.finalValue(field, v, flags) as unknown[]);
+    }
+    // A list append() made and no one was handed: the store's alone from now on.
+    else if ((flags & OWN) !== 0) fields.setOwned(field, v as unknown[]);
+    else fields.set(field, v);
   }
 
   /** @internal A new entry whose entity the overlay knows is absent: its cell, without a look-up. */
@@ -359,9 +402,4 @@ export class EntityEntry extends Cell implements EntityChanges {
     if (this.timerOne !== undefined) return true;
     return this.timerMap !== undefined ? this.timerMap.size > 0 : this.timerList !== undefined && this.timerList.length > 0;
   }
-}
-
-function applyField(fields: WritableFields, field: string, v: unknown): void {
-  if (v === DELETED) fields.delete(field);
-  else fields.set(field, v);
 }

@@ -13,6 +13,11 @@ export class FieldTable implements ReadonlyMap<string, unknown> {
   private f1: string | undefined = undefined;
   private v1: unknown = undefined;
   private more: Map<string, unknown> | undefined = undefined;
+  /**
+   * Inline slots whose list is the table's alone (setOwned: bit 1 for f0, 2 for f1), which
+   * extend() may push onto. Overflow fields are never marked (a plain set replaces them).
+   */
+  private owned = 0;
 
   /** The field's value (undefined: absent). */
   get(field: string): unknown {
@@ -22,26 +27,55 @@ export class FieldTable implements ReadonlyMap<string, unknown> {
   }
 
   set(field: string, value: unknown): void {
-    if (field === this.f0) this.v0 = value;
-    else if (field === this.f1) this.v1 = value;
+    this.place(field, value, false);
+  }
+
+  setOwned(field: string, list: unknown[]): void {
+    this.place(field, list, true);
+  }
+
+  extensible(field: string): boolean {
+    return (field === this.f0 && (this.owned & 1) !== 0) || (field === this.f1 && (this.owned & 2) !== 0);
+  }
+
+  extend(field: string, items: readonly unknown[]): void {
+    const list = this.get(field) as unknown[];
+    for (let i = 0; i < items.length; i++) list.push(items[i]);
+  }
+
+  /** Set the field; `owned`: mark its inline slot as holding the table's own list. */
+  private place(field: string, value: unknown, owned: boolean): void {
+    let bit = 0;
+    if (field === this.f0) {
+      this.v0 = value;
+      bit = 1;
+    } else if (field === this.f1) {
+      this.v1 = value;
+      bit = 2;
+    }
     // A free slot takes the field unless the overflow has it already (a field lives in one place).
     else if (this.more !== undefined && this.more.has(field)) this.more.set(field, value);
     else if (this.f0 === undefined) {
       this.f0 = field;
       this.v0 = value;
+      bit = 1;
     } else if (this.f1 === undefined) {
       this.f1 = field;
       this.v1 = value;
+      bit = 2;
     } else (this.more ??= new Map()).set(field, value);
+    if (bit !== 0) this.owned = owned ? this.owned | bit : this.owned & ~bit;
   }
 
   delete(field: string): void {
     if (field === this.f0) {
       this.f0 = undefined;
       this.v0 = undefined;
+      this.owned &= ~1;
     } else if (field === this.f1) {
       this.f1 = undefined;
       this.v1 = undefined;
+      this.owned &= ~2;
     } else if (this.more !== undefined) {
       this.more.delete(field);
       if (this.more.size === 0) this.more = undefined;
@@ -82,6 +116,7 @@ export class FieldTable implements ReadonlyMap<string, unknown> {
 
   /** Drop every field. */
   clearFields(): void {
+    this.owned = 0;
     this.f0 = undefined;
     this.v0 = undefined;
     this.f1 = undefined;

@@ -8,26 +8,39 @@ describe('FieldTable', () => {
     const field = fc.constantFrom('a', 'b', 'c', 'd');
     const op = fc.oneof(
       fc.record({ kind: fc.constant('set' as const), field, v: fc.integer() }),
+      fc.record({ kind: fc.constant('setOwned' as const), field, v: fc.integer() }),
       fc.record({ kind: fc.constant('delete' as const), field }),
       fc.record({ kind: fc.constant('clear' as const) }),
     );
     fc.assert(
       fc.property(fc.array(op, { maxLength: 40 }), (ops) => {
         const t = new FieldTable();
-        const model = new Map<string, number>();
+        const model = new Map<string, unknown>();
+        /** Fields whose value is the list setOwned gave (and nothing replaced since). */
+        const owned = new Set<string>();
         for (const o of ops) {
           if (o.kind === 'set') {
             t.set(o.field, o.v);
             model.set(o.field, o.v);
+            owned.delete(o.field);
+          } else if (o.kind === 'setOwned') {
+            const list = [o.v];
+            t.setOwned(o.field, list);
+            model.set(o.field, list);
+            owned.add(o.field);
           } else if (o.kind === 'delete') {
             t.delete(o.field);
             model.delete(o.field);
+            owned.delete(o.field);
           } else {
             t.clearFields();
             model.clear();
+            owned.clear();
           }
           expect(t.size).toBe(model.size);
           for (const f of ['a', 'b', 'c', 'd']) expect(t.get(f)).toBe(model.get(f));
+          // Only a list set by setOwned, and still there, may be extended in place.
+          for (const f of ['a', 'b', 'c', 'd']) if (t.extensible(f)) expect(owned.has(f)).toBe(true);
           const seen: [string, unknown][] = [];
           t.forEach((v, f) => seen.push([f, v]));
           expect(new Map(seen)).toEqual(model);
@@ -42,5 +55,28 @@ describe('FieldTable', () => {
       }),
       { seed: 17, numRuns: 300 },
     );
+  });
+
+  it('extends an owned list in place, in either inline slot; an overflow field is never extensible', () => {
+    const t = new FieldTable();
+    const a = [1];
+    const b = [2];
+    t.setOwned('a', a);
+    t.setOwned('b', b);
+    t.setOwned('c', [3]);
+    expect([t.extensible('a'), t.extensible('b'), t.extensible('c'), t.extensible('d')]).toEqual([true, true, false, false]);
+    t.extend('a', [4, 5]);
+    t.extend('b', [6]);
+    expect(t.get('a')).toBe(a);
+    expect(a).toEqual([1, 4, 5]);
+    expect(b).toEqual([2, 6]);
+    // A plain set of the same field (a caller's list) is no longer the table's own.
+    t.set('a', [7]);
+    expect(t.extensible('a')).toBe(false);
+    expect(t.extensible('b')).toBe(true);
+    // A freed slot taken by another field starts unmarked.
+    t.delete('b');
+    t.set('d', [8]);
+    expect(t.extensible('d')).toBe(false);
   });
 });

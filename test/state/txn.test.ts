@@ -221,7 +221,7 @@ describe('StateTxn', () => {
     expect(e2.read('P')).toBe(7);
   });
 
-  it('append copies a committed list once per batch, shallowly, and never changes committed state (abandon, then re-apply)', () => {
+  it('append never changes committed state before the commit, and shares no element a caller can change (abandon, then re-apply)', () => {
     const { txn, commit, committed } = open();
     const entry = () => txn.overlay('op').entry('a', kgOf('a'));
     expect(entry().append('L', { n: 1 })).toBe(1);
@@ -245,6 +245,71 @@ describe('StateTxn', () => {
     run();
     commit();
     expect(committed().get(entityId('op', 'a'))?.get('L')).toEqual([{ n: 99 }, { n: 2 }, { n: 3 }, { n: 4 }]);
+  });
+
+  it("a list that only appends made grows in place: each commit extends the store's one array; an abandoned batch leaves it as it was", () => {
+    // Cells, commits by entity: the runtime's way with the in-memory store.
+    const { backend, txn, commit } = open(true, true);
+    const entry = () => txn.overlay('op').entry('a', kgOf('a'));
+    const stored = () => backend.peek(scope, kgOf('a'), entityId('op', 'a'))!.get('L') as number[];
+    expect(entry().append('L', 1)).toBe(1);
+    commit();
+    const list = stored();
+    const want = [1];
+    for (let i = 2; i <= 50; i++) {
+      // Some batches append twice: the second goes on the same tail.
+      for (const v of i % 7 === 0 ? [i, -i] : [i]) {
+        want.push(v);
+        expect(entry().append('L', v)).toBe(want.length);
+      }
+      // Nothing reaches the store before the commit.
+      expect(stored()).toHaveLength(want.length - (i % 7 === 0 ? 2 : 1));
+      commit();
+      expect(stored()).toBe(list);
+      expect(stored()).toEqual(want);
+    }
+    // Looked at in the batch (peek): the whole list, which the commit then stores as it is.
+    want.push(51);
+    entry().append('L', 51);
+    expect(entry().peek('L')).toEqual(want);
+    commit();
+    expect(stored()).toEqual(want);
+    // Abandoned: the store's array as it was.
+    entry().append('L', 100);
+    expect(entry().peek('L')).toEqual([...want, 100]);
+    txn.reset();
+    expect(stored()).toEqual(want);
+    // Read in the batch that appended: a copy; the list written back is the caller's from then on.
+    entry().append('L', 101);
+    const got = entry().read('L') as number[];
+    expect(got).toEqual([...want, 101]);
+    commit();
+    expect(stored()).toEqual([...want, 101]);
+    entry().append('L', 102);
+    commit();
+    expect(got).toEqual([...want, 101]);
+    expect(stored()).toEqual([...want, 101, 102]);
+  });
+
+  it('never extends in place a list a caller holds: one handed out by the batch that made it, or one written', () => {
+    const { txn, commit, committed } = open(true, true);
+    const entry = () => txn.overlay('op').entry('a', kgOf('a'));
+    entry().append('L', 1);
+    const handed = entry().read('L') as number[];
+    const mine = [1];
+    entry().write('M', mine);
+    commit();
+    expect(entry().append('L', 2)).toBe(2);
+    expect(entry().append('M', 2)).toBe(2);
+    commit();
+    expect(handed).toEqual([1]);
+    expect(mine).toEqual([1]);
+    expect(committed().get(entityId('op', 'a'))).toEqual(
+      new Map<string, unknown>([
+        ['L', [1, 2]],
+        ['M', [1, 2]],
+      ]),
+    );
   });
 
   it('append to a field that holds no list is refused with the field and what it holds', () => {

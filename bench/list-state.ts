@@ -1,0 +1,58 @@
+/**
+ * A key's list state over many small batches: one key, N events, one source event per
+ * batch (a slow stream: each event commits on its own), every event appended to the key's
+ * ListState, the list emitted once at the end. What it measures is the cost of an append
+ * as the list grows: it should stay flat (the in-memory store extends a list that only
+ * appends made in place; a copy of the list per batch made it grow with the list, so the
+ * run's time grew with N squared).
+ *
+ *   npx tsx bench/list-state.ts [--events 10000,20000,40000]
+ */
+import { parseArgs } from 'node:util';
+import { Job, listState, runJob, Sinks } from '../lib/index.ts';
+
+const { values } = parseArgs({ options: { events: { type: 'string', default: '10000,20000,40000' } } });
+const sizes = values.events.split(',').map((x) => {
+  const n = Number(x);
+  if (!Number.isSafeInteger(n) || n < 1) throw new Error(`--events: expected a comma-separated list of integers >= 1, received "${x}"`);
+  return n;
+});
+
+async function run(n: number): Promise<number> {
+  const job = new Job('list-state', { parallelism: 1 });
+  const out = Sinks.collect<number>();
+  job
+    .fromItems(
+      'in',
+      Array.from({ length: n }, (_, i) => ({ i })),
+      { timestamp: (e) => e.i },
+    )
+    .keyBy(() => 'k')
+    .process({
+      state: { seen: listState<number>() },
+      processElement(e, ctx) {
+        ctx.state.seen.add(e.i);
+        ctx.timers.registerEventTimeTimer(Number.MAX_SAFE_INTEGER);
+      },
+      onTimer(_t, ctx) {
+        ctx.emit(ctx.state.seen.get().length);
+      },
+    })
+    .sinkTo(out);
+  const cpu0 = process.cpuUsage();
+  const { stats } = await runJob(job, { sourceBatchSize: 1 });
+  const cpu = process.cpuUsage(cpu0);
+  if (out.records[0] !== n) throw new Error(`list of ${out.records[0]} elements after ${n} appends`);
+  if (stats.commits < n) throw new Error(`${stats.commits} commits for ${n} events: expected a batch per event`);
+  return (cpu.user + cpu.system) / 1000;
+}
+
+for (let i = 0; i < 3; i++) await run(sizes[0]); // warm-up (the JIT)
+console.log('events  CPU ms  µs per event');
+let first: number | undefined;
+for (const n of sizes) {
+  const ms = await run(n);
+  const per = (1000 * ms) / n;
+  first ??= per;
+  console.log(`${String(n).padStart(6)}  ${ms.toFixed(0).padStart(6)}  ${per.toFixed(1).padStart(6)}  (x${(per / first).toFixed(2)} the first size's)`);
+}
