@@ -58,8 +58,8 @@ export function windowJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec,
 
     onTimer(domain: TimeDomain, time: number): void {
       if (domain !== 'event') return;
-      const window = { start: time + 1 - w.size, end: time + 1 };
-      const [, lf, rf] = cache.get(window.start);
+      const start = time + 1 - w.size;
+      const [, lf, rf] = cache.get(start);
       if (bothSides && !(hasRecords(ctx.statePeek(lf)) && hasRecords(ctx.statePeek(rf)))) {
         // Nothing to call: purge without stateGet's copies of lists no one reads (in
         // Nexmark Q8, about 60 % of firings: persons who opened no auction, and sellers
@@ -72,7 +72,7 @@ export function windowJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec,
       const rights = (ctx.stateGet(rf) as unknown[] | undefined) ?? [];
       if (lefts.length === 0 && rights.length === 0) return;
       const ts = time;
-      const info: WindowInfo<Key> = { key: ctx.currentKey(), window };
+      const info: WindowInfo<Key> = { key: ctx.currentKey(), window: { start, end: time + 1 } };
       if (fn.kind === 'pairs') {
         for (const l of lefts) for (const r of rights) ctx.emit(fn.join(l, r, info), ts);
       } else {
