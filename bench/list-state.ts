@@ -1,10 +1,11 @@
 /**
  * A key's list state over many small batches: one key, N events, one source event per
  * batch (a slow stream: each event commits on its own), every event appended to the key's
- * ListState, the list emitted once at the end. What it measures is the cost of an append
- * as the list grows: it should stay flat (the in-memory store extends a list that only
- * appends made in place; a copy of the list per batch made it grow with the list, so the
- * run's time grew with N squared).
+ * ListState, the list emitted once at the end; without a TTL, then with one (an hour).
+ * What it measures is the cost of an append as the list grows: it should stay flat (the
+ * in-memory store extends a list that only appends made in place; a copy of the list per
+ * batch, or per add with a TTL, made it grow with the list, so the run's time grew with N
+ * squared).
  *
  *   npx tsx bench/list-state.ts [--events 10000,20000,40000]
  */
@@ -18,7 +19,7 @@ const sizes = values.events.split(',').map((x) => {
   return n;
 });
 
-async function run(n: number): Promise<number> {
+async function run(n: number, ttlMs: number | undefined): Promise<number> {
   const job = new Job('list-state', { parallelism: 1 });
   const out = Sinks.collect<number>();
   job
@@ -29,7 +30,7 @@ async function run(n: number): Promise<number> {
     )
     .keyBy(() => 'k')
     .process({
-      state: { seen: listState<number>() },
+      state: { seen: listState<number>(ttlMs === undefined ? {} : { ttlMs }) },
       processElement(e, ctx) {
         ctx.state.seen.add(e.i);
         ctx.timers.registerEventTimeTimer(Number.MAX_SAFE_INTEGER);
@@ -47,12 +48,15 @@ async function run(n: number): Promise<number> {
   return (cpu.user + cpu.system) / 1000;
 }
 
-for (let i = 0; i < 3; i++) await run(sizes[0]); // warm-up (the JIT)
-console.log('events  CPU ms  µs per event');
-let first: number | undefined;
-for (const n of sizes) {
-  const ms = await run(n);
-  const per = (1000 * ms) / n;
-  first ??= per;
-  console.log(`${String(n).padStart(6)}  ${ms.toFixed(0).padStart(6)}  ${per.toFixed(1).padStart(6)}  (x${(per / first).toFixed(2)} the first size's)`);
+for (const ttlMs of [undefined, 3_600_000]) {
+  for (let i = 0; i < 3; i++) await run(sizes[0], ttlMs); // warm-up (the JIT)
+  console.log(ttlMs === undefined ? 'ListState without TTL' : `ListState with a TTL of ${ttlMs} ms`);
+  console.log('events  CPU ms  µs per event');
+  let first: number | undefined;
+  for (const n of sizes) {
+    const ms = await run(n, ttlMs);
+    const per = (1000 * ms) / n;
+    first ??= per;
+    console.log(`${String(n).padStart(6)}  ${ms.toFixed(0).padStart(6)}  ${per.toFixed(1).padStart(6)}  (x${(per / first).toFixed(2)} the first size's)`);
+  }
 }

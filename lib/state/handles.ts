@@ -2,7 +2,9 @@
  * Typed state handles over an operator context's raw fields. Policy only (TTL,
  * field naming); the storage primitives are the backend's.
  * Field layout: value and list states use their name; a map entry uses
- * `${name}\u0002${JSON of the map key}`.
+ * `${name}\u0002${JSON of the map key}`. With TTL a value or map entry is stored wrapped
+ * with its expiry (`{v, x}`); a list keeps its elements in its field, as without TTL, and
+ * its expiry in `${name}\u0002expires` (so an add appends, not rewrites the list).
  */
 import type { ListState, MapState, StateDescriptor, StateSpec, StateHandles, ValueState } from '../api/state.ts';
 import type { OperatorContext } from '../runtime/operator.ts';
@@ -53,14 +55,56 @@ function valueHandle<T>(ctx: OperatorContext, name: string, d: StateDescriptor):
 }
 
 function listHandle<T>(ctx: OperatorContext, name: string, d: StateDescriptor): ListState<T> {
-  const cell = new TtlCell(ctx, d.ttlMs);
-  const get = () => (cell.read(name) as T[] | undefined) ?? [];
+  const ttl = d.ttlMs;
+  // An add appends (the list grows in the batch's overlay and, in memory, in place: no copy
+  // of the list per add); with TTL the expiry is a field of its own, refreshed by each write.
+  if (ttl === undefined) {
+    return {
+      get: () => (ctx.stateGet(name) as T[] | undefined) ?? [],
+      add: (v) => void ctx.stateAppend(name, v),
+      update: (vs) => (vs.length ? ctx.stateSet(name, [...vs]) : ctx.stateDelete(name)),
+      clear: () => ctx.stateDelete(name),
+    };
+  }
+  const expires = name + MAP_SEP + 'expires';
+  const clear = () => {
+    ctx.stateDelete(name);
+    ctx.stateDelete(expires);
+  };
+  const touch = () => ctx.stateSet(expires, ctx.clock.now() + ttl);
+  /** Is there a list that has not expired? An expired one is deleted. */
+  const live = (): boolean => {
+    const x = ctx.statePeek(expires) as number | undefined;
+    if (x === undefined) {
+      const raw = ctx.statePeek(name);
+      if (raw === undefined || Array.isArray(raw)) return raw !== undefined;
+      // The layout before session 16 (a restored savepoint): the list wrapped with its expiry.
+      const old = ctx.stateGet(name) as Expiring;
+      if (old.x <= ctx.clock.now()) {
+        clear();
+        return false;
+      }
+      ctx.stateSet(name, old.v);
+      ctx.stateSet(expires, old.x);
+      return true;
+    }
+    if (x > ctx.clock.now()) return true;
+    clear();
+    return false;
+  };
   return {
-    get,
-    // Without TTL the list grows in the batch's overlay (no copy of it per add); with TTL it is wrapped.
-    add: d.ttlMs === undefined ? (v) => void ctx.stateAppend(name, v) : (v) => cell.write(name, [...get(), v]),
-    update: (vs) => (vs.length ? cell.write(name, [...vs]) : ctx.stateDelete(name)),
-    clear: () => ctx.stateDelete(name),
+    get: () => (live() ? ((ctx.stateGet(name) as T[] | undefined) ?? []) : []),
+    add: (v) => {
+      live();
+      ctx.stateAppend(name, v);
+      touch();
+    },
+    update: (vs) => {
+      if (vs.length === 0) return clear();
+      ctx.stateSet(name, [...vs]);
+      touch();
+    },
+    clear,
   };
 }
 

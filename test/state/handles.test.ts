@@ -1,0 +1,138 @@
+/**
+ * The typed state handles over a key's raw fields, committed batch by batch to the
+ * in-memory store: list state with and without TTL (expiry in processing time, refreshed
+ * by every write), and the TTL list layout before session 16 read as it was written.
+ */
+import { describe, expect, it } from 'vitest';
+import { listState } from '../../lib/api/state.ts';
+import { ManualClock } from '../../lib/api/types.ts';
+import type { OperatorContext } from '../../lib/runtime/operator.ts';
+import { emptyProgress, type PartitionScope } from '../../lib/state/backend.ts';
+import { bindStateHandles } from '../../lib/state/handles.ts';
+import { InMemoryStateBackend } from '../../lib/state/memory.ts';
+import { entityId, StateTxn } from '../../lib/state/txn.ts';
+
+const scope: PartitionScope = { job: 'handles', stage: 0, partition: 0 };
+
+/** One key's state through an operator context, a commit per `batch()`. */
+function open() {
+  const backend = new InMemoryStateBackend();
+  const txn = new StateTxn(backend, scope);
+  const clock = new ManualClock(0);
+  const entry = () => txn.overlay('op').entry('k', 0);
+  const ctx = {
+    node: { name: 'op' },
+    clock,
+    stateGet: (f: string) => entry().read(f),
+    statePeek: (f: string) => entry().peek(f),
+    stateSet: (f: string, v: unknown) => entry().write(f, v),
+    stateDelete: (f: string) => entry().write(f, undefined),
+    stateAppend: (f: string, v: unknown) => entry().append(f, v),
+    stateFields: (p: string) => entry().fields(p),
+  } as unknown as OperatorContext;
+  let version = 0;
+  const commit = () => {
+    const { writes, entities } = txn.changes();
+    backend.commitSync({ scope, expectedVersion: version++, writes, ...(entities ? { entities } : {}), timerAdds: [], timerDeletes: [], progress: emptyProgress(), outbox: [] });
+    txn.reset();
+  };
+  const stored = () => new Map(backend.peek(scope, 0, entityId('op', 'k')) ?? []);
+  return { ctx, clock, commit, stored };
+}
+
+describe('list state', () => {
+  it('with a TTL: adds append and refresh the expiry; an expired list reads as empty, is deleted, and a later add starts anew', () => {
+    const { ctx, clock, commit, stored } = open();
+    const { l } = bindStateHandles(ctx, { l: listState<number>({ ttlMs: 1000 }) });
+    l.add(1);
+    commit();
+    clock.advance(999);
+    l.add(2);
+    l.add(3);
+    commit();
+    // Not expired: the last write was at 999 (it expires at 1999).
+    clock.advance(999);
+    expect(l.get()).toEqual([1, 2, 3]);
+    commit();
+    // The elements are stored as a list, as without TTL; the expiry beside them.
+    expect(stored()).toEqual(
+      new Map<string, unknown>([
+        ['l', [1, 2, 3]],
+        ['l\u0002expires', 1999],
+      ]),
+    );
+    clock.advance(1);
+    expect(l.get()).toEqual([]);
+    commit();
+    expect(stored().size).toBe(0);
+    l.add(4);
+    commit();
+    clock.advance(500);
+    expect(l.get()).toEqual([4]);
+    l.update([5, 6]);
+    commit();
+    clock.advance(999);
+    expect(l.get()).toEqual([5, 6]);
+    l.update([]);
+    commit();
+    expect(stored().size).toBe(0);
+    l.add(7);
+    l.clear();
+    commit();
+    expect(stored().size).toBe(0);
+  });
+
+  it('with a TTL: an add after expiry, in the same batch as reading nothing, keeps only the new element', () => {
+    const { ctx, clock, commit } = open();
+    const { l } = bindStateHandles(ctx, { l: listState<string>({ ttlMs: 10 }) });
+    l.add('old');
+    commit();
+    clock.advance(10);
+    l.add('new');
+    expect(l.get()).toEqual(['new']);
+    commit();
+    expect(l.get()).toEqual(['new']);
+  });
+
+  it('with a TTL: a list in the layout before session 16 ({v, x} in the field) reads as it was, then moves to the new layout', () => {
+    const { ctx, clock, commit, stored } = open();
+    ctx.stateSet('l', { v: [1, 2], x: 100 });
+    ctx.stateSet('m', { v: ['a'], x: 100 });
+    commit();
+    const { l, m } = bindStateHandles(ctx, { l: listState<number>({ ttlMs: 1000 }), m: listState<string>({ ttlMs: 1000 }) });
+    clock.advance(50);
+    expect(l.get()).toEqual([1, 2]);
+    l.add(3);
+    commit();
+    expect(stored().get('l')).toEqual([1, 2, 3]);
+    expect(stored().get('l\u0002expires')).toBe(1050);
+    // Expired in the old layout: gone on first access.
+    clock.advance(50);
+    expect(m.get()).toEqual([]);
+    commit();
+    expect(stored().has('m')).toBe(false);
+  });
+
+  it('without a TTL: the list is its field; update replaces it, an empty update or clear deletes it', () => {
+    const { ctx, commit, stored } = open();
+    const { l } = bindStateHandles(ctx, { l: listState<number>() });
+    l.add(1);
+    l.add(2);
+    commit();
+    expect(stored()).toEqual(new Map([['l', [1, 2]]]));
+    // A copy: a change counts only when written back.
+    l.get().push(99);
+    commit();
+    expect(stored()).toEqual(new Map([['l', [1, 2]]]));
+    l.update([3]);
+    commit();
+    expect(stored()).toEqual(new Map([['l', [3]]]));
+    l.update([]);
+    commit();
+    expect(stored().size).toBe(0);
+    l.add(4);
+    l.clear();
+    commit();
+    expect(stored().size).toBe(0);
+  });
+});
