@@ -25,8 +25,9 @@ export interface OperatorContext {
   /** Raw keyed state of the current key: fields are the operator's own naming. */
   stateGet(field: string): unknown;
   /**
-   * The field's value without stateGet's copy, for reading only: changing it, or anything
-   * it holds, would change committed state outside the batch (and survive its abort).
+   * The field's value without stateGet's copy, for reading only and only in this batch:
+   * changing it, or anything it holds, would change committed state outside the batch (and
+   * survive its abort), and a list may grow in place at later commits.
    */
   statePeek(field: string): unknown;
   stateSet(field: string, value: unknown): void;

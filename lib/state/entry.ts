@@ -95,6 +95,8 @@ interface Overflow {
  * copy the caller may change; append() copies a committed list shallowly (its elements
  * are shared with the committed list, marked SHARED) and deep-copies them only if the
  * list is handed out in the same batch, so an aborted batch leaves committed state as it was.
+ * A committed list that is the store's alone (StateCell.extensible) is not copied: the
+ * batch keeps only what it appended (TAIL), and its commit pushes that onto the list.
  */
 export class EntityEntry extends Cell implements EntityChanges {
   /** The batch that touched this entry last (-1: none). */
@@ -262,7 +264,8 @@ export class EntityEntry extends Cell implements EntityChanges {
   /**
    * Add `value` at the end of the list in `field` (absent: an empty list), as
    * write(field, [...(read(field) ?? []), value]) would, without copying the list per call:
-   * the first append of a batch copies the list shallowly, later ones push to that copy.
+   * the first append of a batch copies the list shallowly, later ones push to that copy;
+   * to a list the store owns, the batch's appends go to a tail instead (no copy at all).
    * The value is kept as given (as set keeps it). Returns the list's new length.
    */
   append(field: string, value: unknown): number {
