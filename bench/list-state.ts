@@ -1,7 +1,8 @@
 /**
  * A key's list state over many small batches: one key, N events, one source event per
  * batch (a slow stream: each event commits on its own), every event appended to the key's
- * ListState, the list emitted once at the end; without a TTL, then with one (an hour).
+ * ListState, the list emitted once at the end; without a TTL, then with one (an hour);
+ * then the same events buffered by a process window function (one tumbling hour).
  * What it measures is the cost of an append as the list grows: it should stay flat (the
  * in-memory store extends a list that only appends made in place; a copy of the list per
  * batch, or per add with a TTL, made it grow with the list, so the run's time grew with N
@@ -10,7 +11,7 @@
  *   npx tsx bench/list-state.ts [--events 10000,20000,40000]
  */
 import { parseArgs } from 'node:util';
-import { Job, listState, runJob, Sinks } from '../lib/index.ts';
+import { Job, listState, runJob, Sinks, Windows } from '../lib/index.ts';
 
 const { values } = parseArgs({ options: { events: { type: 'string', default: '10000,20000,40000' } } });
 const sizes = values.events.split(',').map((x) => {
@@ -19,27 +20,32 @@ const sizes = values.events.split(',').map((x) => {
   return n;
 });
 
-async function run(n: number, ttlMs: number | undefined): Promise<number> {
+type Variant = { readonly label: string; readonly ttlMs?: number; readonly window?: boolean };
+
+async function run(n: number, v: Variant): Promise<number> {
   const job = new Job('list-state', { parallelism: 1 });
   const out = Sinks.collect<number>();
-  job
-    .fromItems(
-      'in',
-      Array.from({ length: n }, (_, i) => ({ i })),
-      { timestamp: (e) => e.i },
-    )
-    .keyBy(() => 'k')
-    .process({
-      state: { seen: listState<number>(ttlMs === undefined ? {} : { ttlMs }) },
-      processElement(e, ctx) {
-        ctx.state.seen.add(e.i);
-        ctx.timers.registerEventTimeTimer(Number.MAX_SAFE_INTEGER);
-      },
-      onTimer(_t, ctx) {
-        ctx.emit(ctx.state.seen.get().length);
-      },
-    })
-    .sinkTo(out);
+  const keyed = job.fromItems('in', Array.from({ length: n }, (_, i) => ({ i })), { timestamp: (e) => e.i }).keyBy(() => 'k');
+  const ttlMs = v.ttlMs;
+  if (v.window) {
+    keyed
+      .window(Windows.tumbling(3_600_000))
+      .process<number>((es, _info, o) => o.emit(es.length))
+      .sinkTo(out);
+  } else {
+    keyed
+      .process({
+        state: { seen: listState<number>(ttlMs === undefined ? {} : { ttlMs }) },
+        processElement(e, ctx) {
+          ctx.state.seen.add(e.i);
+          ctx.timers.registerEventTimeTimer(Number.MAX_SAFE_INTEGER);
+        },
+        onTimer(_t, ctx) {
+          ctx.emit(ctx.state.seen.get().length);
+        },
+      })
+      .sinkTo(out);
+  }
   const cpu0 = process.cpuUsage();
   const { stats } = await runJob(job, { sourceBatchSize: 1 });
   const cpu = process.cpuUsage(cpu0);
@@ -48,13 +54,18 @@ async function run(n: number, ttlMs: number | undefined): Promise<number> {
   return (cpu.user + cpu.system) / 1000;
 }
 
-for (const ttlMs of [undefined, 3_600_000]) {
-  for (let i = 0; i < 3; i++) await run(sizes[0], ttlMs); // warm-up (the JIT)
-  console.log(ttlMs === undefined ? 'ListState without TTL' : `ListState with a TTL of ${ttlMs} ms`);
+const variants: Variant[] = [
+  { label: 'ListState without TTL' },
+  { label: 'ListState with a TTL of an hour', ttlMs: 3_600_000 },
+  { label: 'a process window function (tumbling, an hour)', window: true },
+];
+for (const v of variants) {
+  for (let i = 0; i < 3; i++) await run(sizes[0], v); // warm-up (the JIT)
+  console.log(v.label);
   console.log('events  CPU ms  µs per event');
   let first: number | undefined;
   for (const n of sizes) {
-    const ms = await run(n, ttlMs);
+    const ms = await run(n, v);
     const per = (1000 * ms) / n;
     first ??= per;
     console.log(`${String(n).padStart(6)}  ${ms.toFixed(0).padStart(6)}  ${per.toFixed(1).padStart(6)}  (x${(per / first).toFixed(2)} the first size's)`);

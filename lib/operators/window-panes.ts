@@ -13,7 +13,10 @@
  * State: one field per key, `P` = [paneStart, contents, ...] sorted by start. Timers
  * form a chain per key: a new pane registers its first window end still to come;
  * a firing window registers the next end when a pane of the key lies in that window.
- * A pane is dropped when its last window has fired.
+ * A pane is dropped when its last window has fired. A process function's records are
+ * kept out of `P`, in a field of their own per pane (`R${paneStart}`, its contents in `P`
+ * null): a record is appended to it, where inside `P` each batch copied every record of
+ * the key's panes (session 16; a pane in `P` from before, its records inside, still works).
  *
  * A combined input (window-combiner.ts) carries one partial accumulator per (key, pane)
  * of a sender's channel buffer instead of records: it is decided like the records it
@@ -29,6 +32,9 @@ import type { PartialAggregate } from './window-combiner.ts';
 import { checkTimestamp, type FixedWindows, floorMod, windowContents } from './window-state.ts';
 
 const PANES = 'P';
+
+/** The field of a pane's records, for a process function (see the file comment). */
+const recordsField = (pane: number) => 'R' + pane;
 
 function gcd(a: number, b: number): number {
   while (b !== 0) [a, b] = [b, a % b];
@@ -108,13 +114,37 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
   const first = combined ? (v: unknown) => partialOf(ctx, v) : contents.first;
   /** A pane's contents with the record's value added (merged, for a partial: the pane's earlier records first). */
   const add = combined ? (c: unknown, v: unknown) => contents.merge(c, partialOf(ctx, v)) : contents.add;
+  /** A process function's panes keep their records in fields of their own (recordsField). */
+  const ownFields = spec.fn.kind === 'process' && !combined;
 
-  let cached = { pane: Number.NaN, lastStart: 0, firstStart: 0 };
+  let cached = { pane: Number.NaN, lastStart: 0, firstStart: 0, field: '' };
   /**
    * The window that fired last, shared by every key that fires it (thousands per slide in
    * Nexmark Q5): frozen, as a TimeWindow is read-only to the window function.
    */
   let fired: TimeWindow = Object.freeze({ start: Number.NaN, end: Number.NaN });
+
+  /**
+   * A process function's record into its pane's field; a new pane joins `P` (contents null)
+   * and starts its timers. False: the pane is in `P` with its records (kept from before).
+   */
+  const appendToPane = (p: number, field: string, value: unknown, firstStart: number, wm: number): boolean => {
+    const peeked = ctx.statePeek(PANES) as unknown[] | undefined;
+    // Records mostly land in the newest pane: search from the end.
+    let i = peeked === undefined ? -2 : peeked.length - 2;
+    while (i >= 0 && (peeked![i] as number) > p) i -= 2;
+    if (i >= 0 && peeked![i] === p) {
+      if (peeked![i + 1] !== null) return false;
+      ctx.stateAppend(field, value);
+      return true;
+    }
+    const panes = (ctx.stateGet(PANES) as unknown[] | undefined) ?? [];
+    panes.splice(i + 2, 0, p, null);
+    ctx.stateSet(PANES, panes);
+    ctx.stateAppend(field, value);
+    ctx.registerTimer('event', firstLiveEnd(firstStart, wm) - 1);
+    return true;
+  };
 
   const op = {
     droppedLate: 0,
@@ -126,7 +156,7 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
       // epoch milliseconds) then; the windows of a pane depend only on the pane.
       if (!(t >= cached.pane && t < cached.pane + g)) {
         const pane = geo.paneOf(t);
-        cached = { pane, lastStart: geo.lastStart(pane), firstStart: geo.firstStart(pane) };
+        cached = { pane, lastStart: geo.lastStart(pane), firstStart: geo.firstStart(pane), field: ownFields ? recordsField(pane) : '' };
       }
       const { pane: p, lastStart, firstStart } = cached;
       // A slide longer than the size leaves gaps that belong to no window.
@@ -137,6 +167,7 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
         else op.droppedLate += combined ? partialRecords(ctx, r.value) : 1;
         return;
       }
+      if (ownFields && appendToPane(p, cached.field, r.value, firstStart, wm)) return;
       let panes = ctx.stateGet(PANES) as unknown[] | undefined;
       let fresh = true;
       if (panes === undefined) panes = [p, first(r.value)];
@@ -171,8 +202,9 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
         if (p < start) continue;
         if (p >= end) break;
         // Copies (free for numbers): merge and getResult may change their arguments.
-        if (!any) acc = cloneValue(panes[i + 1]);
-        else acc = contents.merge(acc, cloneValue(panes[i + 1]));
+        const c = panes[i + 1];
+        const copy = c === null ? (ctx.stateGet(recordsField(p)) ?? []) : cloneValue(c);
+        acc = any ? contents.merge(acc, copy) : copy;
         any = true;
       }
       if (any) {
@@ -180,7 +212,10 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
         contents.fire(acc, ctx.currentKey(), fired);
       }
       let drop = 0;
-      while (drop < panes.length && geo.lastStart(panes[drop] as number) + size <= end) drop += 2;
+      while (drop < panes.length && geo.lastStart(panes[drop] as number) + size <= end) {
+        if (panes[drop + 1] === null) ctx.stateDelete(recordsField(panes[drop] as number));
+        drop += 2;
+      }
       if (drop === panes.length) {
         ctx.stateDelete(PANES);
         return;

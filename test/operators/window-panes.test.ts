@@ -17,6 +17,15 @@ import { type WindowAssigner, Windows } from '../../lib/api/windows.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { FaultInjector } from '../../lib/local/faults.ts';
 import { type Counted, countRow, type Ev, events, perKey, sorted, withTimestamps } from './helpers.ts';
+import type { WindowSpec } from '../../lib/operators/window.ts';
+import { paneWindowOperator } from '../../lib/operators/window-panes.ts';
+import { fixedWindowsOf } from '../../lib/operators/window-state.ts';
+import type { OperatorContext } from '../../lib/runtime/operator.ts';
+import { emptyProgress, type PartitionScope } from '../../lib/state/backend.ts';
+import { InMemoryStateBackend } from '../../lib/state/memory.ts';
+import { entityId, StateTxn } from '../../lib/state/txn.ts';
+
+const scope: PartitionScope = { job: 'panes', stage: 0, partition: 0 };
 
 const withMerge: AggregateFunction<unknown, number, number> = {
   createAccumulator: () => 0,
@@ -195,5 +204,160 @@ describe('lazy sessions', () => {
       }),
       { seed: 99, numRuns: 150 },
     );
+  });
+});
+
+/** A key's windows of a tumbling or gapped sliding assigner (slide a multiple of size), by brute force. */
+function bruteProcess(items: readonly Ev[], size: number, slide: number) {
+  const out = new Map<string, { key: string; start: number; end: number; times: number[] }>();
+  for (const e of items) {
+    const s = e.t - (((e.t % slide) + slide) % slide);
+    if (e.t >= s + size) continue;
+    const id = `${e.k}/${s}`;
+    const w = out.get(id) ?? { key: e.k, start: s, end: s + size, times: [] };
+    w.times.push(e.t);
+    out.set(id, w);
+  }
+  return sorted([...out.values()].map((w) => ({ ...w, times: [...w.times].sort((a, b) => a - b) })));
+}
+
+async function processWindows(items: readonly Ev[], size: number, slide: number, o: { delay: number; parallelism: number; batch: number; faults?: FaultInjector }) {
+  const job = new Job('process-panes', { parallelism: o.parallelism });
+  const out = Sinks.collect<{ key: string; start: number; end: number; times: number[] }>();
+  events(job, 'in', items, o.delay)
+    .keyBy((e) => e.k)
+    .window(size === slide ? Windows.tumbling(size) : Windows.sliding(size, slide))
+    .process<{ key: string; start: number; end: number; times: number[] }>((es, { key, window }, c) => {
+      // Changing its argument must change nothing stored.
+      const times = es.map((e) => e.t).sort((a, b) => a - b);
+      (es as Ev[]).length = 0;
+      c.emit({ key: key as string, ...window, times });
+    })
+    .sinkTo(out);
+  const { stats } = await runJob(job, { sourceBatchSize: o.batch, maxEnvelopesPerBatch: 2, faults: o.faults });
+  return { rows: sorted(out.records), recoveries: stats.recoveries };
+}
+
+describe('process windows kept as panes (records in a field of their own per pane)', () => {
+  it('give every window its records, in batches of any size, tumbling and with gaps (property)', async () => {
+    // Disorder within the watermark delay: nothing is late.
+    const arb = fc
+      .record({
+        delay: fc.integer({ min: 0, max: 10 }),
+        rows: fc.array(fc.record({ k: fc.constantFrom('a', 'b', 'c'), step: fc.integer({ min: 0, max: 12 }), jitter: fc.nat() }), { maxLength: 60 }),
+        start: fc.integer({ min: -100, max: 100 }),
+        parallelism: fc.constantFrom(1, 2, 3),
+        batch: fc.integer({ min: 1, max: 4 }),
+        size: fc.integer({ min: 1, max: 25 }),
+        gap: fc.constantFrom(1, 2, 3),
+      })
+      .map(({ delay, rows, start, parallelism, batch, size, gap }) => {
+        let base = start;
+        const items = rows.map((r) => {
+          base += r.step;
+          return { k: r.k, t: base + (r.jitter % (delay + 1)) };
+        });
+        return { items, delay, parallelism, batch, size, slide: size * gap };
+      });
+    await fc.assert(
+      fc.asyncProperty(arb, async (s) => {
+        const { rows } = await processWindows(s.items, s.size, s.slide, s);
+        expect(rows).toEqual(bruteProcess(s.items, s.size, s.slide));
+      }),
+      { seed: 1612, numRuns: 60 },
+    );
+  });
+
+  it('crashes and duplicate deliveries change no window', async () => {
+    const items: Ev[] = [];
+    for (let i = 0; i < 400; i++) items.push({ k: `k${i % 5}`, t: i * 3 + ((i * 37) % 11) });
+    const want = bruteProcess(items, 40, 40);
+    for (const seed of [1, 2, 3]) {
+      const run = await processWindows(items, 40, 40, { delay: 10, parallelism: 2, batch: 3, faults: new FaultInjector({ seed, crashProbability: 0.05, duplicateProbability: 0.1 }) });
+      expect(run.recoveries).toBeGreaterThan(0);
+      expect(run.rows).toEqual(want);
+    }
+  });
+});
+
+describe('process panes, state layout', () => {
+  /** The pane operator of a tumbling(10) process window over a fake context: one key, a commit per batch. */
+  function operatorOver() {
+    const job = new Job('layout', { parallelism: 1 });
+    job
+      .fromItems<{ t: number }>('in', [])
+      .keyBy(() => 'k')
+      .window(Windows.tumbling(10))
+      .process<number[]>((es, _info, out) => out.emit(es.map((e) => e.t)))
+      .sinkTo(Sinks.collect());
+    const node = job.graph.nodes.find((n) => n.spec.kind === 'window')!;
+    const backend = new InMemoryStateBackend();
+    const txn = new StateTxn(backend, scope);
+    const entry = () => txn.overlay('win').entry('k', 0);
+    let wm = Number.NEGATIVE_INFINITY;
+    const timers: number[] = [];
+    const emitted: unknown[] = [];
+    const ctx = {
+      node,
+      watermark: () => wm,
+      currentKey: () => 'k',
+      stateGet: (f: string) => entry().read(f),
+      statePeek: (f: string) => entry().peek(f),
+      stateSet: (f: string, v: unknown) => entry().write(f, v),
+      stateDelete: (f: string) => entry().write(f, undefined),
+      stateAppend: (f: string, v: unknown) => entry().append(f, v),
+      registerTimer: (_d: string, t: number) => void timers.push(t),
+      emit: (v: unknown) => void emitted.push(v),
+    } as unknown as OperatorContext;
+    const op = paneWindowOperator(ctx, node.spec as WindowSpec, fixedWindowsOf((node.spec as WindowSpec).assigner)!, false);
+    let version = 0;
+    const commit = () => {
+      const { writes, entities } = txn.changes();
+      backend.commitSync({ scope, expectedVersion: version++, writes, ...(entities ? { entities } : {}), timerAdds: [], timerDeletes: [], progress: emptyProgress(), outbox: [] });
+      txn.reset();
+    };
+    const stored = () => new Map(backend.peek(scope, 0, entityId('win', 'k')) ?? []);
+    const record = (t: number) => op.processElement({ value: { t }, timestamp: t }, 0);
+    return { op, ctx, commit, stored, record, timers, emitted, setWatermark: (w: number) => (wm = w) };
+  }
+
+  it("keeps a pane's records in a field of their own, appended in place batch by batch, and drops it with the pane", () => {
+    const { op, commit, stored, record, timers, emitted } = operatorOver();
+    record(1);
+    commit();
+    const list = stored().get('R0');
+    for (let t = 2; t <= 9; t++) {
+      record(t);
+      commit();
+    }
+    expect(stored()).toEqual(new Map<string, unknown>([['P', [0, null]], ['R0', [1, 2, 3, 4, 5, 6, 7, 8, 9].map((t) => ({ t }))]]));
+    // Appended in place: the store's one array all along.
+    expect(stored().get('R0')).toBe(list);
+    expect(timers).toEqual([9]);
+    op.onTimer!('event', 9, '');
+    commit();
+    expect(emitted).toEqual([[1, 2, 3, 4, 5, 6, 7, 8, 9]]);
+    expect(stored().size).toBe(0);
+  });
+
+  it('fires and extends a pane stored before session 16 (its records inside P), beside a new one', () => {
+    const { op, ctx, commit, stored, record, emitted } = operatorOver();
+    ctx.stateSet('P', [0, [{ t: 1 }, { t: 2 }]]);
+    commit();
+    record(3);
+    record(12);
+    commit();
+    expect(stored()).toEqual(
+      new Map<string, unknown>([
+        ['P', [0, [{ t: 1 }, { t: 2 }, { t: 3 }], 10, null]],
+        ['R10', [{ t: 12 }]],
+      ]),
+    );
+    op.onTimer!('event', 9, '');
+    commit();
+    op.onTimer!('event', 19, '');
+    commit();
+    expect(emitted).toEqual([[1, 2, 3], [12]]);
+    expect(stored().size).toBe(0);
   });
 });
