@@ -54,6 +54,8 @@ function fixedWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: FixedWin
   const lateness = spec.allowedLatenessMs;
   const lateTag = spec.lateTag;
   const cache = new WindowKeyCache(w.size, ['w']);
+  // A process function's window is the list of its records: appended (no copy of the list per batch).
+  const appends = spec.fn.kind === 'process';
 
   const fire = (contentsValue: unknown, window: TimeWindow) => contents.fire(contentsValue, ctx.currentKey(), window);
 
@@ -73,15 +75,21 @@ function fixedWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: FixedWin
         if (fireAt + lateness <= wm) continue;
         live++;
         const [k, field] = cache.get(start);
-        const prev = ctx.stateGet(field);
-        const next = prev === undefined ? contents.first(r.value) : contents.add(prev, r.value);
-        ctx.stateSet(field, next);
+        let first: boolean;
+        let next: unknown;
+        if (appends) first = ctx.stateAppend(field, r.value) === 1;
+        else {
+          const prev = ctx.stateGet(field);
+          first = prev === undefined;
+          next = first ? contents.first(r.value) : contents.add(prev, r.value);
+          ctx.stateSet(field, next);
+        }
         if (fireAt > wm) {
           // One timer per window, registered with its first element.
-          if (prev === undefined) ctx.registerTimer('event', fireAt, k);
+          if (first) ctx.registerTimer('event', fireAt, k);
         } else {
           // The window already fired (or would have): fire the update now, keep it until cleanup.
-          fire(next, { start, end });
+          fire(appends ? ctx.stateGet(field) : next, { start, end });
           ctx.registerTimer('event', fireAt + lateness, k);
         }
       }

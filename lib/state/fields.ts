@@ -15,9 +15,10 @@ export class FieldTable implements ReadonlyMap<string, unknown> {
   private more: Map<string, unknown> | undefined = undefined;
   /**
    * Inline slots whose list is the table's alone (setOwned: bit 1 for f0, 2 for f1), which
-   * extend() may push onto. Overflow fields are never marked (a plain set replaces them).
+   * extend() may push onto; overflow fields so marked are in `moreOwned`.
    */
   private owned = 0;
+  private moreOwned: Set<string> | undefined = undefined;
 
   /** The field's value (undefined: absent). */
   get(field: string): unknown {
@@ -35,7 +36,9 @@ export class FieldTable implements ReadonlyMap<string, unknown> {
   }
 
   extensible(field: string): boolean {
-    return (field === this.f0 && (this.owned & 1) !== 0) || (field === this.f1 && (this.owned & 2) !== 0);
+    if (field === this.f0) return (this.owned & 1) !== 0;
+    if (field === this.f1) return (this.owned & 2) !== 0;
+    return this.moreOwned !== undefined && this.moreOwned.has(field);
   }
 
   extend(field: string, items: readonly unknown[]): void {
@@ -54,7 +57,7 @@ export class FieldTable implements ReadonlyMap<string, unknown> {
       bit = 2;
     }
     // A free slot takes the field unless the overflow has it already (a field lives in one place).
-    else if (this.more !== undefined && this.more.has(field)) this.more.set(field, value);
+    else if (this.more !== undefined && this.more.has(field)) this.placeMore(field, value, owned);
     else if (this.f0 === undefined) {
       this.f0 = field;
       this.v0 = value;
@@ -63,8 +66,14 @@ export class FieldTable implements ReadonlyMap<string, unknown> {
       this.f1 = field;
       this.v1 = value;
       bit = 2;
-    } else (this.more ??= new Map()).set(field, value);
+    } else this.placeMore(field, value, owned);
     if (bit !== 0) this.owned = owned ? this.owned | bit : this.owned & ~bit;
+  }
+
+  private placeMore(field: string, value: unknown, owned: boolean): void {
+    (this.more ??= new Map()).set(field, value);
+    if (owned) (this.moreOwned ??= new Set()).add(field);
+    else this.moreOwned?.delete(field);
   }
 
   delete(field: string): void {
@@ -78,7 +87,11 @@ export class FieldTable implements ReadonlyMap<string, unknown> {
       this.owned &= ~2;
     } else if (this.more !== undefined) {
       this.more.delete(field);
-      if (this.more.size === 0) this.more = undefined;
+      this.moreOwned?.delete(field);
+      if (this.more.size === 0) {
+        this.more = undefined;
+        this.moreOwned = undefined;
+      }
     }
   }
 
@@ -117,6 +130,7 @@ export class FieldTable implements ReadonlyMap<string, unknown> {
   /** Drop every field. */
   clearFields(): void {
     this.owned = 0;
+    this.moreOwned = undefined;
     this.f0 = undefined;
     this.v0 = undefined;
     this.f1 = undefined;

@@ -199,6 +199,55 @@ describe('session windows', () => {
   });
 });
 
+describe('process windows kept per window (sliding, lateness)', () => {
+  type Listed = { key: string; start: number; end: number; times: number[] };
+  const listed = (job: Job, items: readonly Ev[], assigner: WindowAssigner, delay: number, lateness = 0) => {
+    const out = Sinks.collect<Listed>();
+    let w = events(job, 'in', items, delay).keyBy((e) => e.k).window(assigner);
+    if (lateness > 0) w = w.allowedLateness(lateness);
+    w.process<Listed>((es, { key, window }, c) => c.emit({ key: key as string, ...window, times: es.map((e) => e.t).sort((a, b) => a - b) }))
+      .name('win')
+      .sinkTo(out);
+    return out;
+  };
+
+  it('give every window its records, in batches of any size (property)', async () => {
+    await fc.assert(
+      fc.asyncProperty(streamArb, fc.integer({ min: 2, max: 30 }), fc.integer({ min: 1, max: 30 }), async (s, size, slide) => {
+        // A slide that the size does not divide: these windows are kept per window (window.ts), not as panes.
+        fc.pre(slide % size !== 0);
+        const job = new Job('process-sliding', { parallelism: s.parallelism });
+        const out = listed(job, s.items, Windows.sliding(size, slide), s.delay);
+        await runJob(job, { sourceBatchSize: s.batch });
+        const want = new Map<string, Listed>();
+        for (const e of s.items) {
+          for (let st = e.t - size + 1; st <= e.t; st++) {
+            if (((st % slide) + slide) % slide !== 0) continue;
+            const id = `${e.k}/${st}`;
+            const x = want.get(id) ?? { key: e.k, start: st, end: st + size, times: [] };
+            x.times.push(e.t);
+            want.set(id, x);
+          }
+        }
+        expect(sorted(out.records)).toEqual(sorted([...want.values()].map((x) => ({ ...x, times: [...x.times].sort((a, b) => a - b) }))));
+      }),
+      { seed: 31, numRuns: 60 },
+    );
+  });
+
+  it('a record within the allowed lateness fires the whole updated list', async () => {
+    // Watermark = max t - 1, one record per envelope: 12 fires [0, 10) with {1, 5}; 3 comes late within lateness.
+    const job = new Job('process-late', { parallelism: 1 });
+    const out = listed(job, [ev('a', 1), ev('a', 5), ev('a', 12), ev('a', 3), ev('a', 13)], Windows.tumbling(10), 0, 5);
+    await runJob(job, { sourceBatchSize: 1 });
+    expect(out.records).toEqual([
+      { key: 'a', start: 0, end: 10, times: [1, 5] },
+      { key: 'a', start: 0, end: 10, times: [1, 3, 5] },
+      { key: 'a', start: 10, end: 20, times: [12, 13] },
+    ]);
+  });
+});
+
 describe('allowed lateness and late data', () => {
   // Watermark = max t - 1, one record per envelope: the watermark moves after every record.
   const items = [ev('a', 1), ev('a', 5), ev('a', 12), ev('a', 3), ev('a', 16), ev('a', 4)];

@@ -39,8 +39,8 @@ describe('FieldTable', () => {
           }
           expect(t.size).toBe(model.size);
           for (const f of ['a', 'b', 'c', 'd']) expect(t.get(f)).toBe(model.get(f));
-          // Only a list set by setOwned, and still there, may be extended in place.
-          for (const f of ['a', 'b', 'c', 'd']) if (t.extensible(f)) expect(owned.has(f)).toBe(true);
+          // A list set by setOwned, and still there, may be extended in place; nothing else.
+          for (const f of ['a', 'b', 'c', 'd']) expect(t.extensible(f)).toBe(owned.has(f));
           const seen: [string, unknown][] = [];
           t.forEach((v, f) => seen.push([f, v]));
           expect(new Map(seen)).toEqual(model);
@@ -57,19 +57,29 @@ describe('FieldTable', () => {
     );
   });
 
-  it('extends an owned list in place, in either inline slot; an overflow field is never extensible', () => {
+  it('extends an owned list in place, in an inline slot or the overflow', () => {
     const t = new FieldTable();
     const a = [1];
     const b = [2];
+    const c = [3];
     t.setOwned('a', a);
     t.setOwned('b', b);
-    t.setOwned('c', [3]);
-    expect([t.extensible('a'), t.extensible('b'), t.extensible('c'), t.extensible('d')]).toEqual([true, true, false, false]);
+    t.setOwned('c', c);
+    expect([t.extensible('a'), t.extensible('b'), t.extensible('c'), t.extensible('d')]).toEqual([true, true, true, false]);
     t.extend('a', [4, 5]);
     t.extend('b', [6]);
+    t.extend('c', [7]);
     expect(t.get('a')).toBe(a);
     expect(a).toEqual([1, 4, 5]);
     expect(b).toEqual([2, 6]);
+    expect(c).toEqual([3, 7]);
+    // An overflow field set plainly, or deleted and set again, is no longer the table's own.
+    t.set('c', [8]);
+    expect(t.extensible('c')).toBe(false);
+    t.setOwned('c', [9]);
+    t.delete('c');
+    t.set('c', [10]);
+    expect(t.extensible('c')).toBe(false);
     // A plain set of the same field (a caller's list) is no longer the table's own.
     t.set('a', [7]);
     expect(t.extensible('a')).toBe(false);
