@@ -3,7 +3,8 @@
  * batch (a slow stream: each event commits on its own), every event appended to the key's
  * ListState, the list emitted once at the end; without a TTL, then with one (an hour);
  * then the same events buffered by a process window function (one tumbling hour; an hour
- * sliding by ten minutes, so each event is appended to six windows' lists).
+ * sliding by ten minutes, so each event is appended to six windows' lists; sessions with
+ * an hour of gap, so one session).
  * What it measures is the cost of an append as the list grows: it should stay flat (the
  * in-memory store extends a list that only appends made in place; a copy of the list per
  * batch, or per add with a TTL, made it grow with the list, so the run's time grew with N
@@ -21,7 +22,7 @@ const sizes = values.events.split(',').map((x) => {
   return n;
 });
 
-type Variant = { readonly label: string; readonly ttlMs?: number; readonly window?: 'tumbling' | 'sliding' };
+type Variant = { readonly label: string; readonly ttlMs?: number; readonly window?: 'tumbling' | 'sliding' | 'session' };
 
 async function run(n: number, v: Variant): Promise<number> {
   const job = new Job('list-state', { parallelism: 1 });
@@ -30,7 +31,7 @@ async function run(n: number, v: Variant): Promise<number> {
   const ttlMs = v.ttlMs;
   if (v.window) {
     keyed
-      .window(v.window === 'tumbling' ? Windows.tumbling(3_600_000) : Windows.sliding(3_600_000, 600_000))
+      .window(v.window === 'tumbling' ? Windows.tumbling(3_600_000) : v.window === 'sliding' ? Windows.sliding(3_600_000, 600_000) : Windows.session(3_600_000))
       .process<number>((es, _info, o) => o.emit(es.length))
       .sinkTo(out);
   } else {
@@ -60,6 +61,7 @@ const variants: Variant[] = [
   { label: 'ListState with a TTL of an hour', ttlMs: 3_600_000 },
   { label: 'a process window function (tumbling, an hour)', window: 'tumbling' },
   { label: 'a process window function (an hour, sliding by 10 min: each event in 6 windows)', window: 'sliding' },
+  { label: 'a process window function (sessions, an hour of gap: one session)', window: 'session' },
 ];
 for (const v of variants) {
   for (let i = 0; i < 3; i++) await run(sizes[0], v); // warm-up (the JIT)

@@ -6,7 +6,12 @@
  * and write and no timer work.
  *
  * State: one field per key, `S` = [start, end, contents, ...], sessions sorted by start,
- * never touching one another.
+ * never touching one another. A process function's sessions keep their records out of
+ * `S`, appended to a field of their own, `R${id}` (in `S` the id, a number, where the
+ * contents would be): the id is the time of the session's first record, which no other
+ * live session of the key can hold (a session keeps its first record's time). Inside `S`,
+ * each batch's first record copied every record of the key's sessions (session 16; a
+ * session from before, its records inside `S`, is still read and extended as it was).
  *
  * Timers are lazy: a session registers one event-time timer at its end - 1 when it is
  * created (namespace ''), and nothing when it grows or merges. When a timer fires, the
@@ -22,9 +27,39 @@ import { checkTimestamp, windowContents } from './window-state.ts';
 
 const SESSIONS = 'S';
 
+/** The field of a process function's session's records (see the file comment). */
+const recordsField = (id: number) => 'R' + id;
+
 export function lazySessionOperator(ctx: OperatorContext, spec: WindowSpec, gap: number): WindowOperator {
   const contents = windowContents(ctx, spec.fn, false);
   const lateTag = spec.lateTag;
+  /** A process function's sessions keep their records in fields of their own (recordsField). */
+  const ownFields = spec.fn.kind === 'process';
+
+  /** A session's contents in `S` (a process function's: its id) with the record's value added. */
+  const add = (c: unknown, v: unknown): unknown => {
+    if (typeof c !== 'number' || !ownFields) return contents.add(c, v);
+    ctx.stateAppend(recordsField(c), v);
+    return c;
+  };
+  /** Sessions `b` merged into `a` (`a` the earlier): a process function's records move to `a`'s field. */
+  const merge = (a: unknown, b: unknown): unknown => {
+    if (!ownFields || (typeof a !== 'number' && typeof b !== 'number')) return contents.merge(a, b);
+    const into = typeof a === 'number' ? a : undefined;
+    const moved = typeof b === 'number' ? ((ctx.stateGet(recordsField(b)) as unknown[] | undefined) ?? []) : (b as unknown[]);
+    if (typeof b === 'number') ctx.stateDelete(recordsField(b));
+    if (into === undefined) return contents.merge(a, moved);
+    for (const v of moved) ctx.stateAppend(recordsField(into), v);
+    return into;
+  };
+  /** A session's contents to fire: a process function's records read from their field (a copy), which is then deleted. */
+  const take = (c: unknown): unknown => {
+    if (typeof c !== 'number' || !ownFields) return c;
+    const field = recordsField(c);
+    const records = (ctx.stateGet(field) as unknown[] | undefined) ?? [];
+    ctx.stateDelete(field);
+    return records;
+  };
 
   const op = {
     droppedLate: 0,
@@ -46,7 +81,10 @@ export function lazySessionOperator(ctx: OperatorContext, spec: WindowSpec, gap:
           else op.droppedLate++;
           return;
         }
-        s.splice(to, 0, t, end, contents.first(r.value));
+        if (ownFields) {
+          ctx.stateAppend(recordsField(t), r.value);
+          s.splice(to, 0, t, end, t);
+        } else s.splice(to, 0, t, end, contents.first(r.value));
         ctx.registerTimer('event', end - 1);
       } else {
         const start = Math.min(s[from] as number, t);
@@ -55,12 +93,12 @@ export function lazySessionOperator(ctx: OperatorContext, spec: WindowSpec, gap:
           // The usual case: the record extends (or falls inside) one session.
           s[from] = start;
           s[from + 1] = end;
-          s[from + 2] = contents.add(s[from + 2], r.value);
+          s[from + 2] = add(s[from + 2], r.value);
         } else {
           // It bridges several: merge them (earlier contents first), then add the record.
           let merged = s[from + 2];
-          for (let i = from + 5; i < to; i += 3) merged = contents.merge(merged, s[i]);
-          s.splice(from, to - from, start, end, contents.add(merged, r.value));
+          for (let i = from + 5; i < to; i += 3) merged = merge(merged, s[i]);
+          s.splice(from, to - from, start, end, add(merged, r.value));
         }
       }
       ctx.stateSet(SESSIONS, s);
@@ -74,7 +112,7 @@ export function lazySessionOperator(ctx: OperatorContext, spec: WindowSpec, gap:
       for (let i = 0; i < s.length; i += 3) {
         const end = s[i + 1] as number;
         if (end - 1 <= time) {
-          contents.fire(s[i + 2], ctx.currentKey(), { start: s[i] as number, end });
+          contents.fire(take(s[i + 2]), ctx.currentKey(), { start: s[i] as number, end });
         } else {
           ctx.registerTimer('event', end - 1);
           if (kept !== i) {

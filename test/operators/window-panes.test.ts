@@ -17,8 +17,9 @@ import { type WindowAssigner, Windows } from '../../lib/api/windows.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { FaultInjector } from '../../lib/local/faults.ts';
 import { type Counted, countRow, type Ev, events, perKey, sorted, withTimestamps } from './helpers.ts';
-import type { WindowSpec } from '../../lib/operators/window.ts';
+import type { WindowOperator, WindowSpec } from '../../lib/operators/window.ts';
 import { paneWindowOperator } from '../../lib/operators/window-panes.ts';
+import { lazySessionOperator } from '../../lib/operators/window-session-lazy.ts';
 import { fixedWindowsOf } from '../../lib/operators/window-state.ts';
 import type { OperatorContext } from '../../lib/runtime/operator.ts';
 import { emptyProgress, type PartitionScope } from '../../lib/state/backend.ts';
@@ -209,6 +210,55 @@ describe('lazy sessions', () => {
       { seed: 99, numRuns: 150 },
     );
   });
+
+  /** Sessions through a process function: each session's row (its record count) and the records it saw, the late ones apart. */
+  async function processSessions(items: readonly Ev[], gap: number, delay: number, o: { parallelism: number; batch: number; faults?: FaultInjector }) {
+    const job = new Job('process-sessions', { parallelism: o.parallelism });
+    const main = Sinks.collect<Counted & { ts: number }>();
+    const late = Sinks.collect<Ev>();
+    const seen = Sinks.collect<Ev[]>();
+    const tag = new OutputTag<Ev>('late');
+    const sessions = events<Ev>(job, 'in', items, delay)
+      .keyBy((e) => e.k)
+      .window(Windows.session(gap))
+      .sideOutputLateData(tag)
+      .process<Counted | Ev[]>((es, { key, window }, out) => {
+        out.emit({ key, start: window.start, end: window.end, n: es.length });
+        out.emit([...es]);
+      });
+    withTimestamps(sessions.filter((x): x is Counted => !Array.isArray(x))).sinkTo(main);
+    sessions.filter((x): x is Ev[] => Array.isArray(x)).sinkTo(seen);
+    sessions.getSideOutput(tag).sinkTo(late);
+    const { stats } = await runJob(job, { sourceBatchSize: o.batch, maxEnvelopesPerBatch: 2, faults: o.faults });
+    return { rows: main.records, late: late.records, seen: seen.records.flat(), recoveries: stats.recoveries };
+  }
+
+  it("a process function sees each session's records (kept in a field of their own per session), as the model counts them", async () => {
+    await fc.assert(
+      fc.asyncProperty(streamArb, fc.integer({ min: 1, max: 20 }), fc.integer({ min: 1, max: 3 }), async (s, gap, batch) => {
+        const run = await processSessions(s.items, gap, s.delay, { parallelism: 1, batch });
+        if (batch === 1) expect(outcome(run)).toEqual(outcome(sessionModel(s.items, gap, s.delay)));
+        // Every record once: in a session or late.
+        expect(sorted([...run.seen, ...run.late])).toEqual(sorted(s.items));
+        expect(run.rows.reduce((n, r) => n + r.n, 0)).toBe(run.seen.length);
+      }),
+      { seed: 98, numRuns: 150 },
+    );
+  });
+
+  it('process sessions: crashes and duplicate deliveries change no session', async () => {
+    const items: Ev[] = [];
+    for (let i = 0; i < 400; i++) items.push({ k: `k${i % 5}`, t: i * 3 + ((i * 31) % 13) });
+    const o = { parallelism: 2, batch: 3 };
+    const clean = await processSessions(items, 7, 12, o);
+    for (const seed of [1, 2, 3]) {
+      const faulty = await processSessions(items, 7, 12, { ...o, faults: new FaultInjector({ seed, crashProbability: 0.05, duplicateProbability: 0.1 }) });
+      expect(faulty.recoveries).toBeGreaterThan(0);
+      expect(sorted(faulty.rows)).toEqual(sorted(clean.rows));
+      expect(sorted(faulty.seen)).toEqual(sorted(clean.seen));
+      expect(faulty.late).toEqual(clean.late);
+    }
+  });
 });
 
 /** A key's windows of a tumbling or gapped sliding assigner (slide a multiple of size), by brute force. */
@@ -269,14 +319,17 @@ describe('process windows kept as panes (records in a field of their own per pan
   });
 });
 
-describe('process panes, state layout', () => {
-  /** The pane operator of a tumbling(10) process window over a fake context: one key, a commit per batch. */
-  function operatorOver() {
+describe('process windows, state layout', () => {
+  /**
+   * A window operator of a process function over a fake context: one key, a commit per
+   * batch. `make`: the operator from its context and spec (default: the pane operator).
+   */
+  function operatorOver(assigner: WindowAssigner = Windows.tumbling(10), make?: (ctx: OperatorContext, spec: WindowSpec) => WindowOperator) {
     const job = new Job('layout', { parallelism: 1 });
     job
       .fromItems<{ t: number }>('in', [])
       .keyBy(() => 'k')
-      .window(Windows.tumbling(10))
+      .window(assigner)
       .process<number[]>((es, _info, out) => out.emit(es.map((e) => e.t)))
       .sinkTo(Sinks.collect());
     const node = job.graph.nodes.find((n) => n.spec.kind === 'window')!;
@@ -298,7 +351,8 @@ describe('process panes, state layout', () => {
       registerTimer: (_d: string, t: number) => void timers.push(t),
       emit: (v: unknown) => void emitted.push(v),
     } as unknown as OperatorContext;
-    const op = paneWindowOperator(ctx, node.spec as WindowSpec, fixedWindowsOf((node.spec as WindowSpec).assigner)!, false);
+    const spec = node.spec as WindowSpec;
+    const op = make ? make(ctx, spec) : paneWindowOperator(ctx, spec, fixedWindowsOf(spec.assigner)!, false);
     let version = 0;
     const commit = () => {
       const { writes, entities } = txn.changes();
@@ -347,6 +401,41 @@ describe('process panes, state layout', () => {
     op.onTimer!('event', 19, '');
     commit();
     expect(emitted).toEqual([[1, 2, 3], [12]]);
+    expect(stored().size).toBe(0);
+  });
+
+  it("keeps a session's records in a field named by its first record's time, moves a bridged session's records into the earlier one's, and reads a session stored before session 16", () => {
+    const { op, ctx, commit, stored, record, emitted, setWatermark } = operatorOver(Windows.session(5), (c, spec) => lazySessionOperator(c, spec, 5));
+    // A session stored the old way (its records inside S), and two new ones.
+    ctx.stateSet('S', [0, 7, [{ t: 0 }, { t: 2 }]]);
+    commit();
+    record(4);
+    record(20);
+    record(30);
+    commit();
+    expect(stored()).toEqual(
+      new Map<string, unknown>([
+        ['S', [0, 9, [{ t: 0 }, { t: 2 }, { t: 4 }], 20, 25, 20, 30, 35, 30]],
+        ['R20', [{ t: 20 }]],
+        ['R30', [{ t: 30 }]],
+      ]),
+    );
+    // 25 bridges [20, 25) and [30, 35) (sessions that touch merge): the later session's records move to the earlier one's field.
+    record(25);
+    commit();
+    expect(stored()).toEqual(
+      new Map<string, unknown>([
+        ['S', [0, 9, [{ t: 0 }, { t: 2 }, { t: 4 }], 20, 35, 20]],
+        ['R20', [{ t: 20 }, { t: 30 }, { t: 25 }]],
+      ]),
+    );
+    setWatermark(100);
+    op.onTimer!('event', 100, '');
+    commit();
+    expect(emitted).toEqual([
+      [0, 2, 4],
+      [20, 30, 25],
+    ]);
     expect(stored().size).toBe(0);
   });
 });
