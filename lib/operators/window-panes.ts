@@ -29,12 +29,9 @@ import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
 import { cloneValue } from '../state/txn.ts';
 import type { WindowOperator, WindowSpec } from './window.ts';
 import type { PartialAggregate } from './window-combiner.ts';
-import { checkTimestamp, type FixedWindows, floorMod, windowContents } from './window-state.ts';
+import { checkTimestamp, type FixedWindows, floorMod, recordsField, windowContents } from './window-state.ts';
 
 const PANES = 'P';
-
-/** The field of a pane's records, for a process function (see the file comment). */
-const recordsField = (pane: number) => 'R' + pane;
 
 function gcd(a: number, b: number): number {
   while (b !== 0) [a, b] = [b, a % b];

@@ -23,12 +23,9 @@
 import type { StreamRecord } from '../api/types.ts';
 import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
 import type { WindowOperator, WindowSpec } from './window.ts';
-import { checkTimestamp, windowContents } from './window-state.ts';
+import { checkTimestamp, recordsField, windowContents } from './window-state.ts';
 
 const SESSIONS = 'S';
-
-/** The field of a process function's session's records (see the file comment). */
-const recordsField = (id: number) => 'R' + id;
 
 export function lazySessionOperator(ctx: OperatorContext, spec: WindowSpec, gap: number): WindowOperator {
   const contents = windowContents(ctx, spec.fn, false);

@@ -44,6 +44,14 @@ export function decodeTime(s: string, at: number): number {
   return s.charCodeAt(at) === CHAR_P ? n : n - BIAS;
 }
 
+/**
+ * The field of a process function's buffered records for one pane (window-panes.ts) or one
+ * session (window-session-lazy.ts), named by a time that no other live one of the key holds.
+ */
+export function recordsField(id: number): string {
+  return 'R' + id;
+}
+
 /** End first, then start: the order in which one key's windows must fire. */
 export function windowKey(start: number, end: number): string {
   return encodeTime(end) + encodeTime(start);

@@ -22,11 +22,7 @@ import { paneWindowOperator } from '../../lib/operators/window-panes.ts';
 import { lazySessionOperator } from '../../lib/operators/window-session-lazy.ts';
 import { fixedWindowsOf } from '../../lib/operators/window-state.ts';
 import type { OperatorContext } from '../../lib/runtime/operator.ts';
-import { emptyProgress, type PartitionScope } from '../../lib/state/backend.ts';
-import { InMemoryStateBackend } from '../../lib/state/memory.ts';
-import { entityId, StateTxn } from '../../lib/state/txn.ts';
-
-const scope: PartitionScope = { job: 'panes', stage: 0, partition: 0 };
+import { oneKey } from '../state/one-key.ts';
 
 const withMerge: AggregateFunction<unknown, number, number> = {
   createAccumulator: () => 0,
@@ -333,9 +329,7 @@ describe('process windows, state layout', () => {
       .process<number[]>((es, _info, out) => out.emit(es.map((e) => e.t)))
       .sinkTo(Sinks.collect());
     const node = job.graph.nodes.find((n) => n.spec.kind === 'window')!;
-    const backend = new InMemoryStateBackend();
-    const txn = new StateTxn(backend, scope);
-    const entry = () => txn.overlay('win').entry('k', 0);
+    const { state, commit, stored } = oneKey('win');
     let wm = Number.NEGATIVE_INFINITY;
     const timers: number[] = [];
     const emitted: unknown[] = [];
@@ -343,23 +337,12 @@ describe('process windows, state layout', () => {
       node,
       watermark: () => wm,
       currentKey: () => 'k',
-      stateGet: (f: string) => entry().read(f),
-      statePeek: (f: string) => entry().peek(f),
-      stateSet: (f: string, v: unknown) => entry().write(f, v),
-      stateDelete: (f: string) => entry().write(f, undefined),
-      stateAppend: (f: string, v: unknown) => entry().append(f, v),
+      ...state,
       registerTimer: (_d: string, t: number) => void timers.push(t),
       emit: (v: unknown) => void emitted.push(v),
     } as unknown as OperatorContext;
     const spec = node.spec as WindowSpec;
     const op = make ? make(ctx, spec) : paneWindowOperator(ctx, spec, fixedWindowsOf(spec.assigner)!, false);
-    let version = 0;
-    const commit = () => {
-      const { writes, entities } = txn.changes();
-      backend.commitSync({ scope, expectedVersion: version++, writes, ...(entities ? { entities } : {}), timerAdds: [], timerDeletes: [], progress: emptyProgress(), outbox: [] });
-      txn.reset();
-    };
-    const stored = () => new Map(backend.peek(scope, 0, entityId('win', 'k')) ?? []);
     const record = (t: number) => op.processElement({ value: { t }, timestamp: t }, 0);
     return { op, ctx, commit, stored, record, timers, emitted, setWatermark: (w: number) => (wm = w) };
   }

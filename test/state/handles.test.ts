@@ -7,36 +7,14 @@ import { describe, expect, it } from 'vitest';
 import { listState } from '../../lib/api/state.ts';
 import { ManualClock } from '../../lib/api/types.ts';
 import type { OperatorContext } from '../../lib/runtime/operator.ts';
-import { emptyProgress, type PartitionScope } from '../../lib/state/backend.ts';
 import { bindStateHandles } from '../../lib/state/handles.ts';
-import { InMemoryStateBackend } from '../../lib/state/memory.ts';
-import { entityId, StateTxn } from '../../lib/state/txn.ts';
+import { oneKey } from './one-key.ts';
 
-const scope: PartitionScope = { job: 'handles', stage: 0, partition: 0 };
-
-/** One key's state through an operator context, a commit per `batch()`. */
+/** One key's state through an operator context, a commit per `commit()`. */
 function open() {
-  const backend = new InMemoryStateBackend();
-  const txn = new StateTxn(backend, scope);
+  const { state, commit, stored } = oneKey('op');
   const clock = new ManualClock(0);
-  const entry = () => txn.overlay('op').entry('k', 0);
-  const ctx = {
-    node: { name: 'op' },
-    clock,
-    stateGet: (f: string) => entry().read(f),
-    statePeek: (f: string) => entry().peek(f),
-    stateSet: (f: string, v: unknown) => entry().write(f, v),
-    stateDelete: (f: string) => entry().write(f, undefined),
-    stateAppend: (f: string, v: unknown) => entry().append(f, v),
-    stateFields: (p: string) => entry().fields(p),
-  } as unknown as OperatorContext;
-  let version = 0;
-  const commit = () => {
-    const { writes, entities } = txn.changes();
-    backend.commitSync({ scope, expectedVersion: version++, writes, ...(entities ? { entities } : {}), timerAdds: [], timerDeletes: [], progress: emptyProgress(), outbox: [] });
-    txn.reset();
-  };
-  const stored = () => new Map(backend.peek(scope, 0, entityId('op', 'k')) ?? []);
+  const ctx = { node: { name: 'op' }, clock, ...state } as unknown as OperatorContext;
   return { ctx, clock, commit, stored };
 }
 
