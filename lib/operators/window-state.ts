@@ -6,11 +6,15 @@
  *
  * Field layout of a window operator's keyed state (one entity per key):
  * - `P`: tumbling and sliding windows without allowed lateness, the key's panes as a flat
- *   [paneStart, contents, ...] array (window-panes.ts);
+ *   [paneStart, contents, ...] array (window-panes.ts; a process function's records in
+ *   `R${paneStart}`);
  * - `S`: session windows without allowed lateness, the key's sessions as a flat
- *   [start, end, contents, ...] array (window-session-lazy.ts);
- * - with allowed lateness: `w${windowKey}`, a window's contents (accumulator, reduced value,
- *   or element list), and for sessions `i`, the open sessions as [start, end, ...] by start;
+ *   [start, end, contents, ...] array (window-session-lazy.ts; a process function's records
+ *   in `R${id}`);
+ * - tumbling and sliding windows with allowed lateness (or without merge):
+ *   `w${windowKey}`, a window's contents (accumulator, reduced value, or element list);
+ * - session windows with allowed lateness: `I`, the open sessions as [start, end, id, ...]
+ *   by start, and `C${id}`, a session's contents (window-session.ts);
  * - window joins: `l${windowKey}` / `r${windowKey}`, the left / right elements of a window;
  * - interval joins: `L${time}` / `R${time}`, the left / right elements with that timestamp.
  * Timers: where a timer's time names the window (fixed sizes; sessions, which never share

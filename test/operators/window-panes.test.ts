@@ -12,66 +12,15 @@ import { describe, expect, it } from 'vitest';
 import type { AggregateFunction } from '../../lib/api/functions.ts';
 import { Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
-import { OutputTag } from '../../lib/api/types.ts';
-import { type WindowAssigner, Windows } from '../../lib/api/windows.ts';
+import { Windows } from '../../lib/api/windows.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { FaultInjector } from '../../lib/local/faults.ts';
-import { type Counted, countRow, type Ev, events, perKey, sorted, withTimestamps } from './helpers.ts';
-import type { WindowOperator, WindowSpec } from '../../lib/operators/window.ts';
-import { paneWindowOperator } from '../../lib/operators/window-panes.ts';
+import { type Ev, events, sorted } from './helpers.ts';
 import { lazySessionOperator } from '../../lib/operators/window-session-lazy.ts';
-import { fixedWindowsOf } from '../../lib/operators/window-state.ts';
-import type { OperatorContext } from '../../lib/runtime/operator.ts';
-import { oneKey } from '../state/one-key.ts';
-
-const withMerge: AggregateFunction<unknown, number, number> = {
-  createAccumulator: () => 0,
-  add: (_v, n) => n + 1,
-  getResult: (n) => n,
-  merge: (a, b) => a + b,
-};
-const withoutMerge: AggregateFunction<unknown, number, number> = { createAccumulator: () => 0, add: (_v, n) => n + 1, getResult: (n) => n };
-
-interface Run {
-  rows: (Counted & { ts: number })[];
-  late: Ev[];
-}
-
-async function counts(items: readonly Ev[], assigner: WindowAssigner, agg: AggregateFunction<unknown, number, number>, o: { delay: number; parallelism: number; batch: number; faults?: FaultInjector }): Promise<Run> {
-  const job = new Job('panes', { parallelism: o.parallelism });
-  const main = Sinks.collect<Counted & { ts: number }>();
-  const late = Sinks.collect<Ev>();
-  const tag = new OutputTag<Ev>('late');
-  const counted = events(job, 'in', items, o.delay).keyBy((e) => e.k).window(assigner).sideOutputLateData(tag).aggregate(agg, countRow);
-  withTimestamps(counted).sinkTo(main);
-  counted.getSideOutput(tag).sinkTo(late);
-  await runJob(job, { sourceBatchSize: o.batch, maxEnvelopesPerBatch: 2, faults: o.faults });
-  return { rows: main.records, late: late.records };
-}
-
-/** What two runs must share: each key's rows in order, and the late records. */
-const outcome = (r: Run) => ({ rows: perKey(r.rows), late: r.late });
-
-/** Streams whose records fall up to `disorder(delay) - 1` ms behind the latest one. */
-const streamOf = (disorder: (delay: number) => number) =>
-  fc
-    .record({
-      delay: fc.integer({ min: 0, max: 10 }),
-      rows: fc.array(fc.record({ k: fc.constantFrom('a', 'b', 'c'), step: fc.integer({ min: 0, max: 12 }), back: fc.nat() }), { maxLength: 50 }),
-      start: fc.integer({ min: -100, max: 100 }),
-      parallelism: fc.constantFrom(1, 2, 3),
-      batch: fc.integer({ min: 1, max: 4 }),
-    })
-    .map(({ delay, rows, start, parallelism, batch }) => {
-      let base = start;
-      const items = rows.map((r) => {
-        base += r.step;
-        return { k: r.k, t: base - (r.back % disorder(delay)) };
-      });
-      return { items, delay, parallelism, batch };
-    });
+import { counts, operatorOver, outcome, processSessions, sessionModel, streamOf, withMerge, withoutMerge } from './window-harness.ts';
 
 /** Streams with disorder up to twice the watermark delay: some records are late. */
+
 const streamArb = streamOf((delay) => 2 * delay + 2);
 
 describe('panes', () => {
@@ -155,46 +104,6 @@ describe('pane windows with object accumulators', () => {
   });
 });
 
-/**
- * Session windows, record at a time: parallelism 1 and one record per envelope, so the
- * watermark moves to max t - delay - 1 after each record, and sessions whose end - 1 it
- * reaches fire by end (compared per key: across keys, one time's firings have no stated order).
- */
-function sessionModel(items: readonly Ev[], gap: number, delay: number): Run {
-  const open = new Map<string, { start: number; end: number; n: number }[]>();
-  const rows: Run['rows'] = [];
-  const late: Ev[] = [];
-  let wm = -Infinity;
-  let maxT = -Infinity;
-  for (const e of items) {
-    const list = open.get(e.k) ?? [];
-    const touched = list.filter((s) => s.start <= e.t + gap && e.t <= s.end);
-    if (touched.length === 0 && e.t + gap - 1 <= wm) late.push(e);
-    else {
-      const merged = {
-        start: Math.min(e.t, ...touched.map((s) => s.start)),
-        end: Math.max(e.t + gap, ...touched.map((s) => s.end)),
-        n: 1 + touched.reduce((n, s) => n + s.n, 0),
-      };
-      open.set(e.k, [...list.filter((s) => !touched.includes(s)), merged]);
-    }
-    maxT = Math.max(maxT, e.t);
-    wm = Math.max(wm, maxT - delay - 1);
-    fire(wm);
-  }
-  fire(Infinity);
-  return { rows, late };
-
-  function fire(upTo: number) {
-    const due: { key: string; start: number; end: number; n: number }[] = [];
-    for (const [key, list] of open) {
-      for (const s of list) if (s.end - 1 <= upTo) due.push({ key, ...s });
-      open.set(key, list.filter((s) => s.end - 1 > upTo));
-    }
-    due.sort((a, b) => a.end - b.end || (('s' + a.key < 's' + b.key) ? -1 : 1));
-    for (const d of due) rows.push({ key: d.key, start: d.start, end: d.end, n: d.n, ts: d.end - 1 });
-  }
-}
 
 describe('lazy sessions', () => {
   it('match the record-at-a-time model, late records and bridging merges included', async () => {
@@ -207,32 +116,10 @@ describe('lazy sessions', () => {
     );
   });
 
-  /** Sessions through a process function: each session's row (its record count) and the records it saw, the late ones apart. */
-  async function processSessions(items: readonly Ev[], gap: number, delay: number, o: { parallelism: number; batch: number; faults?: FaultInjector }) {
-    const job = new Job('process-sessions', { parallelism: o.parallelism });
-    const main = Sinks.collect<Counted & { ts: number }>();
-    const late = Sinks.collect<Ev>();
-    const seen = Sinks.collect<Ev[]>();
-    const tag = new OutputTag<Ev>('late');
-    const sessions = events<Ev>(job, 'in', items, delay)
-      .keyBy((e) => e.k)
-      .window(Windows.session(gap))
-      .sideOutputLateData(tag)
-      .process<Counted | Ev[]>((es, { key, window }, out) => {
-        out.emit({ key, start: window.start, end: window.end, n: es.length });
-        out.emit([...es]);
-      });
-    withTimestamps(sessions.filter((x): x is Counted => !Array.isArray(x))).sinkTo(main);
-    sessions.filter((x): x is Ev[] => Array.isArray(x)).sinkTo(seen);
-    sessions.getSideOutput(tag).sinkTo(late);
-    const { stats } = await runJob(job, { sourceBatchSize: o.batch, maxEnvelopesPerBatch: 2, faults: o.faults });
-    return { rows: main.records, late: late.records, seen: seen.records.flat(), recoveries: stats.recoveries };
-  }
-
   it("a process function sees each session's records (kept in a field of their own per session), as the model counts them", async () => {
     await fc.assert(
       fc.asyncProperty(streamArb, fc.integer({ min: 1, max: 20 }), fc.integer({ min: 1, max: 3 }), async (s, gap, batch) => {
-        const run = await processSessions(s.items, gap, s.delay, { parallelism: 1, batch });
+        const run = await processSessions(s.items, gap, { delay: s.delay, parallelism: 1, batch });
         if (batch === 1) expect(outcome(run)).toEqual(outcome(sessionModel(s.items, gap, s.delay)));
         // Every record once: in a session or late.
         expect(sorted([...run.seen, ...run.late])).toEqual(sorted(s.items));
@@ -245,10 +132,10 @@ describe('lazy sessions', () => {
   it('process sessions: crashes and duplicate deliveries change no session', async () => {
     const items: Ev[] = [];
     for (let i = 0; i < 400; i++) items.push({ k: `k${i % 5}`, t: i * 3 + ((i * 31) % 13) });
-    const o = { parallelism: 2, batch: 3 };
-    const clean = await processSessions(items, 7, 12, o);
+    const o = { delay: 12, parallelism: 2, batch: 3 };
+    const clean = await processSessions(items, 7, o);
     for (const seed of [1, 2, 3]) {
-      const faulty = await processSessions(items, 7, 12, { ...o, faults: new FaultInjector({ seed, crashProbability: 0.05, duplicateProbability: 0.1 }) });
+      const faulty = await processSessions(items, 7, { ...o, faults: new FaultInjector({ seed, crashProbability: 0.05, duplicateProbability: 0.1 }) });
       expect(faulty.recoveries).toBeGreaterThan(0);
       expect(sorted(faulty.rows)).toEqual(sorted(clean.rows));
       expect(sorted(faulty.seen)).toEqual(sorted(clean.seen));
@@ -316,37 +203,6 @@ describe('process windows kept as panes (records in a field of their own per pan
 });
 
 describe('process windows, state layout', () => {
-  /**
-   * A window operator of a process function over a fake context: one key, a commit per
-   * batch. `make`: the operator from its context and spec (default: the pane operator).
-   */
-  function operatorOver(assigner: WindowAssigner = Windows.tumbling(10), make?: (ctx: OperatorContext, spec: WindowSpec) => WindowOperator) {
-    const job = new Job('layout', { parallelism: 1 });
-    job
-      .fromItems<{ t: number }>('in', [])
-      .keyBy(() => 'k')
-      .window(assigner)
-      .process<number[]>((es, _info, out) => out.emit(es.map((e) => e.t)))
-      .sinkTo(Sinks.collect());
-    const node = job.graph.nodes.find((n) => n.spec.kind === 'window')!;
-    const { state, commit, stored } = oneKey('win');
-    let wm = Number.NEGATIVE_INFINITY;
-    const timers: number[] = [];
-    const emitted: unknown[] = [];
-    const ctx = {
-      node,
-      watermark: () => wm,
-      currentKey: () => 'k',
-      ...state,
-      registerTimer: (_d: string, t: number) => void timers.push(t),
-      emit: (v: unknown) => void emitted.push(v),
-    } as unknown as OperatorContext;
-    const spec = node.spec as WindowSpec;
-    const op = make ? make(ctx, spec) : paneWindowOperator(ctx, spec, fixedWindowsOf(spec.assigner)!, false);
-    const record = (t: number) => op.processElement({ value: { t }, timestamp: t }, 0);
-    return { op, ctx, commit, stored, record, timers, emitted, setWatermark: (w: number) => (wm = w) };
-  }
-
   it("keeps a pane's records in a field of their own, appended in place batch by batch, and drops it with the pane", () => {
     const { op, commit, stored, record, timers, emitted } = operatorOver();
     record(1);
