@@ -1,7 +1,9 @@
 /**
  * CPU profile of one query's runtime side only (no generation, no floor):
  *
- *   npx tsx bench/profile.ts --query q5 [--events 500000] [--parallelism N] [--checkpoint-interval MS] [--runs N] [--out q5.cpuprofile] [--top 40]
+ *   npx tsx bench/profile.ts --query q5 [--events 500000] [--parallelism N] [--checkpoint-interval MS|off] [--runs N] [--out q5.cpuprofile] [--top 40]
+ *
+ * Checkpoints are off unless `--checkpoint-interval` gives an interval (the bench's is 1000).
  *
  * `--runs N`: N full runs in this process, the last one profiled (default 1, after a
  * 50 000-event warm-up). V8 is still optimising the runtime during its first 1 M-event
@@ -39,7 +41,7 @@ import { EmbeddedRuntime } from '../lib/local/embedded.ts';
 import { CollectSink } from '../lib/api/sinks.ts';
 import { generate, replaySource } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
-import { intOption } from './flags.ts';
+import { checkpointIntervalOption, intOption } from './flags.ts';
 
 interface ProfileNode {
   id: number;
@@ -69,27 +71,28 @@ const { values } = parseArgs({
 });
 const q = QUERIES.find((x) => x.name === values.query);
 if (!q) throw new Error(`--query: one of ${QUERIES.map((x) => x.name).join(', ')}`);
-const events = generate(Number(values.events), 42);
-const interval = values['checkpoint-interval'];
+const events = generate(intOption('events', values.events, 1), 42);
+const interval = checkpointIntervalOption(values['checkpoint-interval'], undefined);
+const parallelism = values.parallelism === undefined ? undefined : intOption('parallelism', values.parallelism, 1);
 /** One run; the checkpoint directory is removed by `cleanup`, outside the profiled window. */
 const run = async (count: number): Promise<{ ms: number; cleanup: () => void }> => {
-  const job = q.job(values.parallelism ? Number(values.parallelism) : undefined);
+  const job = q.job(parallelism);
   const options = {
     sources: { events: replaySource(count === events.length ? events : events.slice(0, count)) },
     sinks: { results: new CollectSink() },
   };
-  const dir = interval ? mkdtempSync(join(tmpdir(), 'sluice-profile-ck-')) : undefined;
-  const runtime = dir
-    ? (await openCheckpointedRuntime(job, options, { dir, intervalMs: Number(interval), durable: false, start: 'fresh' })).runtime
-    : new EmbeddedRuntime(job, options);
+  const dir = interval !== undefined ? mkdtempSync(join(tmpdir(), 'sluice-profile-ck-')) : undefined;
+  const runtime =
+    dir !== undefined && interval !== undefined
+      ? (await openCheckpointedRuntime(job, options, { dir, intervalMs: interval, durable: false, start: 'fresh' })).runtime
+      : new EmbeddedRuntime(job, options);
   const t0 = performance.now();
   await runtime.run();
   const ms = performance.now() - t0;
   return { ms, cleanup: () => dir && rmSync(dir, { recursive: true, force: true }) };
 };
 (await run(Math.min(50_000, events.length))).cleanup(); // warm-up
-const runs = Number(values.runs);
-if (!Number.isSafeInteger(runs) || runs < 1) throw new Error(`--runs: expected an integer >= 1, received "${values.runs}"`);
+const runs = intOption('runs', values.runs, 1);
 for (let i = 1; i < runs; i++) (await run(events.length)).cleanup();
 
 const session = new Session();
@@ -133,7 +136,7 @@ profile.samples.forEach((id, i) => {
     seen.add(k2);
   }
 });
-const top = Number(values.top);
+const top = intOption('top', values.top, 1);
 const show = (title: string, m: Map<string, number>) => {
   console.log(`--- ${title}`);
   for (const [k, t] of [...m].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`${((100 * t) / all).toFixed(1).padStart(5)}%  ${k}`);
@@ -206,7 +209,7 @@ async function heapProfile(s: Session): Promise<void> {
   visit(profile.head, undefined);
   const perEvent = (b: number) => (b / events.length).toFixed(1).padStart(7);
   console.log(`${q!.name}: ${events.length} events, ${perEvent(all).trim()} bytes allocated per event (sampled)`);
-  const top = Number(values.top);
+  const top = intOption('top', values.top, 1);
   for (const [title, m] of [['bytes per event by function', byFunction], ['bytes per event by file', byFile]] as const) {
     console.log(`--- ${title}`);
     for (const [k, b] of [...m].sort((x, y) => y[1] - x[1]).slice(0, top)) console.log(`${perEvent(b)}  ${k}`);

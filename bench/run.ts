@@ -37,6 +37,7 @@ import { type CheckpointBenchResult, checkpointReport } from './checkpoints.ts';
 import { checkpointLabel, generate, measure, type MeasureConfig, type QueryResult } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
 import { NODE_FLAGS } from '../lib/cli/node-flags.ts';
+import { checkpointIntervalOption } from './flags.ts';
 
 function fail(message: string): never {
   console.error(`bench: ${message}`);
@@ -51,9 +52,11 @@ function intFlag(raw: string | undefined, flag: string, fallback: number | undef
 }
 
 function checkpointInterval(raw: string | undefined): number | undefined {
-  if (raw === 'off') return undefined;
-  if (raw !== undefined && !/^[1-9][0-9_]*$/.test(raw)) fail(`--checkpoint-interval: expected milliseconds (an integer >= 1) or "off", received "${raw}"`);
-  return intFlag(raw, 'checkpoint-interval', 1000, 1);
+  try {
+    return checkpointIntervalOption(raw, 1000);
+  } catch (e) {
+    return fail((e as Error).message);
+  }
 }
 
 const { values } = parseArgs({

@@ -14,10 +14,13 @@
  * `--max-semi-space-size=32`: a young generation of up to 2 x 32 MB instead of 2 x 16. Window
  * and join state lives for a window (seconds of event time, many young collections), so each
  * scavenge copies the same few MB of live state whatever the young generation's size: twice
- * the size, half the scavenges, half that copying. Nexmark Q8 (a window join), ratio to the
- * floor in four alternated runs each: 0.315-0.407 at Node's default, 0.412-0.491 at 32; larger
- * sizes gain more for Q8 (64: 0.55-0.59) but cost stateless queries (Q2 0.26-0.30 at 64,
- * 0.39-0.42 at 32, 0.45-0.48 at the default), and more memory. Session 17 in BENCHMARKS.md.
- * Lambda functions keep Node's default: their state is in DynamoDB, not in the heap.
+ * the size, half the scavenges, half that copying. Nexmark, ratio to the hand-written floor,
+ * seven alternated runs each: Q8 (a window join) 0.330-0.417 at Node's default, 0.439-0.484
+ * at 32; Q5 0.378-0.437 -> 0.438-0.501. A stateless query's runtime does not change (Q2
+ * about 50 M events per core either way), but its floor, measured between the runtime's
+ * passes, stops being slowed by them (88-120 -> 122-175 M per core; ~150 alone), so Q2's
+ * ratio reads lower (0.391-0.461 -> 0.241-0.422). 64 MB gained Q8 more (0.55-0.59, two
+ * runs) for ~40 MB more peak memory and Q2 lower still. Session 17 in BENCHMARKS.md. Lambda
+ * functions keep Node's default: their state is in DynamoDB, not in the heap.
  */
 export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge', '--max-semi-space-size=32'];
