@@ -17,9 +17,9 @@
  * the size, half the scavenges, half that copying. Nexmark, ratio to the hand-written floor,
  * seven alternated runs each: Q8 (a window join) 0.330-0.417 at Node's default, 0.439-0.484
  * at 32; Q5 0.378-0.437 -> 0.438-0.501. A stateless query's runtime does not change (Q2
- * about 50 M events per core either way), but its floor, measured between the runtime's
- * passes, stops being slowed by them (88-120 -> 122-175 M per core; ~150 alone), so Q2's
- * ratio reads lower (0.391-0.461 -> 0.241-0.422). 64 MB gained Q8 more (0.55-0.59, two
+ * about 50 M events per core either way), but its floor reads faster in the bench (88-120
+ * -> 122-175 M per core; 140-150 outside it under either size), so Q2's ratio reads lower
+ * (0.391-0.461 -> 0.241-0.422). 64 MB gained Q8 more (0.55-0.59, two
  * runs) for ~40 MB more peak memory and Q2 lower still. Session 17 in BENCHMARKS.md. Lambda
  * functions keep Node's default: their state is in DynamoDB, not in the heap.
  */
