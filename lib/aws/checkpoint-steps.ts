@@ -27,6 +27,7 @@ import { abort, createCoordinator, decide, onCommitted, openEpoch, recordAck, re
 import { checkpointStats, CoordinatorFencedError, POINTER_NAME, RECORD_NAME, statsKey, type InjectDecision, type TruncateDecision } from '../checkpoint/driver.ts';
 import { PointerConflictError, RestoreError } from '../checkpoint/driver-errors.ts';
 import { PlanMismatchError } from '../checkpoint/errors.ts';
+import { collectGarbage } from '../checkpoint/garbage.ts';
 import { buildManifest } from '../checkpoint/manifest.ts';
 import { participantKey, sourcePartitionKey, type Ack, type CommitPointer, type CoordinatorRecord, type CoordinatorSetup, type CoordinatorState, type Decision, type Manifest, type StepResult } from '../checkpoint/protocol.ts';
 import { resume } from '../checkpoint/resume.ts';
@@ -367,22 +368,10 @@ export class CheckpointSteps {
     await this.o.hook?.('savepoint:written');
   }
 
-  /** Delete manifests, stats and snapshots no retained checkpoint needs (as driver.ts; only with nothing in flight). */
+  /** Delete what no retained checkpoint or pending savepoint copy needs (garbage.ts), with nothing in flight. */
   private async collectGarbage(s: CoordinatorState): Promise<void> {
     if (s.inFlight || !s.lastCompleted) return;
-    const { blobs } = this.o;
-    const keep = new Set([...s.history.map((h) => h.epoch), ...s.savepoints.map((p) => p.epoch), s.lastCompleted.epoch]);
-    const epochOf = (key: string) => Number(/(\d{12})\.json$/.exec(key)?.[1] ?? NaN);
-    const manifests = await blobs.list(`${s.job}/manifests/`);
-    const stats = (await blobs.list(`${s.job}/checkpoints/`)).filter((k) => !keep.has(epochOf(k)));
-    const live = new Set<string>();
-    for (const k of manifests.filter((m) => keep.has(epochOf(m)))) {
-      const bytes = await blobs.get(k);
-      if (bytes) for (const p of Object.values(fromBytes<Manifest>(bytes).partitions)) for (const l of p.chain) live.add(l.key);
-    }
-    const snapshots = (await blobs.list(`${s.job}/snapshots/`)).filter((k) => !live.has(k));
-    const drop = [...manifests.filter((k) => !keep.has(epochOf(k))), ...stats, ...snapshots];
-    if (drop.length) await blobs.delete(drop);
+    await collectGarbage(this.o.blobs, s.job, new Set([...s.history.map((h) => h.epoch), ...s.savepoints.map((p) => p.epoch), s.lastCompleted.epoch]));
   }
 
   /** Input the last committed epoch may not cover (the ingest path touches at most once per grain). */

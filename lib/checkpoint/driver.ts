@@ -13,6 +13,7 @@
  */
 import { decide, onCommitted, open, openEpoch, recordAck, requestSavepoint, toRecord } from './coordinator.ts';
 import { fromBytes, toBytes } from './codec.ts';
+import { collectGarbage } from './garbage.ts';
 import { PointerConflictError } from './driver-errors.ts';
 import { resume } from './resume.ts';
 import type { Ack, Activity, CommitPointer, CoordinatorRecord, CoordinatorSetup, CoordinatorState, Decision, Manifest, StepResult } from './protocol.ts';
@@ -294,27 +295,11 @@ export class CheckpointDriver {
     await this.events.onCompleted?.(stats, d.manifest);
   }
 
-  /**
-   * Delete manifests, stats and snapshot objects that no retained checkpoint needs. Runs
-   * only with no epoch in flight, so no snapshot of a live epoch can be taken for garbage.
-   */
+  /** Delete what no retained checkpoint needs (garbage.ts), with no epoch in flight. */
   private async collectGarbage(): Promise<void> {
     const s = this.state;
     if (s.inFlight || !s.lastCompleted) return;
-    const keep = new Set([...s.history.map((h) => h.epoch), s.lastCompleted.epoch]);
-    const epochOf = (key: string) => Number(/(\d{12})\.json$/.exec(key)?.[1] ?? NaN);
-    const manifests = await this.ports.blobs.list(`${this.job}/manifests/`);
-    const drop = manifests.filter((k) => !keep.has(epochOf(k)));
-    const stats = (await this.ports.blobs.list(`${this.job}/checkpoints/`)).filter((k) => !keep.has(epochOf(k)));
-    const live = new Set<string>();
-    for (const k of manifests.filter((m) => keep.has(epochOf(m)))) {
-      const bytes = await this.ports.blobs.get(k);
-      if (!bytes) continue;
-      for (const p of Object.values(fromBytes<Manifest>(bytes).partitions)) for (const l of p.chain) live.add(l.key);
-    }
-    const snapshots = (await this.ports.blobs.list(`${this.job}/snapshots/`)).filter((k) => !live.has(k));
-    const all = [...drop, ...stats, ...snapshots];
-    if (all.length) await this.ports.blobs.delete(all);
+    await collectGarbage(this.ports.blobs, this.job, new Set([...s.history.map((h) => h.epoch), s.lastCompleted.epoch]));
   }
 }
 
