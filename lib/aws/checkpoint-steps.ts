@@ -368,7 +368,7 @@ export class CheckpointSteps {
     await this.o.hook?.('savepoint:written');
   }
 
-  /** Delete what no retained checkpoint or pending savepoint copy needs (garbage.ts), with nothing in flight. */
+  /** Delete what no retained checkpoint or savepoint epoch needs (garbage.ts), with nothing in flight. */
   private async collectGarbage(s: CoordinatorState): Promise<void> {
     if (s.inFlight || !s.lastCompleted) return;
     await collectGarbage(this.o.blobs, s.job, new Set([...s.history.map((h) => h.epoch), ...s.savepoints.map((p) => p.epoch), s.lastCompleted.epoch]));
