@@ -24,8 +24,8 @@
  */
 import { fromBytes, toBytes } from '../checkpoint/codec.ts';
 import { abort, createCoordinator, decide, onCommitted, openEpoch, recordAck, requestSavepoint, toRecord } from '../checkpoint/coordinator.ts';
-import { checkpointStats, CoordinatorFencedError, POINTER_NAME, RECORD_NAME, statsKey, type InjectDecision, type TruncateDecision } from '../checkpoint/driver.ts';
-import { PointerConflictError, RestoreError } from '../checkpoint/driver-errors.ts';
+import { checkpointStats, CoordinatorFencedError, POINTER_NAME, RECORD_NAME, statsKey, type InjectDecision, type TruncateDecision, writeCommitPointer } from '../checkpoint/driver.ts';
+import { RestoreError } from '../checkpoint/driver-errors.ts';
 import { PlanMismatchError } from '../checkpoint/errors.ts';
 import { collectGarbage } from '../checkpoint/garbage.ts';
 import { buildManifest } from '../checkpoint/manifest.ts';
@@ -292,21 +292,7 @@ export class CheckpointSteps {
     await blobs.put(d.manifestKey, toBytes(d.manifest));
     await blobs.put(statsKey(s.state.job, d.epoch), toBytes(checkpointStats(s.state, d.manifest, d.manifestKey)));
     await this.o.sinks?.prepare(d.epoch);
-    const wanted: CommitPointer = { epoch: d.epoch, manifestKey: d.manifestKey, committedAt: d.manifest.createdAt };
-    const ptr = await pointers.read<CommitPointer>(POINTER_NAME);
-    const at = ptr?.value.epoch ?? 0;
-    let pointer = wanted;
-    if (at === d.expectedPointerEpoch) {
-      if (!(await pointers.compareAndSet(POINTER_NAME, ptr?.version ?? 0, wanted))) {
-        const again = await pointers.read<CommitPointer>(POINTER_NAME);
-        if (again?.value.epoch !== d.epoch) throw new PointerConflictError(d.expectedPointerEpoch, again?.value.epoch ?? 0);
-        pointer = again.value;
-      }
-    } else if (at === d.epoch) {
-      pointer = ptr!.value; // a retry whose earlier pointer write landed
-    } else {
-      throw new PointerConflictError(d.expectedPointerEpoch, at);
-    }
+    const pointer = await writeCommitPointer(pointers, d);
     await this.o.hook?.('commit:pointer-written');
     await this.apply(s, onCommitted(s.state, d.epoch, pointer, this.now()), false);
   }

@@ -70,6 +70,25 @@ export function statsKey(job: string, epoch: number): string {
   return `${job}/checkpoints/${String(epoch).padStart(12, '0')}.json`;
 }
 
+/**
+ * The commit point of a commit decision: the pointer moved from the epoch the decision
+ * expects to its own by compare-and-set. A retry whose earlier write landed finds its own
+ * epoch there and adopts it; any other pointer means another coordinator moved it.
+ */
+export async function writeCommitPointer(pointers: PointerStore, d: Extract<Decision, { kind: 'commit' }>): Promise<CommitPointer> {
+  const wanted: CommitPointer = { epoch: d.epoch, manifestKey: d.manifestKey, committedAt: d.manifest.createdAt };
+  const ptr = await pointers.read<CommitPointer>(POINTER_NAME);
+  const at = ptr?.value.epoch ?? 0;
+  if (at === d.expectedPointerEpoch) {
+    if (await pointers.compareAndSet(POINTER_NAME, ptr?.version ?? 0, wanted)) return wanted;
+    const again = await pointers.read<CommitPointer>(POINTER_NAME);
+    if (again?.value.epoch !== d.epoch) throw new PointerConflictError(d.expectedPointerEpoch, again?.value.epoch ?? 0);
+    return again.value;
+  }
+  if (at === d.epoch) return ptr!.value; // A retry whose earlier pointer write landed.
+  throw new PointerConflictError(d.expectedPointerEpoch, at);
+}
+
 export interface DriverEvents {
   onCompleted?(stats: CheckpointStats, manifest: Manifest): Promise<void> | void;
   onAborted?(epoch: number, reason: string): void;
@@ -275,21 +294,7 @@ export class CheckpointDriver {
     const stats = checkpointStats(this.state, d.manifest, d.manifestKey);
     await ports.blobs.put(statsKey(this.job, d.epoch), toBytes(stats));
     await ports.prepareSinks(d.epoch);
-    const wanted: CommitPointer = { epoch: d.epoch, manifestKey: d.manifestKey, committedAt: d.manifest.createdAt };
-    const ptr = await ports.pointers.read<CommitPointer>(POINTER_NAME);
-    const at = ptr?.value.epoch ?? 0;
-    let pointer = wanted;
-    if (at === d.expectedPointerEpoch) {
-      if (!(await ports.pointers.compareAndSet(POINTER_NAME, ptr?.version ?? 0, wanted))) {
-        const again = await ports.pointers.read<CommitPointer>(POINTER_NAME);
-        if (again?.value.epoch !== d.epoch) throw new PointerConflictError(d.expectedPointerEpoch, again?.value.epoch ?? 0);
-        pointer = again.value;
-      }
-    } else if (at === d.epoch) {
-      pointer = ptr!.value; // A retry whose earlier pointer write landed.
-    } else {
-      throw new PointerConflictError(d.expectedPointerEpoch, at);
-    }
+    const pointer = await writeCommitPointer(ports.pointers, d);
     this.completed.push(stats);
     await this.apply(onCommitted(this.state, d.epoch, pointer, now), now);
     await this.events.onCompleted?.(stats, d.manifest);
