@@ -99,8 +99,13 @@ export interface DriverEvents {
    * then skips the record write ahead of a commit too (one pointer-store write less per
    * checkpoint): a crash before the pointer write resumes to the epoch in flight without
    * its acks (aborted, as if they never came: its number stays burned, its objects are
-   * garbage), a crash after it to the pointer, which resume adopts; the record is
-   * written once the epoch is committed.
+   * garbage), a crash after it to the pointer, which resume adopts. Nor is the record
+   * written when the epoch has committed: the completion goes into the next write (the
+   * next epoch's opening), and until then the record lags the pointer by one epoch, the
+   * state a crash right after the pointer write leaves, which resume completes from the
+   * pointer as the commit did. A checkpoint then costs two pointer-store writes: the
+   * opening (its number burned) and the commit point, as Flink's checkpoint counter and
+   * completed-checkpoint store.
    */
   persistAcks?: boolean;
 }
@@ -120,6 +125,16 @@ export class CheckpointDriver {
    * that has just started has nothing worth a checkpoint yet).
    */
   private startedAt = 0;
+
+  /**
+   * Whether the store may hold objects no retained checkpoint needs, so that the next
+   * collection must list it: at start (what a crashed predecessor left), after an abort
+   * (snapshots of partitions that never acked), and when an epoch leaves retention.
+   * Otherwise, as after a job's first checkpoint since a collection, there is nothing to find.
+   */
+  private mayHoldGarbage = true;
+  /** Otherwise, the epochs whose objects the store may hold: those the last collection kept, and those committed since. */
+  private readonly stored = new Set<number>();
 
   private constructor(
     public state: CoordinatorState,
@@ -146,6 +161,7 @@ export class CheckpointDriver {
         if (!(await ports.pointers.compareAndSet(POINTER_NAME, ptr.version, { epoch: 0, manifestKey: '', committedAt: now }))) throw new CoordinatorFencedError(setup.job);
       }
       await d.persist(state);
+      await d.collectGarbage();
       return d;
     }
     const pointer = ptr && ptr.value.epoch > 0 ? ptr.value : null;
@@ -159,6 +175,7 @@ export class CheckpointDriver {
     d.startedAt = now;
     d.recordVersion = rec?.version ?? 0;
     await d.apply(r, now, true);
+    await d.collectGarbage();
     return d;
   }
 
@@ -276,6 +293,7 @@ export class CheckpointDriver {
         return;
       case 'abort':
         this.aborted.push(d.epoch);
+        this.mayHoldGarbage = true;
         if (d.discardSnapshots.length) await this.ports.blobs.delete(d.discardSnapshots);
         this.events.onAborted?.(d.epoch, d.reason);
         return;
@@ -296,15 +314,30 @@ export class CheckpointDriver {
     await ports.prepareSinks(d.epoch);
     const pointer = await writeCommitPointer(ports.pointers, d);
     this.completed.push(stats);
-    await this.apply(onCommitted(this.state, d.epoch, pointer, now), now);
+    this.stored.add(d.epoch);
+    const done = onCommitted(this.state, d.epoch, pointer, now);
+    if (this.events.persistAcks === false) {
+      // Recorded with the next record write (see DriverEvents.persistAcks).
+      this.state = done.state;
+      for (const next of done.decisions) await this.execute(next, now);
+    } else await this.apply(done, now);
     await this.events.onCompleted?.(stats, d.manifest);
   }
 
-  /** Delete what no retained checkpoint needs (garbage.ts), with no epoch in flight. */
+  /**
+   * Delete what no retained checkpoint needs (garbage.ts), with no epoch in flight (a live
+   * epoch's snapshots are in no manifest yet); without a completed checkpoint, nothing is
+   * needed. The store is listed only when it may hold garbage (mayHoldGarbage).
+   */
   private async collectGarbage(): Promise<void> {
     const s = this.state;
-    if (s.inFlight || !s.lastCompleted) return;
-    await collectGarbage(this.ports.blobs, this.job, new Set([...s.history.map((h) => h.epoch), s.lastCompleted.epoch]));
+    if (s.inFlight) return;
+    const keep = new Set(s.lastCompleted ? [...s.history.map((h) => h.epoch), s.lastCompleted.epoch] : []);
+    if (!this.mayHoldGarbage && [...this.stored].every((e) => keep.has(e))) return;
+    await collectGarbage(this.ports.blobs, this.job, keep);
+    this.mayHoldGarbage = false;
+    this.stored.clear();
+    for (const e of keep) this.stored.add(e);
   }
 }
 

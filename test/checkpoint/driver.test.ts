@@ -2,12 +2,14 @@
  * The checkpoint driver over the pure coordinator, with in-memory storage: a coordinator
  * that dies between any two writes of a commit resumes without losing or repeating the
  * epoch; a second coordinator on the same chain is fenced off; a fresh chain numbers
- * epochs above the old ones; objects no retained checkpoint needs are deleted.
+ * epochs above the old ones; objects no retained checkpoint needs are deleted, the store
+ * listed only when it may hold some; in one process a checkpoint is two pointer-store writes.
  */
 import { describe, expect, it } from 'vitest';
-import { CheckpointDriver, CoordinatorFencedError, type DriverPorts, type InjectDecision, POINTER_NAME, statsKey } from '../../lib/checkpoint/driver.ts';
+import { CheckpointDriver, CoordinatorFencedError, type DriverPorts, type InjectDecision, POINTER_NAME, RECORD_NAME, statsKey } from '../../lib/checkpoint/driver.ts';
+import { toRecord } from '../../lib/checkpoint/coordinator.ts';
 import { MemoryBlobStore, MemoryPointerStore } from '../../lib/checkpoint/local-storage.ts';
-import type { Ack, CommitPointer, CoordinatorSetup } from '../../lib/checkpoint/protocol.ts';
+import type { Ack, CommitPointer, CoordinatorRecord, CoordinatorSetup } from '../../lib/checkpoint/protocol.ts';
 
 const SETUP: CoordinatorSetup = {
   job: 'j',
@@ -51,9 +53,9 @@ class World {
     };
   }
 
-  start(fresh?: { startAfterEpoch: number }): Promise<CheckpointDriver> {
+  start(fresh?: { startAfterEpoch: number }, persistAcks?: boolean): Promise<CheckpointDriver> {
     this.writes = 0;
-    return CheckpointDriver.start(SETUP, this.ports(), this.now, { fresh });
+    return CheckpointDriver.start(SETUP, this.ports(), this.now, { fresh, persistAcks });
   }
 
   /** Partitions answer the last injected barrier: snapshot objects, then acks. */
@@ -84,6 +86,10 @@ class World {
     await d.tick(this.now, { heads: { 'in#0': this.position + 10 } });
     for (const a of await this.acks()) d.ack(a);
     await d.tick(this.now, {});
+  }
+
+  async record(): Promise<CoordinatorRecord> {
+    return (await this.pointers.read<CoordinatorRecord>(RECORD_NAME))!.value;
   }
 
   async pointer(): Promise<number> {
@@ -158,5 +164,66 @@ describe('checkpoint driver', () => {
     expect(w.injected.at(-1)!.epoch).toBe(4);
     expect(w.injected.at(-1)!.baseEpoch).toBe(0);
     expect(await w.pointer()).toBe(4);
+  });
+
+  it('in one process (acks not persisted), a checkpoint is two pointer-store writes and the record catches up at the next opening', async () => {
+    const w = new World();
+    const d = await w.start(undefined, false);
+    await w.epoch(d);
+    const before = w.writes;
+    await w.epoch(d);
+    // The opening of epoch 2 (with epoch 1's completion) and its commit point.
+    expect(w.writes - before).toBe(2);
+    expect(await w.pointer()).toBe(2);
+    const lagging = await w.record();
+    expect(lagging.lastCompleted?.epoch).toBe(1);
+    expect(lagging.inFlight?.epoch).toBe(2);
+    // What resume makes of the lagging record and the pointer is what the driver had (but
+    // for the count of acks: those of epoch 2 died with the process, never written).
+    const again = await w.start(undefined, false);
+    const had = toRecord(d.state);
+    expect(toRecord(again.state)).toEqual({ ...had, counters: { ...had.counters, acks: had.counters.acks - 2 } });
+    await w.epoch(again);
+    expect((await w.record()).lastCompleted?.epoch).toBe(2);
+    expect(await w.pointer()).toBe(3);
+  });
+
+  it('lists the store at start, after an abort and when an epoch leaves retention, not after a first checkpoint', async () => {
+    const w = new World();
+    const listed: string[] = [];
+    const list = w.blobs.list.bind(w.blobs);
+    w.blobs.list = (prefix) => (listed.push(prefix), list(prefix));
+    // Left by a predecessor: a snapshot of an epoch that never committed.
+    await w.blobs.put('j/snapshots/0-0/orphan', new Uint8Array(1));
+    const d = await w.start(undefined, false);
+    expect(listed.length).toBeGreaterThan(0);
+    expect(await w.blobs.get('j/snapshots/0-0/orphan')).toBeUndefined();
+    listed.length = 0;
+    await w.epoch(d);
+    expect(listed).toEqual([]);
+    await w.epoch(d);
+    expect(listed.length).toBeGreaterThan(0);
+    expect(await w.blobs.list('j/manifests/')).toEqual(['j/manifests/000000000002.json']);
+  });
+
+  it('lists the store after an abort: snapshots of partitions that never acked are garbage', async () => {
+    const w = new World();
+    const d = await w.start(undefined, false);
+    const listed: string[] = [];
+    const list = w.blobs.list.bind(w.blobs);
+    w.blobs.list = (prefix) => (listed.push(prefix), list(prefix));
+    // Epoch 1 times out with one ack in: the other partition's snapshot is written but in no ack.
+    w.now += 100;
+    await d.tick(w.now, { heads: { 'in#0': w.position + 10 } });
+    const [first, second] = await w.acks();
+    d.ack(first);
+    w.now += 2000;
+    await d.tick(w.now, {}, false);
+    expect(d.aborted).toEqual([1]);
+    expect(await w.blobs.get(second.snapshot!.key)).toBeDefined();
+    await w.epoch(d);
+    expect(listed.length).toBeGreaterThan(0);
+    expect(await w.blobs.get(second.snapshot!.key)).toBeUndefined();
+    expect(await w.pointer()).toBe(2);
   });
 });
