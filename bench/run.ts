@@ -4,7 +4,7 @@
  * core does with no framework at all). See BENCHMARKS.md for the figures.
  *
  *   npm run bench -- [--events 1000000] [--query q5 --query q7 | --query q5,q7]
- *                    [--parallelism N] [--seed 42] [--warmup 100000] [--warmup-runs 5] [--json] [--in-process]
+ *                    [--parallelism N] [--seed 42] [--warmup 100000] [--warmup-runs 5] [--warmup-ms 2000] [--json] [--in-process]
  *                    [--checkpoint-interval MS|off]   (default: every 1000 ms, the issue's condition)
  *                    [--cost-events 20000] [--cost-publish-batch 2000] [--skip-aws-cost]
  *                    [--checkpoints-query q5] [--skip-checkpoints] [--node-defaults]
@@ -18,8 +18,9 @@
  * memory are its own, with the V8 flags of Sluice's launchers (lib/cli/node-flags.ts: a
  * single-threaded scavenger; `--node-defaults`: Node's defaults instead). Events are
  * generated into memory first, so neither side pays for generation or parsing. The two
- * sides alternate pass by pass: a warm-up (--warmup events, then --warmup-runs full
- * passes of each: the steady state of V8's JIT), then five measured runs of each, and
+ * sides alternate pass by pass: a warm-up (--warmup events, then full passes of each,
+ * at least --warmup-runs and until the runtime's took --warmup-ms of CPU: the steady
+ * state of V8's JIT), then five measured runs of each, and
  * the run with the least CPU time counts per side (every runtime run's rows are
  * checked). Throughput counts all events (persons, auctions, bids), as Flink's Nexmark
  * runner does; "per core" divides by the process's CPU time (Flink's
@@ -34,7 +35,7 @@ import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { type CheckpointBenchResult, checkpointReport } from './checkpoints.ts';
-import { checkpointLabel, generate, measure, type MeasureConfig, type QueryResult } from './nexmark/measure.ts';
+import { checkpointLabel, generate, measure, type MeasureConfig, type QueryResult, WARMUP_MS } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
 import { NODE_FLAGS } from '../lib/cli/node-flags.ts';
 import { checkpointIntervalOption } from './flags.ts';
@@ -67,6 +68,7 @@ const { values } = parseArgs({
     seed: { type: 'string' },
     warmup: { type: 'string' },
     'warmup-runs': { type: 'string' },
+    'warmup-ms': { type: 'string' },
     'checkpoint-interval': { type: 'string' },
     'checkpoints-query': { type: 'string', default: 'q5' },
     'skip-checkpoints': { type: 'boolean', default: false },
@@ -87,6 +89,7 @@ const cfg: MeasureConfig = {
   parallelism: intFlag(values.parallelism, 'parallelism', undefined, 1),
   warmup: intFlag(values.warmup, 'warmup', Math.min(100_000, Math.floor(count / 10)), 0)!,
   warmupRuns: intFlag(values['warmup-runs'], 'warmup-runs', 5, 0)!,
+  warmupMs: intFlag(values['warmup-ms'], 'warmup-ms', WARMUP_MS, 0)!,
   // Checkpoints every second by default (issue 6: throughput "with checkpoints every second"); `off` turns them off.
   checkpointIntervalMs: checkpointInterval(values['checkpoint-interval']),
 };
@@ -171,7 +174,7 @@ async function main(): Promise<void> {
   if (values.worker) return worker(values.worker);
   // With --json, stdout carries only the JSON; the human-readable report goes to stderr.
   const say = values.json ? (line: string) => console.error(line) : (line: string) => console.log(line);
-  say(`Nexmark on the embedded runtime: ${count.toLocaleString('en-US')} events (seed ${cfg.seed}, 10 000 events/s of event time), warm-up ${cfg.warmup.toLocaleString('en-US')} events + ${cfg.warmupRuns} full passes, checkpoints: ${checkpointLabel(cfg)}`);
+  say(`Nexmark on the embedded runtime: ${count.toLocaleString('en-US')} events (seed ${cfg.seed}, 10 000 events/s of event time), warm-up ${cfg.warmup.toLocaleString('en-US')} events + ${cfg.warmupRuns} full passes or more, until the runtime's took ${cfg.warmupMs} ms of CPU, checkpoints: ${checkpointLabel(cfg)}`);
   say(`node ${process.version}, ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}); ${values['in-process'] ? 'all queries in this process' : 'one process per query'}; V8 flags: ${flagsLabel}`);
   const events = values['in-process'] ? generate(cfg.events, cfg.seed) : undefined;
   const results: QueryResult[] = [];
@@ -201,7 +204,7 @@ async function main(): Promise<void> {
     awsCost = await measureAwsCost(selected.map((q) => q.name), costCfg, say);
   }
   if (values.json) {
-    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, checkpoints: checkpointLabel(cfg), node: process.version, v8Flags: flagsLabel, cpus: cpus().length, cpu: cpus()[0]?.model, results, checkpointBench, awsCost }, null, 2));
+    console.log(JSON.stringify({ events: count, seed: cfg.seed, warmup: cfg.warmup, warmupRuns: cfg.warmupRuns, warmupMs: cfg.warmupMs, checkpoints: checkpointLabel(cfg), node: process.version, v8Flags: flagsLabel, cpus: cpus().length, cpu: cpus()[0]?.model, results, checkpointBench, awsCost }, null, 2));
   }
   if (results.some((r) => !r.resultsMatch)) {
     console.error('bench: the runtime and the floor disagree on the results');

@@ -27,11 +27,18 @@ export interface MeasureConfig {
   readonly warmup: number;
   /**
    * Then full passes of each side over all the events before the measured runs (JIT
-   * warm-up, as JMH's warm-up iterations). V8 keeps optimising the runtime's code for
-   * about three 1 M-event passes; the measured runs are then its steady state. The first
-   * pass of each side is reported as the cold ratio. 0: measure cold (no passes).
+   * warm-up, as JMH's warm-up iterations), at least this many. The first pass of each
+   * side is reported as the cold ratio. 0: measure cold (no passes, whatever warmupMs).
    */
   readonly warmupRuns: number;
+  /**
+   * And at least this much CPU time (ms) in the runtime's warm-up passes (default
+   * WARMUP_MS): V8 optimises a function once it has run enough, and code that runs a few
+   * hundred times per pass (per chunk, per commit, per checkpoint) gets there only after
+   * many short passes; its compiles, on a background thread, count in the process's CPU
+   * time, in whichever pass they fall.
+   */
+  readonly warmupMs?: number;
   /** Checkpoints every this many ms (local driver, snapshots in a temporary directory); undefined: off. */
   readonly checkpointIntervalMs?: number;
 }
@@ -242,6 +249,14 @@ function check(q: BenchQuery, floor: ReturnType<typeof runFloor>, run: Awaited<R
   return { mismatch, latencies };
 }
 
+/**
+ * The runtime's warm-up CPU time by default: Q2's runtime (~20 ms per pass) was still
+ * being compiled after 25 passes, in passes of 20-45 ms (with 5 passes of warm-up its
+ * measured runs fell there), and settled at 16-20 ms after about 40 (session 18, with
+ * --trace-opt). Queries whose passes take 400 ms or more have it from five passes.
+ */
+export const WARMUP_MS = 2000;
+
 /** Measured runs of each side: the best (least CPU) counts, as short runs are skewed by one descheduling. */
 export const RUNS = 5;
 
@@ -294,10 +309,13 @@ export async function measure(q: BenchQuery, events: readonly NexmarkEvent[], cf
   // Passes per measured run, from each side's last warm-up pass (one without warm-up passes).
   let floorPasses = 1;
   let runtimePasses = 1;
-  for (let i = 0; i < cfg.warmupRuns; i++) {
+  const warmupMs = cfg.warmupRuns > 0 ? (cfg.warmupMs ?? WARMUP_MS) : 0;
+  let warmedMs = 0;
+  for (let i = 0; i < cfg.warmupRuns || warmedMs < warmupMs; i++) {
     const f = runFloor(q, events);
     const r = await runOnce(q, events, cfg);
     if (i === 0) coldRatio = f.cpuMs / r.cpuMs;
+    warmedMs += r.cpuMs;
     floorPasses = passesPerRun(f.cpuMs);
     runtimePasses = passesPerRun(r.cpuMs);
   }
