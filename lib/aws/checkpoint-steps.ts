@@ -292,7 +292,7 @@ export class CheckpointSteps {
     await blobs.put(d.manifestKey, toBytes(d.manifest));
     await blobs.put(statsKey(s.state.job, d.epoch), toBytes(checkpointStats(s.state, d.manifest, d.manifestKey)));
     await this.o.sinks?.prepare(d.epoch);
-    const pointer = await writeCommitPointer(pointers, d);
+    const pointer = (await writeCommitPointer(pointers, d)).value;
     await this.o.hook?.('commit:pointer-written');
     await this.apply(s, onCommitted(s.state, d.epoch, pointer, this.now()), false);
   }

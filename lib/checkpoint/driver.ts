@@ -17,7 +17,7 @@ import { collectGarbage } from './garbage.ts';
 import { PointerConflictError } from './driver-errors.ts';
 import { resume } from './resume.ts';
 import type { Ack, Activity, CommitPointer, CoordinatorRecord, CoordinatorSetup, CoordinatorState, Decision, Manifest, StepResult } from './protocol.ts';
-import type { BlobStore, PointerStore } from './storage.ts';
+import type { BlobStore, PointerStore, PointerValue } from './storage.ts';
 import { SluiceError } from '../errors.ts';
 
 export const RECORD_NAME = 'coordinator';
@@ -74,18 +74,25 @@ export function statsKey(job: string, epoch: number): string {
  * The commit point of a commit decision: the pointer moved from the epoch the decision
  * expects to its own by compare-and-set. A retry whose earlier write landed finds its own
  * epoch there and adopts it; any other pointer means another coordinator moved it.
+ * `known`: the stored pointer as this writer last read or wrote it (null: none), when it
+ * keeps track: then one compare-and-set, without a read first, is the common case; a
+ * failed one falls back to reading what is stored.
  */
-export async function writeCommitPointer(pointers: PointerStore, d: Extract<Decision, { kind: 'commit' }>): Promise<CommitPointer> {
+export async function writeCommitPointer(pointers: PointerStore, d: Extract<Decision, { kind: 'commit' }>, known?: PointerValue<CommitPointer> | null): Promise<PointerValue<CommitPointer>> {
   const wanted: CommitPointer = { epoch: d.epoch, manifestKey: d.manifestKey, committedAt: d.manifest.createdAt };
+  if (known !== undefined && (known?.value.epoch ?? 0) === d.expectedPointerEpoch) {
+    const version = known?.version ?? 0;
+    if (await pointers.compareAndSet(POINTER_NAME, version, wanted)) return { version: version + 1, value: wanted };
+  }
   const ptr = await pointers.read<CommitPointer>(POINTER_NAME);
   const at = ptr?.value.epoch ?? 0;
   if (at === d.expectedPointerEpoch) {
-    if (await pointers.compareAndSet(POINTER_NAME, ptr?.version ?? 0, wanted)) return wanted;
+    if (await pointers.compareAndSet(POINTER_NAME, ptr?.version ?? 0, wanted)) return { version: (ptr?.version ?? 0) + 1, value: wanted };
     const again = await pointers.read<CommitPointer>(POINTER_NAME);
     if (again?.value.epoch !== d.epoch) throw new PointerConflictError(d.expectedPointerEpoch, again?.value.epoch ?? 0);
-    return again.value;
+    return again;
   }
-  if (at === d.epoch) return ptr!.value; // A retry whose earlier pointer write landed.
+  if (at === d.epoch) return ptr!; // A retry whose earlier pointer write landed.
   throw new PointerConflictError(d.expectedPointerEpoch, at);
 }
 
@@ -135,6 +142,8 @@ export class CheckpointDriver {
   private mayHoldGarbage = true;
   /** Otherwise, the epochs whose objects the store may hold: those the last collection kept, and those committed since. */
   private readonly stored = new Set<number>();
+  /** The commit pointer as this driver last read or wrote it (null: none): its commit writes it without a read first. */
+  private pointer: PointerValue<CommitPointer> | null = null;
 
   private constructor(
     public state: CoordinatorState,
@@ -156,9 +165,12 @@ export class CheckpointDriver {
       const d = new CheckpointDriver(state, ports, options);
       d.startedAt = now;
       d.recordVersion = rec?.version ?? 0;
+      d.pointer = ptr ?? null;
       // The new chain's pointer restarts: epoch 0 means none, so its version is reset by a tombstone value.
       if (ptr && ptr.value.epoch !== 0) {
-        if (!(await ports.pointers.compareAndSet(POINTER_NAME, ptr.version, { epoch: 0, manifestKey: '', committedAt: now }))) throw new CoordinatorFencedError(setup.job);
+        const tombstone: CommitPointer = { epoch: 0, manifestKey: '', committedAt: now };
+        if (!(await ports.pointers.compareAndSet(POINTER_NAME, ptr.version, tombstone))) throw new CoordinatorFencedError(setup.job);
+        d.pointer = { version: ptr.version + 1, value: tombstone };
       }
       await d.persist(state);
       await d.collectGarbage();
@@ -174,6 +186,7 @@ export class CheckpointDriver {
     const d = new CheckpointDriver(r.state, ports, options);
     d.startedAt = now;
     d.recordVersion = rec?.version ?? 0;
+    d.pointer = ptr ?? null;
     await d.apply(r, now, true);
     await d.collectGarbage();
     return d;
@@ -312,7 +325,8 @@ export class CheckpointDriver {
     const stats = checkpointStats(this.state, d.manifest, d.manifestKey);
     await ports.blobs.put(statsKey(this.job, d.epoch), toBytes(stats));
     await ports.prepareSinks(d.epoch);
-    const pointer = await writeCommitPointer(ports.pointers, d);
+    this.pointer = await writeCommitPointer(ports.pointers, d, this.pointer);
+    const pointer = this.pointer.value;
     this.completed.push(stats);
     this.stored.add(d.epoch);
     const done = onCommitted(this.state, d.epoch, pointer, now);
