@@ -1,7 +1,8 @@
 /**
  * A/B of embedded-runtime options in one process: each variant runs the same query over
- * the same events, interleaved after warm-up passes, with a checkpoint every second, and
- * the CPU time of each run is kept. On a shared machine this is the comparison to trust
+ * the same events, interleaved after warm-up passes (`--warmup-runs` rounds at least,
+ * and until each variant's took WARMUP_MS of CPU, as the bench's), with a checkpoint
+ * every second, and the CPU time of each run is kept. On a shared machine this is the comparison to trust
  * (both sides see the same load); single bench runs swing ±30 %. The order of the variants
  * turns round every round (A, B, B, A, A, B, ...): a run can pay for the garbage and the
  * heap the run before it left, and with a fixed order the variant that always ran second
@@ -20,7 +21,7 @@ import { parseArgs } from 'node:util';
 import { CollectSink } from '../lib/api/sinks.ts';
 import { openCheckpointedRuntime } from '../lib/local/checkpointing.ts';
 import type { EmbeddedOptions } from '../lib/local/embedded-options.ts';
-import { generate, replaySource } from './nexmark/measure.ts';
+import { generate, replaySource, WARMUP_MS } from './nexmark/measure.ts';
 import { QUERIES } from './nexmark/queries.ts';
 import { intOption } from './flags.ts';
 
@@ -72,7 +73,8 @@ for (const name of values.query.split(',')) {
   };
   const times = variants.map(() => [] as number[]);
   const commits = variants.map(() => 0);
-  for (let w = 0; w < warmups; w++) for (const v of variants) await run(v.options);
+  const warmed = variants.map(() => 0);
+  for (let w = 0; w < warmups || warmed.some((ms) => ms < WARMUP_MS); w++) for (const [j, v] of variants.entries()) warmed[j] += (await run(v.options)).ms;
   for (let i = 0; i < runs; i++) {
     for (let k = 0; k < variants.length; k++) {
       const j = i % 2 === 0 ? k : variants.length - 1 - k;
@@ -83,7 +85,10 @@ for (const name of values.query.split(',')) {
   }
   variants.forEach((v, j) => {
     const xs = times[j].sort((a, b) => a - b);
-    const at = (f: number) => xs[Math.floor((xs.length - 1) * f)].toFixed(0);
+    const at = (f: number) => {
+      const ms = xs[Math.floor((xs.length - 1) * f)];
+      return ms < 100 ? ms.toFixed(1) : ms.toFixed(0);
+    };
     console.log(`${name} ${v.spec.padEnd(40)} CPU ms per run: min ${at(0)}  q1 ${at(0.25)}  median ${at(0.5)}   commits ${commits[j]}`);
   });
 }
