@@ -19,4 +19,5 @@ export const handler = (event: unknown) =>
     s3: new S3Client({}),
     bucket: deployment.bucket,
     queuePrefix: deployment.queuePrefix,
+    tableName: deployment.table,
   }))(event);

@@ -15,7 +15,6 @@ import { DEFAULT_ACTIVITY_GRAIN_MS } from '../lib/aws/checkpoint-task.ts';
 import { CoordinatorWakeUp } from '../lib/aws/checkpoint-wakeup.ts';
 import { DynamoDbPointerStore } from '../lib/aws/dynamodb-pointers.ts';
 import { createIngestHandler } from '../lib/aws/ingest-handler.ts';
-import { stateTableName } from '../lib/aws/naming.ts';
 import { NamedQueues } from '../lib/aws/sqs-queues.ts';
 import { deployment, job } from './job.ts';
 
@@ -24,7 +23,7 @@ const accounting = new AwsAccounting();
 
 function wakeUp(stateMachineArn: string): CoordinatorWakeUp {
   const client = new DynamoDBClient({});
-  const tableName = stateTableName(job.name);
+  const tableName = deployment.table;
   return new CoordinatorWakeUp({
     job: job.name,
     sfn: new SFNClient({}),

@@ -21,6 +21,7 @@ export const handler = createOperatorHandler({
   sqs: new SQSClient({}),
   dynamodb: new DynamoDBClient({}),
   queuePrefix: deployment.queuePrefix,
+  tableName: deployment.table,
   blobs: deployment.bucket ? new S3BlobStore({ s3, bucket: deployment.bucket, prefix: `${job.name}/` }) : undefined,
   // Snapshot keys start with `${job}/snapshots/`; acks go to the state table (the default).
   checkpointStore: deployment.checkpoints && deployment.bucket ? new S3BlobStore({ s3, bucket: deployment.bucket }) : undefined,

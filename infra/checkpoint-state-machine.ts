@@ -39,7 +39,7 @@ import { signalsPk } from '../lib/aws/checkpoint-acks.ts';
 import { type Action, DEFAULT_ACTIVITY_GRAIN_MS, type Limits, TASK_ERRORS } from '../lib/aws/checkpoint-task.ts';
 import type { CheckpointStateMachineFactory } from './checkpoints.ts';
 import { SluiceJobPropsError } from './errors.ts';
-import { REPO_ROOT } from './function.ts';
+import { ENTRIES } from './function.ts';
 import { grantTable } from './permissions.ts';
 
 export interface CheckpointTimingProps {
@@ -209,7 +209,7 @@ function literal(v: unknown): unknown {
 /** The SluiceJob hook (infra/checkpoints.ts): the task function, its grants, the state machine. */
 export const checkpointStateMachine: CheckpointStateMachineFactory = (scope, ctx) => {
   const job = ctx.plan.job.name;
-  const task = ctx.newFunction('Coordinator', `${REPO_ROOT}functions/checkpoint.ts`);
+  const task = ctx.newFunction('Coordinator', ENTRIES.checkpoint);
   ctx.grantCoordinator(task.fn);
   ctx.grantInjectBarriers(task.fn);
   // Ack and activity items, which the data path writes (checkpoint-acks.ts).

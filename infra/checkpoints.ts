@@ -1,26 +1,12 @@
 /**
- * The hook for the checkpoint state machine (Step Functions Standard, issue "Checkpoint
- * epochs"). SluiceJob owns the resources around it (log group, alarms, dashboard,
- * storage and grants); the definition belongs to the checkpoint work, so the one the
- * local runner executes and the one deployed are the same (one source of truth).
- *
- * Contract for infra/checkpoint-state-machine.ts (not written yet): export
- *
- *   export const checkpointStateMachine: CheckpointStateMachineFactory =
- *     (scope, ctx) => new sfn.StateMachine(scope, 'StateMachine', {
- *       stateMachineType: sfn.StateMachineType.STANDARD,
- *       definitionBody: ...,                       // the ASL the local runner runs
- *       logs: { destination: ctx.logGroup, level: sfn.LogLevel.ALL },
- *       tracingEnabled: true,                      // cdk-nag AwsSolutions-SF2
- *     });
- *
- * creating its task functions with `ctx.newFunction` (bundled and permissioned like the
- * handlers) and granting them with `ctx.grantCoordinator` / `ctx.grantInjectBarriers`.
- * `loadCheckpointStateMachine()` picks the file up when it exists; infra/app.ts calls it.
+ * The hook for the checkpoint state machine. SluiceJob owns the resources around it (log
+ * group, alarms, dashboard, storage and grants); the factory builds the machine and its
+ * task functions. Sluice's own factory is `checkpointStateMachine`
+ * (infra/checkpoint-state-machine.ts): the one definition both the deployment and the
+ * local runners execute. A factory creates its task functions with `ctx.newFunction`
+ * (bundled with the job and permissioned like the handlers) and grants them with
+ * `ctx.grantCoordinator` / `ctx.grantInjectBarriers`.
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import type { Duration } from 'aws-cdk-lib';
 import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import type * as iam from 'aws-cdk-lib/aws-iam';
@@ -31,8 +17,7 @@ import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
 import type { PhysicalPlan } from '../lib/graph/compile.ts';
-import { SluiceJobPropsError } from './errors.ts';
-import { REPO_ROOT, type SluiceFunction } from './function.ts';
+import type { SluiceFunction } from './function.ts';
 
 export interface CheckpointFunctionOptions {
   /** @default Duration.seconds(60) */
@@ -68,22 +53,6 @@ export interface CheckpointContext {
 
 /** Builds the state machine in `scope` (a construct SluiceJob created for it). */
 export type CheckpointStateMachineFactory = (scope: Construct, context: CheckpointContext) => sfn.IStateMachine;
-
-export const CHECKPOINT_STATE_MACHINE_FILE = join(REPO_ROOT, 'infra/checkpoint-state-machine.ts');
-
-/**
- * The factory exported as `checkpointStateMachine` by infra/checkpoint-state-machine.ts,
- * or undefined while that file does not exist. Async because ES modules load
- * asynchronously, which a construct's constructor cannot wait for.
- */
-export async function loadCheckpointStateMachine(file = CHECKPOINT_STATE_MACHINE_FILE): Promise<CheckpointStateMachineFactory | undefined> {
-  if (!existsSync(file)) return undefined;
-  const mod = (await import(pathToFileURL(file).href)) as { checkpointStateMachine?: unknown };
-  if (typeof mod.checkpointStateMachine !== 'function') {
-    throw new SluiceJobPropsError(`${file}`, 'an export `checkpointStateMachine: CheckpointStateMachineFactory`', typeof mod.checkpointStateMachine);
-  }
-  return mod.checkpointStateMachine as CheckpointStateMachineFactory;
-}
 
 /** Combine grants into one (iam.Grant has no n-ary form). */
 export function allOf(grants: readonly iam.Grant[]): iam.Grant {

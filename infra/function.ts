@@ -4,8 +4,11 @@
  * holds only what the construct grants: no AWS managed policy, not even
  * AWSLambdaBasicExecutionRole (it allows writing to every log group of the account);
  * its equivalent here is scoped to the function's own group.
+ *
+ * Every entry (functions/*) imports the job as the bare module `sluice-job-module`,
+ * which esbuild aliases to the user's job module: the bundle holds that job and no other.
  */
-import { join } from 'node:path';
+import { dirname, extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Duration, RemovalPolicy } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -14,14 +17,30 @@ import { type BundlingOptions, NodejsFunction, OutputFormat } from 'aws-cdk-lib/
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type { Construct } from 'constructs';
 
-/** The repository root: esbuild resolves the handlers' imports (lib/, functions/, node_modules) from here. */
-export const REPO_ROOT = fileURLToPath(new URL('..', import.meta.url));
+const HERE = dirname(fileURLToPath(import.meta.url));
+/** `.ts` when running from the sources, `.js` from the built package. */
+const EXT = extname(fileURLToPath(import.meta.url));
 
+/** The handler entries shipped with Sluice (functions/, infra/functions/). */
 export const ENTRIES = {
-  operator: join(REPO_ROOT, 'functions/operator.ts'),
-  ingest: join(REPO_ROOT, 'functions/ingest.ts'),
-  apiKeyAuthorizer: join(REPO_ROOT, 'infra/functions/api-key-authorizer.ts'),
+  operator: join(HERE, `../functions/operator${EXT}`),
+  ingest: join(HERE, `../functions/ingest${EXT}`),
+  checkpoint: join(HERE, `../functions/checkpoint${EXT}`),
+  apiKeyAuthorizer: join(HERE, `functions/api-key-authorizer${EXT}`),
 } as const;
+
+/** The bare specifier the entries import the job by (functions/job.ts). */
+export const JOB_MODULE_SPECIFIER = 'sluice-job-module';
+
+/** What a function bundles besides its entry: the user's job, from the user's project. */
+export interface JobBundle {
+  /** Absolute path of the job module. */
+  readonly jobModule: string;
+  /** esbuild resolves imports (node_modules) from here. */
+  readonly projectRoot: string;
+  /** The project's lock file (NodejsFunction hashes it into the asset). */
+  readonly depsLockFilePath: string;
+}
 
 /**
  * ESM output has no `require`, but bundled CommonJS dependencies call it for Node
@@ -29,7 +48,7 @@ export const ENTRIES = {
  */
 export const REQUIRE_BANNER = "import { createRequire as __sluiceCreateRequire } from 'node:module'; const require = __sluiceCreateRequire(import.meta.url);";
 
-export function bundlingOptions(): BundlingOptions {
+export function bundlingOptions(bundle: JobBundle): BundlingOptions {
   return {
     forceDockerBundling: false,
     format: OutputFormat.ESM,
@@ -43,6 +62,7 @@ export function bundlingOptions(): BundlingOptions {
     sourcesContent: false,
     // Bundle the AWS SDK too: the versions the tests ran, not whichever the runtime ships.
     externalModules: [],
+    esbuildArgs: { [`--alias:${JOB_MODULE_SPECIFIER}`]: bundle.jobModule },
   };
 }
 
@@ -54,6 +74,8 @@ export interface SluiceFunctionOptions {
   readonly environment: Readonly<Record<string, string>>;
   readonly logRetention: logs.RetentionDays;
   readonly removalPolicy: RemovalPolicy;
+  /** The job and the project it is bundled from. */
+  readonly bundle: JobBundle;
 }
 
 export interface SluiceFunction {
@@ -77,9 +99,9 @@ export function sluiceFunction(scope: Construct, id: string, o: SluiceFunctionOp
     environment: { ...o.environment },
     role,
     logGroup,
-    projectRoot: REPO_ROOT,
-    depsLockFilePath: join(REPO_ROOT, 'package-lock.json'),
-    bundling: bundlingOptions(),
+    projectRoot: o.bundle.projectRoot,
+    depsLockFilePath: o.bundle.depsLockFilePath,
+    bundling: bundlingOptions(o.bundle),
   });
   return { fn, role, logGroup };
 }

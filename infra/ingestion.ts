@@ -59,13 +59,14 @@ export interface Ingestion {
 export function createIngestion(scope: Construct, p: ResolvedProps, sourceQueues: readonly sqs.IQueue[], environment: Record<string, string>): Ingestion {
   const job = p.job.name;
   const fn = sluiceFunction(scope, 'IngestFunction', {
-    entry: p.entries.ingest ?? ENTRIES.ingest,
+    entry: ENTRIES.ingest,
     description: `Sluice ${job} ingestion endpoint`,
     timeout: p.ingestion.timeout,
     memorySize: p.ingestion.memorySize,
     environment,
     logRetention: p.retention.logs,
     removalPolicy: p.removalPolicy,
+    bundle: p.bundle,
   });
   // Send to the source stages; GetQueueAttributes reads the backlog for 429 back-pressure.
   grantSend(fn.fn, sourceQueues, { readAttributes: true, key: p.encryptionKey });
@@ -112,6 +113,7 @@ export function createIngestion(scope: Construct, p: ResolvedProps, sourceQueues
       environment: { [HANDLER_ENV.apiKeyHashes]: auth.keySha256.join(','), [HANDLER_ENV.nodeOptions]: '--enable-source-maps' },
       logRetention: p.retention.logs,
       removalPolicy: p.removalPolicy,
+      bundle: p.bundle,
     });
     authorizer = new HttpLambdaAuthorizer('ApiKeyAuthorizer', authorizerFn.fn, {
       responseTypes: [HttpLambdaResponseType.SIMPLE],

@@ -10,7 +10,9 @@ import type { Job } from '../lib/api/stream.ts';
 import type { PhysicalPlan } from '../lib/graph/compile.ts';
 import type { CheckpointStateMachineFactory } from './checkpoints.ts';
 import { SluiceJobPropsError } from './errors.ts';
+import type { JobBundle } from './function.ts';
 import type { LogLevel } from './handler-environment.ts';
+import { findProject } from './project.ts';
 
 /** How callers of the ingestion endpoint authenticate. */
 export type EndpointAuth =
@@ -76,18 +78,40 @@ export interface SluiceJobAlarmOptions {
 
 export interface SluiceJobProps {
   /**
-   * The job to deploy; its compiled stages decide the queues and functions. It must be
-   * the job the handler entries bundle (functions/job.ts for the default entries).
+   * The job to deploy (the default export of `jobModule`, or what it returns for
+   * `jobParams`); its compiled stages decide the queues and functions.
    */
   readonly job: Job;
   /**
-   * Handler entry files (each exports `handler`).
-   * @default - functions/operator.ts and functions/ingest.ts
+   * Path of the module that exports the job (default export: a Job, or a function
+   * `(params) => Job`), relative to the working directory or absolute. Every function
+   * bundles it, and refuses to start if the job it bundles compiles to another plan than
+   * `job`.
    */
-  readonly entries?: { readonly operator?: string; readonly ingest?: string };
+  readonly jobModule: string;
   /**
-   * Prefix of the queue names (lib/aws/naming.ts), passed to the handlers as SLUICE_QUEUE_PREFIX.
-   * @default ''
+   * Parameters for a job module whose default export is a function (the values of
+   * `sluice run --param`), passed to the functions as SLUICE_JOB_PARAMS.
+   * @default - none
+   */
+  readonly jobParams?: Readonly<Record<string, string | number | boolean>>;
+  /**
+   * The project the functions are bundled from: esbuild resolves the job's imports
+   * (`sluice` included) from its node_modules.
+   * @default - the directory of the lock file nearest above `jobModule`
+   */
+  readonly projectRoot?: string;
+  /**
+   * The project's lock file (package-lock.json, yarn.lock, pnpm-lock.yaml, bun.lockb).
+   * @default - the lock file nearest above `jobModule`
+   */
+  readonly depsLockFilePath?: string;
+  /**
+   * Prefix of the queue and state table names (lib/aws/naming.ts), passed to the
+   * handlers as SLUICE_QUEUE_PREFIX. Two deployments of one job in one account and
+   * region need different prefixes.
+   * @default - '' in a stack named `Sluice-<job>` (what `sluice deploy` creates), else
+   *            the stack name and '-'
    */
   readonly queuePrefix?: string;
   /**
@@ -140,7 +164,8 @@ export interface SluiceJobProps {
 export interface ResolvedProps {
   readonly job: Job;
   readonly plan: PhysicalPlan;
-  readonly entries: { readonly operator?: string; readonly ingest?: string };
+  readonly bundle: JobBundle;
+  readonly jobParams?: Readonly<Record<string, string | number | boolean>>;
   readonly queuePrefix: string;
   readonly maxConcurrency: (parallelism: number) => number;
   readonly operatorTimeout: Duration;
@@ -210,10 +235,17 @@ function checkAuth(kind: 'httpApi' | 'functionUrl', auth: EndpointAuth): Endpoin
   return fail(`${field}.kind`, "'iam', 'jwt' or 'apiKey'", quote((auth as { kind: unknown }).kind));
 }
 
-export function resolveProps(props: SluiceJobProps, plan: PhysicalPlan): ResolvedProps {
+/** `defaultPrefix`: the queue prefix when the props give none (it depends on the stack). */
+export function resolveProps(props: SluiceJobProps, plan: PhysicalPlan, defaultPrefix = ''): ResolvedProps {
   if (plan.stages.length === 0) fail('job', 'a job with at least one stage', 'none');
+  const bundle = findProject(props);
+  if (props.jobParams !== undefined) {
+    for (const [k, v] of Object.entries(props.jobParams)) {
+      if (!['string', 'number', 'boolean'].includes(typeof v)) fail(`jobParams.${k}`, 'a string, number or boolean', typeof v);
+    }
+  }
   const fixedConcurrency = props.maxConcurrency === undefined ? undefined : integer('maxConcurrency', props.maxConcurrency, MIN_CONCURRENCY, MAX_CONCURRENCY, 0);
-  const queuePrefix = props.queuePrefix ?? '';
+  const queuePrefix = props.queuePrefix ?? defaultPrefix;
   if (!/^[A-Za-z0-9_-]*$/.test(queuePrefix)) fail('queuePrefix', 'letters, digits, "-" and "_" (SQS queue names)', quote(queuePrefix));
   // Lambda rejects a function timeout whose 6x exceeds SQS's maximum visibility timeout (12 h): 900 s is below it.
   const operatorTimeout = seconds('operatorTimeout', props.operatorTimeout, 1, 900, Duration.seconds(30));
@@ -231,7 +263,8 @@ export function resolveProps(props: SluiceJobProps, plan: PhysicalPlan): Resolve
   return {
     job: props.job,
     plan,
-    entries: props.entries ?? {},
+    bundle,
+    jobParams: props.jobParams,
     queuePrefix,
     maxConcurrency: (parallelism) => fixedConcurrency ?? Math.min(Math.max(MIN_CONCURRENCY, parallelism), 10),
     operatorTimeout,

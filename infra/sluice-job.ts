@@ -11,7 +11,7 @@
  * Names the handlers look up (queues, table) follow lib/aws/naming.ts; what they
  * cannot derive comes from the environment listed in handler-environment.ts.
  */
-import { Duration } from 'aws-cdk-lib';
+import { Duration, Stack } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import type * as iam from 'aws-cdk-lib/aws-iam';
@@ -20,6 +20,8 @@ import type * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { Construct } from 'constructs';
 import { ingestStreams } from '../lib/aws/ingest-handler.ts';
+import { stackNameFor, stateTableName } from '../lib/aws/naming.ts';
+import { planFingerprint } from '../lib/checkpoint/fingerprint.ts';
 import { compile, type PhysicalPlan } from '../lib/graph/compile.ts';
 import { allOf, type CheckpointContext } from './checkpoints.ts';
 import { SluiceJobPropsError } from './errors.ts';
@@ -66,14 +68,24 @@ export class SluiceJob extends Construct {
     // JobDefinitionError for an invalid graph: the same checks as `sluice run`.
     this.plan = compile(props.job.graph);
     checkSources(this.plan);
-    const p = resolveProps(props, this.plan);
+    // One deployment per job under the conventional stack name keeps the short names; any other stack scopes them.
+    const stackName = Stack.of(this).stackName;
+    const p = resolveProps(props, this.plan, stackName === stackNameFor(props.job.name) ? '' : `${stackName}-`);
     this.resolved = p;
 
     const { bucket, accessLogs } = snapshotBucket(this, p);
     this.bucket = bucket;
     this.accessLogBucket = accessLogs;
     this.table = stateTable(this, p);
-    const environment = runtimeEnvironment({ bucketName: bucket.bucketName, queuePrefix: p.queuePrefix, logLevel: p.logLevel, checkpoints: p.checkpoints !== undefined });
+    const environment = runtimeEnvironment({
+      bucketName: bucket.bucketName,
+      queuePrefix: p.queuePrefix,
+      tableName: stateTableName(p.job.name, p.queuePrefix),
+      planFingerprint: planFingerprint(this.plan),
+      jobParams: p.jobParams,
+      logLevel: p.logLevel,
+      checkpoints: p.checkpoints !== undefined,
+    });
 
     this.stages = createStages(this, p, { table: this.table, bucket }, environment);
     // AWS sinks (S3 files, DynamoDB upsert): each stage writes the sinks it runs.
@@ -113,6 +125,7 @@ export class SluiceJob extends Construct {
             environment: { ...environment, ...o.environment },
             logRetention: p.retention.logs,
             removalPolicy: p.removalPolicy,
+            bundle: p.bundle,
           });
           functions.push(f);
           return f;

@@ -1,6 +1,6 @@
 /**
  * The deployable stack: one SluiceJob and the outputs a user needs to publish events
- * and find results. infra/app.ts instantiates it for functions/job.ts.
+ * and find results. The repository's app (infra/app.ts) and `sluice synth|deploy` instantiate it.
  */
 import { CfnOutput, Stack, type StackProps } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
@@ -10,10 +10,7 @@ export interface SluiceJobStackProps extends StackProps {
   readonly sluice: SluiceJobProps;
 }
 
-/** A CloudFormation stack name for a job: letters, digits and hyphens, starting with a letter. */
-export function stackNameFor(job: string): string {
-  return `Sluice-${job.replace(/[^A-Za-z0-9-]/g, '-')}`;
-}
+export { stackNameFor } from '../lib/aws/naming.ts';
 
 export class SluiceJobStack extends Stack {
   readonly sluice: SluiceJob;

@@ -71,13 +71,14 @@ export function createStages(scope: Construct, p: ResolvedProps, storage: { tabl
   return p.plan.stages.map((stage) => {
     const { queue, deadLetterQueue } = queues[stage.id];
     const operator = sluiceFunction(scope, `Stage${stage.id}Function`, {
-      entry: p.entries.operator ?? ENTRIES.operator,
+      entry: ENTRIES.operator,
       description: `Sluice ${job} stage ${stage.id} (${stage.name}), ${stage.parallelism} partitions`,
       timeout: p.operatorTimeout,
       memorySize: p.operatorMemorySize,
       environment,
       logRetention: p.retention.logs,
       removalPolicy: p.removalPolicy,
+      bundle: p.bundle,
     });
     const grantee = operator.fn;
     // Consume its own queue (ReceiveMessage, DeleteMessage, ChangeMessageVisibility, GetQueueAttributes, GetQueueUrl; kms:Decrypt with a key).

@@ -3,7 +3,8 @@
  * pointers; layout in lib/aws/dynamodb-state.ts) and the snapshot bucket (snapshots,
  * manifests, checkpoint stats, spilled envelopes), with a bucket for its access logs.
  */
-import { Duration } from 'aws-cdk-lib';
+import { Duration, Stack } from 'aws-cdk-lib';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import type { Construct } from 'constructs';
@@ -17,7 +18,7 @@ export const TTL_ATTRIBUTE = 'expires';
 export function stateTable(scope: Construct, p: ResolvedProps): dynamodb.Table {
   return new dynamodb.Table(scope, 'StateTable', {
     // The handlers find the table by this name (lib/aws/naming.ts).
-    tableName: stateTableName(p.job.name),
+    tableName: stateTableName(p.job.name, p.queuePrefix),
     partitionKey: { name: 'pk', type: dynamodb.AttributeType.STRING },
     sortKey: { name: 'sk', type: dynamodb.AttributeType.STRING },
     // Pay per request: nothing at zero traffic.
@@ -53,8 +54,6 @@ export function snapshotBucket(scope: Construct, p: ResolvedProps): { bucket: s3
     minimumTLSVersion: 1.2,
     // Objects are immutable; versioning keeps what the coordinator deleted for a while.
     versioned: true,
-    serverAccessLogsBucket: accessLogs,
-    serverAccessLogsPrefix: 'snapshot-bucket/',
     lifecycleRules: [
       { id: 'abort-incomplete-uploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
       { id: 'expire-spilled-envelopes', prefix: prefixes.spill, expiration: p.retention.spilledEnvelopes, noncurrentVersionExpiration: Duration.days(1) },
@@ -63,5 +62,19 @@ export function snapshotBucket(scope: Construct, p: ResolvedProps): { bucket: s3
     ],
     removalPolicy: p.removalPolicy,
   });
+  // Server access logging through a bucket policy for the logging service (ACLs are off
+  // on both buckets), set here rather than by aws-cdk-lib, whose choice between the two
+  // depends on an app feature flag.
+  const logPrefix = 'snapshot-bucket/';
+  (bucket.node.defaultChild as s3.CfnBucket).loggingConfiguration = { destinationBucketName: accessLogs.bucketName, logFilePrefix: logPrefix };
+  accessLogs.addToResourcePolicy(
+    new iam.PolicyStatement({
+      effect: iam.Effect.ALLOW,
+      principals: [new iam.ServicePrincipal('logging.s3.amazonaws.com')],
+      actions: ['s3:PutObject'],
+      resources: [accessLogs.arnForObjects(`${logPrefix}*`)],
+      conditions: { ArnLike: { 'aws:SourceArn': bucket.bucketArn }, StringEquals: { 'aws:SourceAccount': Stack.of(scope).account } },
+    }),
+  );
   return { bucket, accessLogs };
 }

@@ -43,6 +43,20 @@ export class ConfigError extends FieldError {
   readonly code = 'CONFIG';
 }
 
+/** A job module could not be imported; `hint` says what to do about it. */
+export class JobModuleLoadError extends SluiceError {
+  readonly code = 'JOB_MODULE_LOAD';
+  readonly retryable = false;
+  constructor(
+    readonly path: string,
+    readonly reason: string,
+    readonly hint: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`cannot load job module "${path}": ${reason}${hint ? ` (${hint})` : ''}`, options);
+  }
+}
+
 /** An input event was rejected (bad shape, too large, unknown stream). */
 export class InputRejectedError extends FieldError {
   readonly code = 'INPUT_REJECTED';

@@ -6,7 +6,7 @@
  *   stage queue     `${job}-s${stage}.fifo`       MessageGroupId = partition
  *   its DLQ         `${job}-s${stage}-dlq.fifo`   redrive target (maxReceiveCount), and
  *                                                  where parked records (dead letters) go
- *   state table     `sluice-${job}`                state, progress, outbox (dynamodb-state.ts),
+ *   state table     `sluice-${prefix}${job}`       state, progress, outbox (dynamodb-state.ts),
  *                                                  checkpoint pointers (dynamodb-pointers.ts)
  *
  * Job names are at most 63 characters of [A-Za-z0-9_-] (checked by Job), so every
@@ -25,8 +25,13 @@ export function deadLetterQueueName(job: string, stage: number, prefix = ''): st
   return checked(`${prefix}${job}-s${stage}-dlq.fifo`);
 }
 
-export function stateTableName(job: string): string {
-  return `sluice-${job}`;
+export function stateTableName(job: string, prefix = ''): string {
+  return `sluice-${prefix}${job}`;
+}
+
+/** The CloudFormation stack `sluice deploy` creates for a job: letters, digits and hyphens, starting with a letter. */
+export function stackNameFor(job: string): string {
+  return `Sluice-${job.replace(/[^A-Za-z0-9-]/g, '-')}`;
 }
 
 function checked(name: string): string {

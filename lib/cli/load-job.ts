@@ -6,12 +6,13 @@
  */
 import { stat } from 'node:fs/promises';
 import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { importJobModule } from './import-module.ts';
+import { isJob, jobFromModule, type JobParams } from '../api/job-module.ts';
 import type { Job } from '../api/stream.ts';
 import { ConfigError } from '../errors.ts';
 import type { LogicalNode } from '../graph/logical.ts';
 
-export type JobParams = Record<string, string | number | boolean>;
+export { isJob, type JobParams };
 
 /** `--param a=1 --param b=x` -> { a: 1, b: 'x' }. */
 export function parseParams(raw: readonly string[] = []): JobParams {
@@ -36,46 +37,15 @@ function parseValue(v: string): string | number | boolean {
   return v;
 }
 
-/** Structural check, so a job built against another copy of the library is still recognised. */
-export function isJob(x: unknown): x is Job {
-  const graph = (x as { graph?: { nodes?: unknown; sources?: unknown } } | null)?.graph;
-  return typeof x === 'object' && x !== null && !!graph && Array.isArray(graph.nodes) && typeof graph.sources === 'function';
-}
-
 export async function loadJob(path: string, params: JobParams = {}): Promise<Job> {
   const file = resolve(process.cwd(), path);
   try {
     const s = await stat(file);
     if (!s.isFile()) throw Object.assign(new Error('not a file'), { code: 'EISDIR' });
   } catch (err) {
-    throw new ConfigError('<job>', 'a path to a job module (.ts or .js)', `"${path}" (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    throw new ConfigError('<job>', 'a path to a job module (.ts, .mts, .js or .mjs)', `"${path}" (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
   }
-  let mod: Record<string, unknown>;
-  try {
-    mod = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
-  } catch (err) {
-    throw new Error(`cannot load job module "${path}": ${(err as Error).message}`, { cause: err });
-  }
-  const exported = mod.default;
-  if (isJob(exported)) {
-    if (Object.keys(params).length > 0) {
-      throw new ConfigError('--param', `a job module whose default export is a function (params) => Job`, `"${path}", which exports a fixed Job`);
-    }
-    return exported;
-  }
-  if (typeof exported === 'function') {
-    const job: unknown = await (exported as (p: JobParams) => unknown)(params);
-    if (isJob(job)) return job;
-    throw new ConfigError(`default export of "${path}"`, 'a function returning a Job', describe(job));
-  }
-  throw new ConfigError(`default export of "${path}"`, 'a Job or a function (params) => Job', describe(exported));
-}
-
-function describe(v: unknown): string {
-  if (v === undefined) return 'nothing (add `export default job`)';
-  if (v === null) return 'null';
-  if (typeof v === 'object') return `an object with keys ${Object.keys(v).slice(0, 5).join(', ') || '(none)'}`;
-  return typeof v;
+  return jobFromModule(await importJobModule(file, path), params, `"${path}"`);
 }
 
 export function sourceNodes(job: Job): LogicalNode[] {

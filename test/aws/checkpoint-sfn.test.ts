@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StateMachine } from 'aws-local-stepfunctions';
-import { job } from '../../functions/job.ts';
+import { job } from '../../examples/nexmark/q5.ts';
 import { checkpointAsl, type CheckpointTimingProps } from '../../infra/checkpoint-state-machine.ts';
 import { barrierOfBody } from '../../lib/aws/checkpoint-barriers.ts';
 import { createCheckpointHandler, type CheckpointHandler } from '../../lib/aws/checkpoint-handler.ts';

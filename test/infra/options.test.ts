@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Job, Sinks } from '../../lib/index.ts';
-import { type CheckpointStateMachineFactory, loadCheckpointStateMachine } from '../../infra/checkpoints.ts';
+import type { CheckpointStateMachineFactory } from '../../infra/checkpoints.ts';
 import { SluiceJobPropsError } from '../../infra/errors.ts';
 import { HANDLER_ENV } from '../../infra/handler-environment.ts';
 import type { SluiceJobProps } from '../../infra/props.ts';
@@ -186,26 +186,5 @@ describe('checkpoint state machine hook', () => {
     const star = roleStatements(resources, logicalId(stack, machineRole)).filter((s) => s.Resource === '*');
     expect(star.flatMap(actions).every((a) => /^(logs|xray):/.test(a))).toBe(true);
     expect(nagFindings(stack).errors).toEqual([]);
-  });
-});
-
-describe('loadCheckpointStateMachine', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-sm-'));
-
-  it('finds nothing while the file does not exist', async () => {
-    expect(await loadCheckpointStateMachine(join(dir, 'absent.ts'))).toBeUndefined();
-  });
-
-  it('loads the exported factory', async () => {
-    const file = join(dir, 'ok.ts');
-    writeFileSync(file, 'export const checkpointStateMachine = () => "built";\n');
-    const factory = await loadCheckpointStateMachine(file);
-    expect(factory?.({} as never, {} as never)).toBe('built');
-  });
-
-  it('rejects a module without the export, saying what it expected', async () => {
-    const file = join(dir, 'wrong.ts');
-    writeFileSync(file, 'export const somethingElse = 1;\n');
-    await expect(loadCheckpointStateMachine(file)).rejects.toThrow(/expected an export `checkpointStateMachine: CheckpointStateMachineFactory`, received undefined/);
   });
 });

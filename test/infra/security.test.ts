@@ -5,7 +5,7 @@
  * unsuppressed findings, every suppression with a reason. One synth, shared.
  */
 import { describe, expect, it } from 'vitest';
-import { job as q5 } from '../../functions/job.ts';
+import { job as q5 } from '../../examples/nexmark/q5.ts';
 import { pointerKey } from '../../lib/aws/dynamodb-pointers.ts';
 import { controlPk, statePk } from '../../lib/aws/dynamodb-layout.ts';
 import { compile } from '../../lib/graph/compile.ts';

@@ -11,9 +11,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { REPO_ROOT, REQUIRE_BANNER } from '../../infra/function.ts';
+import { REQUIRE_BANNER } from '../../infra/function.ts';
+
+const REPO_ROOT = new URL('../..', import.meta.url).pathname;
 import { stackNameFor } from '../../infra/stack.ts';
-import { job } from '../../functions/job.ts';
+import { job } from '../../examples/nexmark/q5.ts';
 
 const OUT = mkdtempSync(join(tmpdir(), 'sluice-synth-'));
 const NETWORK_LOG = join(OUT, '..', `${OUT.split('/').pop()}-network.log`);

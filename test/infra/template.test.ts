@@ -4,7 +4,7 @@
  */
 import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
-import { job as q5 } from '../../functions/job.ts';
+import { job as q5 } from '../../examples/nexmark/q5.ts';
 import { deadLetterQueueName, stageOfQueue, stageQueueName, stateTableName } from '../../lib/aws/naming.ts';
 import { DEFAULT_MAX_MESSAGE_BYTES } from '../../lib/aws/sqs-codec.ts';
 import { compile } from '../../lib/graph/compile.ts';

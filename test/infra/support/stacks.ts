@@ -7,10 +7,10 @@ import { App, Aspects, Stack } from 'aws-cdk-lib';
 import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import type { SynthesisMessage } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
-import { createApp } from '../../../infra/app.ts';
+import { createApp, EXAMPLE_JOB_MODULE } from '../../../infra/app.ts';
 import type { CheckpointStateMachineFactory } from '../../../infra/checkpoints.ts';
 import { SluiceJob, type SluiceJobProps } from '../../../infra/sluice-job.ts';
-import { job as exampleJob } from '../../../functions/job.ts';
+import { job as exampleJob } from '../../../examples/nexmark/q5.ts';
 
 /** Skip bundling in every stack (the CLI's `--exclusively` mechanism). */
 export const NO_BUNDLING = { 'aws:cdk:bundling-stacks': [] as string[] };
@@ -24,9 +24,9 @@ export function exampleApp(context: Record<string, unknown> = {}, checkpoints?: 
 
 /** A stack holding one SluiceJob with the given props (default: the example job). */
 export function jobStack(props: Partial<SluiceJobProps> | ((stack: Stack) => Partial<SluiceJobProps>) = {}, options: { nag?: boolean; configure?: (stack: Stack, job: SluiceJob) => void } = {}) {
-  const app = new App({ context: { ...NO_BUNDLING, '@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy': true }, builtinCloudFormationValidation: false });
+  const app = new App({ context: { ...NO_BUNDLING }, builtinCloudFormationValidation: false });
   const stack = new Stack(app, 'Test');
-  const job = new SluiceJob(stack, 'Job', { job: exampleJob, ...(typeof props === 'function' ? props(stack) : props) });
+  const job = new SluiceJob(stack, 'Job', { job: exampleJob, jobModule: EXAMPLE_JOB_MODULE, ...(typeof props === 'function' ? props(stack) : props) });
   options.configure?.(stack, job);
   if (options.nag) Aspects.of(app).add(new AwsSolutionsChecks());
   const template = Template.fromStack(stack);

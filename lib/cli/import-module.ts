@@ -1,0 +1,42 @@
+/**
+ * Importing a user's job module from any project: `.js`/`.mjs`/`.cjs` natively, and
+ * TypeScript (`.ts`, `.mts`, `.cts`) through tsx's namespaced loader, loaded only then
+ * so the CLI starts without it. Bare imports (`sluice` included) resolve from the job's
+ * own project, as Node resolves them; a `.ts` file follows its package's module type
+ * (`"type": "module"`, or CommonJS by default), as Node would treat a `.js` file there.
+ */
+import { extname } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { JobModuleLoadError } from '../errors.ts';
+
+const TYPESCRIPT = new Set(['.ts', '.mts', '.cts']);
+const JAVASCRIPT = new Set(['.js', '.mjs', '.cjs']);
+
+/** What to do about the usual failures, in the user's terms. */
+function hintFor(err: NodeJS.ErrnoException): string {
+  const message = err.message ?? '';
+  if (err.code === 'ERR_MODULE_NOT_FOUND' || err.code === 'MODULE_NOT_FOUND') {
+    const pkg = /Cannot find (?:package|module) '([^']+)'/.exec(message)?.[1];
+    if (pkg && !pkg.startsWith('.') && !pkg.startsWith('/')) return `install it in the job's project: npm install ${pkg.startsWith('@') ? pkg.split('/').slice(0, 2).join('/') : pkg.split('/')[0]}`;
+    return 'check the import paths';
+  }
+  if (err.code === 'ERR_REQUIRE_ASYNC_MODULE' || err.code === 'ERR_REQUIRE_CYCLE_MODULE') {
+    return 'the job is loaded as CommonJS because its package.json has no "type": "module"; rename it to .mts or set "type": "module"';
+  }
+  return '';
+}
+
+/** The module namespace of the job file (an absolute path); `shown` is the path as the user gave it. */
+export async function importJobModule(file: string, shown = file): Promise<Record<string, unknown>> {
+  const ext = extname(file);
+  if (!TYPESCRIPT.has(ext) && !JAVASCRIPT.has(ext)) {
+    throw new JobModuleLoadError(shown, `unsupported extension "${ext || '(none)'}"`, 'expected .ts, .mts, .cts, .js, .mjs or .cjs');
+  }
+  try {
+    if (JAVASCRIPT.has(ext)) return (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+    const { tsImport } = await import('tsx/esm/api');
+    return (await tsImport(pathToFileURL(file).href, import.meta.url)) as Record<string, unknown>;
+  } catch (err) {
+    throw new JobModuleLoadError(shown, (err as Error).message, hintFor(err as NodeJS.ErrnoException), { cause: err });
+  }
+}
