@@ -1,16 +1,36 @@
 /**
  * `sluice publish`: stream a JSON-lines file to an ingestion endpoint in
  * batches. The file is read line by line (never whole), batches are posted
- * one at a time so per-key order is the file's order, 429s are retried after
- * Retry-After, and the server's per-event rejections are reported by file line.
+ * one at a time so per-key order is the file's order, and the server's
+ * per-event rejections are reported by file line.
+ *
+ * - Deployed endpoints use IAM auth: requests to an HTTP API
+ *   (`<id>.execute-api.<region>.amazonaws.com`) or a Lambda Function URL
+ *   (`<id>.lambda-url.<region>.on.aws`) are signed with SigV4 (sigv4.ts, loaded
+ *   only then), with the default credential chain's credentials.
+ * - Every batch carries an Idempotency-Key, the same on each resend of that batch:
+ *   the AWS ingest function derives its SQS deduplication ids from it, so a batch
+ *   sent again after an unknown outcome (a 5xx) is not enqueued twice. (The
+ *   embedded endpoint answers 202 or nothing-enqueued and ignores the key.)
+ * - 429 (nothing enqueued) is retried after Retry-After (seconds or an HTTP date),
+ *   5xx after Retry-After or an exponential backoff, at most `retries` times per batch.
  */
+import { randomUUID } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
-import cliProgress from 'cli-progress';
 import { z } from 'zod';
 import { BackPressureError, ConfigError, InputRejectedError, InvariantError } from '../errors.ts';
+import type { RequestSigner, SigningScope } from './sigv4.ts';
+
+export const SIGN_MODES = ['auto', 'always', 'never'] as const;
+/**
+ * auto: sign when the URL's host is an AWS endpoint (execute-api or lambda-url), or when
+ * `service` is given; always: sign (region and service from the host, or the options);
+ * never: send unsigned.
+ */
+export type SignMode = (typeof SIGN_MODES)[number];
 
 export interface PublishOptions {
   /** Base URL of the ingestion endpoint, e.g. http://127.0.0.1:8787 */
@@ -22,10 +42,29 @@ export interface PublishOptions {
   batchSize?: number;
   /** Show a progress bar (bytes of the file) on stderr. */
   progress?: boolean;
-  /** How many times one batch is retried after a 429; default 5. */
+  /** How many times one batch is resent after a 429 or a 5xx; default 5. */
   retries?: number;
   /** Most body bytes per request, kept under the server's limit; default 1,000,000. */
   maxBatchBytes?: number;
+  /** SigV4 signing; default 'auto' (AWS hosts only). */
+  sign?: SignMode;
+  /** Signing region; default the host's (`...execute-api.<region>.amazonaws.com`), else AWS_REGION. */
+  region?: string;
+  /** Signing service (`execute-api`, `lambda`); default the host's. */
+  service?: string;
+  /** First backoff after a 5xx without Retry-After, doubled per retry (with jitter, at most 30 s); default 500 ms. */
+  retryBaseMs?: number;
+}
+
+/** The endpoint refused the request for good (403, or a 5xx or a 429 after every retry when no other error fits). */
+export class PublishRefusedError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'PublishRefusedError';
+  }
 }
 
 export interface PublishResult {
@@ -44,6 +83,10 @@ const OptionsSchema = z.object({
   progress: z.boolean().default(false),
   retries: z.number().int().min(0).default(5),
   maxBatchBytes: z.number().int().positive().default(1_000_000),
+  sign: z.enum(SIGN_MODES).default('auto'),
+  region: z.string().regex(/^[a-z0-9-]+$/).optional(),
+  service: z.string().regex(/^[a-z0-9-]+$/).optional(),
+  retryBaseMs: z.number().min(0).default(500),
 });
 
 const EXPECTED: Record<string, string> = {
@@ -54,7 +97,56 @@ const EXPECTED: Record<string, string> = {
   progress: 'true or false',
   retries: 'an integer >= 0',
   maxBatchBytes: 'a positive integer number of bytes',
+  sign: 'one of auto, always, never',
+  region: 'an AWS region such as eu-west-1',
+  service: 'a SigV4 service name such as execute-api or lambda',
+  retryBaseMs: 'a number of milliseconds >= 0',
 };
+
+/** Longest wait for one Retry-After; a longer one is cut to this. */
+const MAX_RETRY_DELAY_MS = 120_000;
+const MAX_BACKOFF_MS = 30_000;
+
+/** The SigV4 scope an AWS ingestion URL implies: HTTP APIs (execute-api) and Lambda Function URLs (lambda). */
+export function awsEndpointOf(url: string | URL): SigningScope | undefined {
+  const host = (typeof url === 'string' ? new URL(url) : url).hostname.toLowerCase();
+  const api = /^[a-z0-9]+\.execute-api\.([a-z]{2}(?:-[a-z]+)+-\d+)\.amazonaws\.com(?:\.cn)?$/.exec(host);
+  if (api) return { service: 'execute-api', region: api[1]! };
+  const fn = /^[a-z0-9]+\.lambda-url\.([a-z]{2}(?:-[a-z]+)+-\d+)\.on\.aws$/.exec(host);
+  if (fn) return { service: 'lambda', region: fn[1]! };
+  return undefined;
+}
+
+/** Whether and how publishFile signs for `url`: the scope, or undefined for unsigned requests. */
+export function signingScopeFor(
+  url: string,
+  options: { sign?: SignMode; region?: string; service?: string },
+  env: NodeJS.ProcessEnv = process.env,
+): SigningScope | undefined {
+  const mode = options.sign ?? 'auto';
+  if (mode === 'never') return undefined;
+  const found = awsEndpointOf(url);
+  if (mode === 'auto' && !found && options.service === undefined) return undefined;
+  const host = new URL(url).host;
+  const service = options.service ?? found?.service;
+  if (service === undefined) {
+    throw new ConfigError('publish service', `execute-api or lambda: the host "${host}" is neither an HTTP API nor a Function URL`, 'nothing');
+  }
+  const region = options.region ?? found?.region ?? (env.AWS_REGION || env.AWS_DEFAULT_REGION || undefined);
+  if (region === undefined) {
+    throw new ConfigError('publish region', `an AWS region (the host "${host}" names none, nor do AWS_REGION and AWS_DEFAULT_REGION)`, 'nothing');
+  }
+  return { service, region };
+}
+
+/** Retry-After in milliseconds: delta-seconds or an HTTP date; undefined when absent or unreadable. */
+export function parseRetryAfter(value: string | null | undefined, now = Date.now()): number | undefined {
+  if (value === null || value === undefined) return undefined;
+  const v = value.trim();
+  if (/^\d+(?:\.\d+)?$/.test(v)) return Number(v) * 1000;
+  const at = Date.parse(v);
+  return Number.isFinite(at) ? Math.max(0, at - now) : undefined;
+}
 
 interface Line {
   line: number;
@@ -70,7 +162,7 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
   }
   const opts = parsed.data;
   const base = opts.url.endsWith('/') ? opts.url : `${opts.url}/`;
-  const endpoint = new URL(`streams/${encodeURIComponent(opts.stream)}/events`, base).href;
+  const endpoint = new URL(`streams/${encodeURIComponent(opts.stream)}/events`, base);
 
   let totalBytes: number;
   try {
@@ -79,19 +171,23 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
     throw new ConfigError('publish file', 'a readable JSON-lines file', `"${opts.file}" (${(err as NodeJS.ErrnoException).code ?? err})`);
   }
 
+  const scope = signingScopeFor(opts.url, opts);
+  // Loaded only to sign: the credential chain is slow to import.
+  const signer = scope ? await (await import('./sigv4.ts')).createRequestSigner(scope) : undefined;
+  const run = randomUUID();
+
   const result: PublishResult = { sent: 0, accepted: 0, rejected: [] };
-  const bar = opts.progress
-    ? new cliProgress.SingleBar(
-        { format: `publish ${opts.stream} [{bar}] {percentage}% | {value}/{total} bytes | accepted {accepted} | rejected {rejected}` },
-        cliProgress.Presets.shades_classic,
-      )
-    : undefined;
+  const bar = opts.progress ? await progressBar(opts.stream) : undefined;
   bar?.start(totalBytes, 0, { accepted: 0, rejected: 0 });
 
   /** Posts one batch; on 413 splits it, because the server's limits may be lower than ours. */
   const post = async (batch: Line[]): Promise<void> => {
+    // One key per batch (its lines identify its body within this run): every resend of it carries the same key.
+    const key = `${run}:${span(batch)}`;
+    const body = batch.map((l) => l.text).join('\n') + '\n';
+    const notAccepted = () => `lines ${span(batch)} were not accepted (${result.accepted} events from earlier lines were accepted)`;
     for (let attempt = 0; ; attempt++) {
-      const reply = await request(endpoint, batch, result.accepted);
+      const reply = await request(endpoint, body, key, signer, () => `lines ${span(batch)} may not have been accepted (${result.accepted} events from earlier lines were accepted)`);
       if (reply.status === 202 || (reply.status === 400 && Array.isArray(reply.body.rejected))) {
         result.sent += batch.length;
         const accepted = typeof reply.body.accepted === 'number' ? reply.body.accepted : 0;
@@ -108,10 +204,8 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
         return;
       }
       if (reply.status === 429) {
-        const headerSeconds = Number(reply.headers.get('retry-after'));
-        const delayMs = typeof reply.body.retryAfterMs === 'number'
-          ? reply.body.retryAfterMs
-          : Number.isFinite(headerSeconds) ? headerSeconds * 1000 : 1000;
+        // Nothing of the batch was enqueued.
+        const delayMs = retryDelay(reply, attempt, opts.retryBaseMs);
         if (attempt >= opts.retries) {
           throw new BackPressureError(
             delayMs,
@@ -120,6 +214,22 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
           );
         }
         await sleep(delayMs);
+        continue;
+      }
+      if (reply.status >= 500) {
+        // Perhaps partly enqueued: the resend carries the same Idempotency-Key.
+        if (attempt >= opts.retries) {
+          const unknown = reply.body.error === 'outcome_unknown' || Array.isArray(reply.body.unconfirmed);
+          throw new PublishRefusedError(
+            reply.status,
+            `POST ${endpoint.href} answered HTTP ${reply.status} ${opts.retries + 1} times (last: ${messageOf(reply.body, 'no message')}); ` +
+              (unknown
+                ? `some of lines ${span(batch)} may have been enqueued (Idempotency-Key: ${key}); `
+                : `lines ${span(batch)} were not accepted; `) +
+              `${result.accepted} events from earlier lines were accepted`,
+          );
+        }
+        await sleep(retryDelay(reply, attempt, opts.retryBaseMs));
         continue;
       }
       if (reply.status === 413) {
@@ -137,10 +247,10 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
         const known = (reply.body.knownStreams as string[]).map((s) => `"${s}"`).join(', ') || '(none)';
         throw new InputRejectedError('stream', `one of ${known}`, `"${opts.stream}"`);
       }
-      throw new Error(
-        `POST ${endpoint} answered HTTP ${reply.status}: ${messageOf(reply.body, 'no message')}; ` +
-          `lines ${span(batch)} were not accepted (${result.accepted} events from earlier lines were accepted)`,
-      );
+      if (reply.status === 403 || reply.status === 401) {
+        throw new PublishRefusedError(reply.status, `POST ${endpoint.href} answered HTTP ${reply.status} (${messageOf(reply.body, 'no message')}): ${authAdvice(signer, endpoint)}; ${notAccepted()}`);
+      }
+      throw new PublishRefusedError(reply.status, `POST ${endpoint.href} answered HTTP ${reply.status}: ${messageOf(reply.body, 'no message')}; ${notAccepted()}`);
     }
   };
 
@@ -188,38 +298,66 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
   return result;
 }
 
+async function progressBar(stream: string) {
+  const { default: cliProgress } = await import('cli-progress');
+  return new cliProgress.SingleBar(
+    { format: `publish ${stream} [{bar}] {percentage}% | {value}/{total} bytes | accepted {accepted} | rejected {rejected}` },
+    cliProgress.Presets.shades_classic,
+  );
+}
+
+/** What a 401/403 means for this request. */
+function authAdvice(signer: RequestSigner | undefined, endpoint: URL): string {
+  if (!signer) {
+    return (
+      'the request was not signed; an endpoint with IAM auth needs SigV4 ' +
+      (awsEndpointOf(endpoint) ? '(publish with --sign auto or always)' : '(publish with --sign always --region <region> --service <execute-api|lambda>)')
+    );
+  }
+  const { service, region } = signer.scope;
+  const action = service === 'lambda' ? 'lambda:InvokeFunctionUrl' : 'execute-api:Invoke';
+  return (
+    `the endpoint refused the credentials it was signed with (access key ${signer.accessKeyId}, service ${service}, region ${region}, ` +
+    `from the default credential chain: AWS_PROFILE, AWS_ACCESS_KEY_ID, ...). Check that these are the intended credentials and that ` +
+    `their role or user may call the endpoint (${action}: SluiceJob.grantPublish(role) grants it)`
+  );
+}
+
+/** How long to wait before resending: the answer's retryAfterMs or Retry-After, else exponential backoff with jitter. */
+function retryDelay(reply: Reply, attempt: number, baseMs: number): number {
+  const fromBody = reply.body.retryAfterMs;
+  const asked = typeof fromBody === 'number' && fromBody >= 0 ? fromBody : parseRetryAfter(reply.headers.get('retry-after'));
+  if (asked !== undefined) return Math.min(asked, MAX_RETRY_DELAY_MS);
+  const ceiling = Math.min(baseMs * 2 ** attempt, MAX_BACKOFF_MS);
+  return ceiling / 2 + Math.random() * (ceiling / 2);
+}
+
 interface Reply {
   status: number;
   headers: Headers;
   body: Record<string, unknown>;
 }
 
-async function request(endpoint: string, batch: Line[], acceptedSoFar: number): Promise<Reply> {
+async function request(endpoint: URL, body: string, key: string, signer: RequestSigner | undefined, unsure: () => string): Promise<Reply> {
+  let headers: Record<string, string> = { 'content-type': 'application/x-ndjson', 'idempotency-key': key };
+  if (signer) headers = await signer.sign({ method: 'POST', url: endpoint, headers, body });
   let res: Response;
   try {
-    res = await fetch(endpoint, {
-      method: 'POST',
-      headers: { 'content-type': 'application/x-ndjson' },
-      body: batch.map((l) => l.text).join('\n') + '\n',
-    });
+    res = await fetch(endpoint, { method: 'POST', headers, body });
   } catch (err) {
-    // Not retried: if the request reached the server, a resend could enqueue the batch twice.
+    // Not retried: the embedded endpoint does not deduplicate, so a resend could enqueue the batch twice.
     const cause = (err as { cause?: { message?: string } }).cause?.message ?? (err as Error).message;
-    throw new Error(
-      `POST ${endpoint} failed (${cause}); lines ${span(batch)} may not have been accepted ` +
-        `(${acceptedSoFar} events from earlier lines were accepted)`,
-      { cause: err },
-    );
+    throw new Error(`POST ${endpoint.href} failed (${cause}); ${unsure()}`, { cause: err });
   }
   const text = await res.text();
-  let body: Record<string, unknown> = {};
+  let parsed: Record<string, unknown> = {};
   try {
-    const parsed: unknown = JSON.parse(text);
-    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) body = parsed as Record<string, unknown>;
+    const value: unknown = JSON.parse(text);
+    if (value && typeof value === 'object' && !Array.isArray(value)) parsed = value as Record<string, unknown>;
   } catch {
-    body = { message: text.slice(0, 200) };
+    parsed = { message: text.slice(0, 200) };
   }
-  return { status: res.status, headers: res.headers, body };
+  return { status: res.status, headers: res.headers, body: parsed };
 }
 
 function span(batch: Line[]): string {
@@ -228,6 +366,8 @@ function span(batch: Line[]): string {
   return first === last ? `${first}` : `${first}-${last}`;
 }
 
+/** The answer's message: ours and HTTP APIs' say `message`, Function URLs' `Message`. */
 function messageOf(body: Record<string, unknown>, fallback: string): string {
-  return typeof body.message === 'string' ? body.message : fallback;
+  const m = body.message ?? body.Message;
+  return typeof m === 'string' && m !== '' ? m : fallback;
 }
