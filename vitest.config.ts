@@ -1,6 +1,18 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
+const source = (path: string) => fileURLToPath(new URL(path, import.meta.url));
+
 export default defineConfig({
+  // Examples import `sluice` as a user's job does; in this repository that is the sources (tsconfig.json's paths).
+  resolve: {
+    alias: [
+      { find: /^sluice$/, replacement: source('./lib/index.ts') },
+      { find: /^sluice\/testing$/, replacement: source('./lib/testing/index.ts') },
+      { find: /^sluice\/aws$/, replacement: source('./lib/aws/index.ts') },
+      { find: /^sluice\/cdk$/, replacement: source('./infra/index.ts') },
+    ],
+  },
   test: {
     testTimeout: 30_000,
     hookTimeout: 120_000,

@@ -1,6 +1,13 @@
-#!/usr/bin/env -S node --no-parallel-scavenge --max-semi-space-size=32
-// Thin launcher: runs the TypeScript CLI through tsx so users need no build step, with
-// the V8 flags of lib/cli/node-flags.ts (`node bin/sluice.js` runs without them).
-import { register } from 'tsx/esm/api';
-register();
-await import('../lib/cli/main.ts');
+#!/usr/bin/env node
+// The `sluice` command. An installed package runs its compiled JavaScript (dist/); Sluice's
+// own repository, where the TypeScript sources sit beside this file, runs them through tsx.
+import { existsSync } from 'node:fs';
+
+const sources = new URL('../lib/cli/main.ts', import.meta.url);
+if (existsSync(sources)) {
+  const { register } = await import('tsx/esm/api');
+  register();
+  await import(sources.href);
+} else {
+  await import(new URL('../dist/lib/cli/main.js', import.meta.url).href);
+}

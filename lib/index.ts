@@ -1,22 +1,61 @@
-/** Sluice's public API: write a job with these, run it with `sluice` or on AWS. */
-export { Job, DataStream, KeyedStream, WindowedStream, type CoGroupOptions } from './api/stream.ts';
+/** Sluice's public API (`sluice`): write a job with these, run it with `sluice` or on the embedded runtime. */
+export { Job, DataStream, KeyedStream, WindowedStream, JoinedWindow, IntervalJoined, ConnectedStreams, type CoGroupOptions } from './api/stream.ts';
 export type { JobOptions } from './graph/logical.ts';
 export { Windows, type TimeWindow, type WindowAssigner } from './api/windows.ts';
-export { WatermarkStrategies, OutputTag, ManualClock, systemClock, type Clock, type Key, type WatermarkStrategy } from './api/types.ts';
-export { valueState, listState, mapState, type ValueState, type ListState, type MapState, type StateOptions } from './api/state.ts';
+export {
+  WatermarkStrategies,
+  OutputTag,
+  ManualClock,
+  systemClock,
+  MIN_WATERMARK,
+  MAX_WATERMARK,
+  type Clock,
+  type Key,
+  type KeySelector,
+  type StreamRecord,
+  type WatermarkStrategy,
+} from './api/types.ts';
+export {
+  valueState,
+  listState,
+  mapState,
+  type ValueState,
+  type ListState,
+  type MapState,
+  type StateOptions,
+  type StateSpec,
+  type StateHandles,
+  type StateDescriptor,
+  type ValueStateDescriptor,
+  type ListStateDescriptor,
+  type MapStateDescriptor,
+} from './api/state.ts';
 export type {
   AggregateFunction,
+  CoGroupFunction,
   Collector,
-  KeyedProcessFunction,
+  IntervalJoinContext,
+  IntervalJoinFunction,
+  JoinFunction,
+  KeyedContext,
   KeyedCoProcessFunction,
+  KeyedProcessFunction,
+  OnTimerContext,
   ProcessWindowFunction,
   ReduceFunction,
+  TimerService,
   WindowInfo,
+  WindowResultFunction,
 } from './api/functions.ts';
 export { Sinks, IdempotentSink, CollectSink, StdoutSink, JsonLinesFileSink, type Sink, type SinkBatch } from './api/sinks.ts';
+export type { TransactionalSink } from './local/committed-sink.ts';
+export { S3FilesSink, DynamoDbUpsert } from './api/aws-sinks.ts';
 export type { SourceOptions, SourceBinding } from './api/sources.ts';
+export { isJob, type JobParams } from './api/job-module.ts';
 export { EmbeddedRuntime, runJob, type EmbeddedOptions, type RuntimeStats } from './local/embedded.ts';
-export { FaultInjector, type FaultPlanOptions } from './local/faults.ts';
 export { startIngestServer } from './local/ingest-server.ts';
-export { compareOutputs, assertExactlyOnce, canonicalJson } from './testing/checker.ts';
 export * from './errors.ts';
+/** zod, the schema library of `job.ingest(name, { schema })`: the same copy Sluice validates with. */
+export { z } from 'zod';
+export { FaultInjector, type FaultPlanOptions } from './local/faults.ts';
+export { compareOutputs, assertExactlyOnce, canonicalJson } from './testing/checker.ts';

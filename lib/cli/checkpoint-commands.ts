@@ -2,13 +2,10 @@
  * Wiring of the checkpoint flags and commands into the `sluice` program (main.ts calls
  * registerCheckpointCommands once): flags on `run` and `dev`, and the `checkpoints`,
  * `savepoint` and `restore` commands. The logic lives in checkpoints.ts (embedded) and
- * checkpoints-aws.ts (`--target local-aws|aws`, loaded only then: the AWS SDK is slow to load).
+ * checkpoints-aws.ts (`--target local-aws|aws`), each loaded only when its command runs.
  */
 import { type Command, Option } from 'commander';
 import { ConfigError } from '../errors.ts';
-import { addDevCheckpointOptions, addRunCheckpointOptions, checkpointsCommand, savepointCommand } from './checkpoints.ts';
-import { devCommand } from './dev.ts';
-import { runCommand } from './run.ts';
 
 type Action = <A extends unknown[]>(command: string, fn: (...args: A) => Promise<void>) => (...args: A) => Promise<void>;
 
@@ -39,7 +36,28 @@ function addTargetOptions(cmd: Command): Command {
     .option('--queue-prefix <prefix>', 'aws: the stage queues\' name prefix (default none)');
 }
 
+/** The checkpoint flags of `run` (and `restore`). */
+export function addRunCheckpointOptions(cmd: Command): Command {
+  return cmd
+    .option('--checkpoint-interval <ms>', 'take a checkpoint every <ms> while input arrives (default: off; the output then shows only committed epochs)')
+    .option('--checkpoint-dir <dir>', 'checkpoints, logs and savepoints (default .sluice/<job>/)')
+    .option('--crash-after <records>', 'testing: kill the process abruptly (exit 137, no cleanup) after <records> input records')
+    .option('--resume', 'continue from the last completed checkpoint (after a crash)')
+    .option('--retain-checkpoints <n>', 'completed checkpoints kept restorable with their logs (default 1)');
+}
+
+/** The checkpoint flags of `dev`. */
+export function addDevCheckpointOptions(cmd: Command): Command {
+  return cmd
+    .option('--checkpoint-interval <ms>', 'checkpoint every <ms> while input arrives (default 10000; 0: savepoints only)')
+    .option('--checkpoint-dir <dir>', 'checkpoints, logs and savepoints (default .sluice/<job>/)')
+    .option('--resume', 'continue from the last completed checkpoint')
+    .option('--retain-checkpoints <n>', 'completed checkpoints kept restorable with their logs (default 1)');
+}
+
+// Each command's module is loaded when it runs, so `sluice --help` loads none of them.
 const awsCommands = () => import('./checkpoints-aws.ts');
+const embeddedCommands = () => import('./checkpoints.ts');
 const err = (l: string) => process.stderr.write(l + '\n');
 
 export function registerCheckpointCommands(program: Command, action: Action): void {
@@ -59,7 +77,7 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
   addTargetOptions(checkpoints).action(
     action('checkpoints', async (job: string, opts: { checkpointDir?: string; param: string[]; json?: boolean } & AwsFlags) => {
       const out = (l: string) => process.stdout.write(l + '\n');
-      if (opts.target === 'embedded') await checkpointsCommand(job, opts, out);
+      if (opts.target === 'embedded') await (await embeddedCommands()).checkpointsCommand(job, opts, out);
       else await (await awsCommands()).checkpointsAwsCommand(job, { ...opts, target: opts.target }, out);
     }),
   );
@@ -74,7 +92,7 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
     .option('--timeout <ms>', 'how long to wait', '120000');
   addTargetOptions(savepoint).action(
     action('savepoint', async (job: string, opts: { label?: string; checkpointDir?: string; param: string[]; timeout: string } & AwsFlags) => {
-      if (opts.target === 'embedded') await savepointCommand(job, opts, err);
+      if (opts.target === 'embedded') await (await embeddedCommands()).savepointCommand(job, opts, err);
       else await (await awsCommands()).savepointAwsCommand(job, { ...opts, target: opts.target }, err);
     }),
   );
@@ -101,10 +119,10 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
       }
       if (opts.input !== undefined || opts.output !== undefined) {
         if (opts.input === undefined || opts.output === undefined) throw new ConfigError(opts.input === undefined ? '--input' : '--output', '--input and --output together (a bounded run), or neither (dev)', 'only one of them');
-        await runCommand(job, { ...opts, target: 'embedded', input: opts.input, output: opts.output, checkpointInterval: (opts as { checkpointInterval?: string }).checkpointInterval ?? '0' });
+        await (await import('./run.ts')).runCommand(job, { ...opts, target: 'embedded', input: opts.input, output: opts.output, checkpointInterval: (opts as { checkpointInterval?: string }).checkpointInterval ?? '0' });
         return;
       }
-      await devCommand(job, { ...opts, target: 'embedded' });
+      await (await import('./dev.ts')).devCommand(job, { ...opts, target: 'embedded' });
       process.exit(process.exitCode ?? 0);
     }),
   );

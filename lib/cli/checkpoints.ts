@@ -9,7 +9,6 @@
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { Command } from 'commander';
 import type { Job } from '../api/stream.ts';
 import { fromBytes } from '../checkpoint/codec.ts';
 import { type CheckpointStats, POINTER_NAME } from '../checkpoint/driver.ts';
@@ -277,21 +276,3 @@ function bytes(n: number): string {
   return n < 1024 ? `${n} B` : n < 1024 * 1024 ? `${(n / 1024).toFixed(1)} KB` : `${(n / 1024 / 1024).toFixed(1)} MB`;
 }
 
-/** The checkpoint flags of `run` (and `restore`). */
-export function addRunCheckpointOptions(cmd: Command): Command {
-  return cmd
-    .option('--checkpoint-interval <ms>', 'take a checkpoint every <ms> while input arrives (default: off; the output then shows only committed epochs)')
-    .option('--checkpoint-dir <dir>', 'checkpoints, logs and savepoints (default .sluice/<job>/)')
-    .option('--crash-after <records>', 'testing: kill the process abruptly (exit 137, no cleanup) after <records> input records')
-    .option('--resume', 'continue from the last completed checkpoint (after a crash)')
-    .option('--retain-checkpoints <n>', 'completed checkpoints kept restorable with their logs (default 1)');
-}
-
-/** The checkpoint flags of `dev`. */
-export function addDevCheckpointOptions(cmd: Command): Command {
-  return cmd
-    .option('--checkpoint-interval <ms>', 'checkpoint every <ms> while input arrives (default 10000; 0: savepoints only)')
-    .option('--checkpoint-dir <dir>', 'checkpoints, logs and savepoints (default .sluice/<job>/)')
-    .option('--resume', 'continue from the last completed checkpoint')
-    .option('--retain-checkpoints <n>', 'completed checkpoints kept restorable with their logs (default 1)');
-}

@@ -1,24 +1,19 @@
 /**
- * The `sluice` command line (bin/sluice.js runs this through tsx). Only wiring:
- * each command's logic lives in its own module. Errors print one line naming
- * the flag, what was expected and what was received, and exit 1.
+ * The `sluice` command line (bin/sluice.js). Only wiring: each command's logic lives in
+ * its own module, imported when the command runs, so `sluice --help` loads commander and
+ * nothing else (no runtime, no AWS SDK, no CDK). Errors print one line naming the flag,
+ * what was expected and what was received, and exit 1.
  */
 import { Command, Option } from 'commander';
-import { SluiceError } from '../errors.ts';
-import { demoCommand } from './demo.ts';
-import { devCommand } from './dev.ts';
-import { fmt, validateFlags } from './options.ts';
-import { publishFile } from './publish.ts';
-import { runCommand } from './run.ts';
 import { registerCheckpointCommands } from './checkpoint-commands.ts';
 import { type Target, TARGETS } from './targets.ts';
-import { z } from 'zod';
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
 
-function fail(command: string, err: unknown): never {
+async function fail(command: string, err: unknown): Promise<never> {
   const message = err instanceof Error ? err.message : String(err);
   process.stderr.write(`sluice ${command}: ${message}\n`);
+  const { SluiceError } = await import('../errors.ts');
   if (!(err instanceof SluiceError) && process.env.SLUICE_DEBUG) process.stderr.write(`${(err as Error).stack}\n`);
   process.exit(1);
 }
@@ -29,14 +24,32 @@ function action<A extends unknown[]>(command: string, fn: (...args: A) => Promis
     try {
       await fn(...args);
     } catch (err) {
-      fail(command, err);
+      await fail(command, err);
     }
   };
 }
 
-/** embedded (default): one process; local-aws: the Lambda handlers against DynamoDB Local and fauxqs, or the servers AWS_ENDPOINT_URL_* name. */
 function targetOption(): Option {
-  return new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(TARGETS).default('embedded');
+  return new Option(
+    '--target <target>',
+    'where the job runs: embedded (one process), local-aws (the Lambda handlers against local servers), or assembly (the synthesized bundles and IAM policies of `sluice synth`, against local servers)',
+  )
+    .choices(TARGETS)
+    .default('embedded');
+}
+
+/** Flags shared by synth, deploy and destroy: what the generated CDK app is built from. */
+function deployOptions(cmd: Command): Command {
+  return cmd
+    .argument('<job>', 'job module (.ts, .mts, .js or .mjs); default export: a Job or (params) => Job')
+    .option('--output <dir>', 'where the cloud assembly goes', 'cdk.out')
+    .option('--stack-name <name>', 'CloudFormation stack name (default Sluice-<job>; another name scopes queue and table names by it)')
+    .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+    .addOption(new Option('--endpoint <kind>', 'ingestion endpoint: an HTTP API, or a Lambda Function URL (LocalStack)').choices(['httpApi', 'functionUrl']).default('httpApi'))
+    .addOption(new Option('--removal-policy <policy>', 'of the table, buckets and log groups when the stack is deleted').choices(['retain', 'destroy']).default('retain'))
+    .option('--queue-prefix <prefix>', 'prefix of queue and table names (default: see --stack-name)')
+    .option('--no-checkpoints', 'deploy without the checkpoint state machine')
+    .option('--no-nag', "skip cdk-nag's AwsSolutions checks");
 }
 
 const program = new Command('sluice')
@@ -46,7 +59,7 @@ const program = new Command('sluice')
 program
   .command('run')
   .description('run a job over a bounded JSON-lines file and write one sink to a JSON-lines file')
-  .argument('<job>', 'job module (.ts or .js); default export: a Job or (params) => Job')
+  .argument('<job>', 'job module (.ts, .mts, .js or .mjs); default export: a Job or (params) => Job')
   .requiredOption('--input <file>', 'JSON-lines input for the ingestion source')
   .requiredOption('--output <file>', 'JSON-lines file for the sink')
   .option('--source <name>', 'source to read --input (default: the only ingestion source)')
@@ -54,45 +67,64 @@ program
   .option('--param <key=value>', 'job parameter, repeatable (numbers and true/false are converted)', collect, [])
   .option('--dead-letters <file>', 'write rejected input lines and dead letters as JSON lines')
   .addOption(targetOption())
+  .option('--assembly <dir>', 'assembly: a cloud assembly `sluice synth` wrote (default: synthesize one into a temporary directory)')
+  .option('--stack-name <name>', 'assembly: the stack to run (default: the only one)')
   .action(
-    action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target }) => {
-      await runCommand(job, opts);
+    action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target; assembly?: string; stackName?: string }) => {
+      await (await import('./run.ts')).runCommand(job, opts);
     }),
   );
 
 program
   .command('dev')
   .description('run a job on the embedded runtime with its HTTP ingestion endpoint and a live table')
-  .argument('<job>', 'job module (.ts or .js)')
+  .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
   .option('--port <port>', 'ingestion endpoint port (0 = any free port)', '8080')
   .option('--host <host>', 'interface to listen on', '127.0.0.1')
   .option('--param <key=value>', 'job parameter, repeatable', collect, [])
-  .addOption(targetOption())
+  .addOption(new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(['embedded', 'local-aws']).default('embedded'))
   .action(
     action('dev', async (job: string, opts: { port: string; host: string; param: string[]; target: Target }) => {
-      await devCommand(job, opts);
+      await (await import('./dev.ts')).devCommand(job, opts);
       process.exit(process.exitCode ?? 0);
     }),
   );
 
 program
   .command('publish')
-  .description('publish a JSON-lines file to an ingestion stream')
+  .description('publish a JSON-lines file to an ingestion stream (`sluice dev`, or a deployed endpoint: signed with SigV4 from the AWS credential chain)')
   .argument('<stream>', 'ingestion stream name')
   .argument('<file>', 'JSON-lines file, one event per line')
-  .option('--url <url>', 'ingestion endpoint', 'http://127.0.0.1:8080')
+  .option('--url <url>', 'ingestion endpoint (the EndpointUrl output of `sluice deploy`)', 'http://127.0.0.1:8080')
   .option('--batch-size <n>', 'events per request', '500')
+  .addOption(new Option('--sign <mode>', 'SigV4: auto (AWS endpoints, or with --service), always, never').choices(['auto', 'always', 'never']).default('auto'))
+  .option('--region <region>', 'signing region (default: from the URL, else AWS_REGION)')
+  .option('--service <service>', 'signing service: execute-api (HTTP API) or lambda (Function URL); default: from the URL')
   .action(
-    action('publish', async (stream: string, file: string, opts: { url: string; batchSize: string }) => {
-      const { batchSize } = validateFlags(z.object({ batchSize: z.coerce.number().int().positive() }), opts, {
-        batchSize: { flag: '--batch-size', expected: 'a positive integer' },
-      });
-      const result = await publishFile({ url: opts.url, stream, file, batchSize, progress: process.stderr.isTTY === true });
-      const out = (l: string) => process.stderr.write(l + '\n');
-      out(`published ${file} to "${stream}": ${fmt.int(result.accepted)} accepted, ${fmt.int(result.rejected.length)} rejected`);
-      for (const r of result.rejected.slice(0, 10)) out(`  line ${r.line}: ${r.error}`);
-      if (result.rejected.length > 10) out(`  ... and ${fmt.int(result.rejected.length - 10)} more`);
-      if (result.rejected.length) process.exitCode = 1;
+    action('publish', async (stream: string, file: string, opts: { url: string; batchSize: string; sign: 'auto' | 'always' | 'never'; region?: string; service?: string }) => {
+      await (await import('./publish-command.ts')).publishCommand(stream, file, opts);
+    }),
+  );
+
+deployOptions(program.command('synth').description('synthesize the CloudFormation template and Lambda bundles of a job, offline (cdk-nag on)')).action(
+  action('synth', async (job: string, opts: Record<string, unknown>) => {
+    await (await import('./deploy.ts')).synthCommand(job, opts);
+  }),
+);
+
+deployOptions(program.command('deploy').description('deploy a job to AWS (or LocalStack, with AWS_ENDPOINT_URL) with the AWS CDK CLI, then print its endpoint, table, bucket, DLQs and dashboard'))
+  .addOption(new Option('--require-approval <level>', "the CDK CLI's approval of security changes").choices(['never', 'any-change', 'broadening']).default('broadening'))
+  .action(
+    action('deploy', async (job: string, opts: Record<string, unknown>) => {
+      await (await import('./deploy.ts')).deployCommand(job, opts);
+    }),
+  );
+
+deployOptions(program.command('destroy').description("delete a job's stack (the table, buckets and log groups stay unless it was deployed with --removal-policy destroy)"))
+  .option('--force', 'do not ask for confirmation')
+  .action(
+    action('destroy', async (job: string, opts: Record<string, unknown>) => {
+      await (await import('./deploy.ts')).destroyCommand(job, opts);
     }),
   );
 
@@ -104,7 +136,7 @@ program
   .addOption(new Option('--query <name>', 'Nexmark query').default('q5'))
   .action(
     action('demo', async (opts: { duration: string; eventsPerSecond: string; query: string }) => {
-      await demoCommand(opts);
+      await (await import('./demo.ts')).demoCommand(opts);
     }),
   );
 

@@ -1,7 +1,7 @@
 /**
- * The V8 flags of the processes Sluice starts itself: the `sluice` command (bin/sluice.js's
- * shebang), `npm start` (package.json) and the benchmark's workers (bench/run.ts). A test
- * checks the launchers carry each of them.
+ * The V8 flags of the repository's own long runs: `npm start` (package.json) and the
+ * benchmark's workers (bench/run.ts). A test checks `npm start` carries each of them. The
+ * `sluice` command users install runs with Node's defaults (a plain `#!/usr/bin/env node`).
  *
  * `--no-parallel-scavenge`: a young-generation collection on one thread. The embedded runtime
  * is one thread that keeps window state alive across collections, so its scavenges copy a

@@ -1,7 +1,8 @@
 /**
- * Where `sluice run` and `sluice dev` run a job. `embedded` (default): one process.
- * `local-aws`: the real Lambda handlers against local servers (target-local-aws.ts,
- * imported only when chosen: the AWS SDK adds about a second to the CLI's start).
+ * Where `sluice run` runs a job. `embedded` (default): one process. `local-aws`: the
+ * real Lambda handlers against local servers (target-local-aws.ts). `assembly`: the
+ * bundles and IAM policies of a synthesized cloud assembly against local servers
+ * (target-assembly.ts). Each is imported only when chosen.
  */
-export const TARGETS = ['embedded', 'local-aws'] as const;
+export const TARGETS = ['embedded', 'local-aws', 'assembly'] as const;
 export type Target = (typeof TARGETS)[number];

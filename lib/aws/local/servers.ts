@@ -5,14 +5,13 @@
  *
  * The DynamoDB Local jar ships inside the npm package amplify-dynamodb-simulator;
  * installing that package pulls ~350 MB of dependencies, so we `npm pack` it once into
- * node_modules/.cache and extract only `emulator/` (56 MB).
+ * ~/.cache/sluice and extract only `emulator/` (56 MB).
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { homedir, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { DynamoDBClient, ListTablesCommand } from '@aws-sdk/client-dynamodb';
 import { ConfigError } from '../../errors.ts';
@@ -21,8 +20,8 @@ const run = promisify(execFile);
 
 /** Pinned: the emulator inside is DynamoDB Local 1.25.1. */
 export const SIMULATOR_PACKAGE = 'amplify-dynamodb-simulator@2.9.30';
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
-const CACHE = join(ROOT, 'node_modules/.cache/sluice-dynamodb-local', SIMULATOR_PACKAGE.replace(/[@/]/g, '_'));
+/** One download per machine, shared by every project (SLUICE_CACHE_DIR moves it). */
+const CACHE = join(process.env.SLUICE_CACHE_DIR ?? join(homedir(), '.cache', 'sluice'), 'dynamodb-local', SIMULATOR_PACKAGE.replace(/[@/]/g, '_'));
 
 /** Dummy credentials and region: DynamoDB Local checks only that they are present and alphanumeric. */
 export const LOCAL_REGION = 'us-east-1';
@@ -155,14 +154,14 @@ async function launch(dir: string, port: number): Promise<LocalServer> {
  * resolve here: an SQS client must either get `endpoint` in its config (then the SDK
  * ignores the URL's host) or `useQueueUrlAsEndpoint: false` (needed when the endpoint
  * comes from AWS_ENDPOINT_URL_SQS). S3 needs `forcePathStyle: true`. Imported lazily:
- * fauxqs is a development dependency, needed only when no SQS/S3 endpoint is configured.
+ * needed only when no SQS/S3 endpoint is configured.
  */
 export async function startFauxqs(): Promise<LocalServer> {
   let buildApp: typeof import('fauxqs').buildApp;
   try {
     ({ buildApp } = await import('fauxqs'));
   } catch (e) {
-    throw new ConfigError('fauxqs', 'the fauxqs package (npm i -D fauxqs@1.9) or AWS_ENDPOINT_URL_SQS and AWS_ENDPOINT_URL_S3 set to running servers', `an import error: ${(e as Error).message}`);
+    throw new ConfigError('fauxqs', 'the fauxqs package (a dependency of sluice) or AWS_ENDPOINT_URL_SQS and AWS_ENDPOINT_URL_S3 set to running servers', `an import error: ${(e as Error).message}`);
   }
   const app = buildApp({ logger: false });
   const address = await app.listen({ port: 0, host: '127.0.0.1' });

@@ -1,0 +1,23 @@
+/** `sluice publish <stream> <file>`: flags checked, the file published (publish.ts), the result printed. */
+import { z } from 'zod';
+import { fmt, validateFlags } from './options.ts';
+import { publishFile, type SignMode } from './publish.ts';
+
+export interface PublishCommandOptions {
+  url: string;
+  batchSize: string;
+  sign: SignMode;
+  region?: string;
+  service?: string;
+}
+
+export async function publishCommand(stream: string, file: string, opts: PublishCommandOptions, out: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<void> {
+  const { batchSize } = validateFlags(z.object({ batchSize: z.coerce.number().int().positive() }), { batchSize: opts.batchSize }, {
+    batchSize: { flag: '--batch-size', expected: 'a positive integer' },
+  });
+  const result = await publishFile({ url: opts.url, stream, file, batchSize, progress: process.stderr.isTTY === true, sign: opts.sign, region: opts.region, service: opts.service });
+  out(`published ${file} to "${stream}": ${fmt.int(result.accepted)} accepted, ${fmt.int(result.rejected.length)} rejected`);
+  for (const r of result.rejected.slice(0, 10)) out(`  line ${r.line}: ${r.error}`);
+  if (result.rejected.length > 10) out(`  ... and ${fmt.int(result.rejected.length - 10)} more`);
+  if (result.rejected.length) process.exitCode = 1;
+}

@@ -1,0 +1,22 @@
+/**
+ * Sluice's test kit (`sluice/testing`): what a job's own tests need, on the embedded
+ * runtime and against local AWS servers.
+ *
+ * - Run a job in process: `runJob` / `EmbeddedRuntime` with `Sinks.collect()` sinks, an
+ *   injectable `ManualClock`, and a seeded `FaultInjector` that crashes partitions
+ *   between any two steps of a batch.
+ * - Check results: `compareOutputs` / `assertExactlyOnce` (lost, duplicated and
+ *   unexpected records against a reference), `readJsonLines`.
+ * - Local AWS: `openLocalAws()` starts DynamoDB Local and the SQS/S3 emulator on loopback
+ *   (or uses the servers AWS_ENDPOINT_URL_* name), `LocalAwsRuntime` runs a job through
+ *   the real Lambda handlers against them.
+ */
+export { CollectSink } from '../api/sinks.ts';
+export { ManualClock, systemClock, type Clock } from '../api/types.ts';
+export { EmbeddedRuntime, runJob, type EmbeddedOptions, type RuntimeStats } from '../local/embedded.ts';
+export { FaultInjector, mulberry32, type CrashPoint, type FaultPlanOptions } from '../local/faults.ts';
+export { compareOutputs, assertExactlyOnce, canonicalJson, type Comparison, type CompareOptions } from './checker.ts';
+export { readJsonLines } from './jsonl.ts';
+export { openLocalAws, localAwsAt, type LocalAwsEnvironment, type ServiceEndpoint } from '../aws/local/endpoints.ts';
+export { startDynamoDbLocal, startFauxqs, LOCAL_CREDENTIALS, LOCAL_REGION, type LocalServer } from '../aws/local/servers.ts';
+export { LocalAwsRuntime, type LocalAwsOptions, type LocalAwsRunResult } from '../aws/local/runner.ts';
