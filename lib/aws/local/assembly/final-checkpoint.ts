@@ -11,16 +11,16 @@ import type { PhysicalPlan } from '../../../graph/compile.ts';
 import { DynamoDbAckStore } from '../../checkpoint-acks.ts';
 import { type Lease, LEASE_NAME } from '../../checkpoint-task.ts';
 import { DynamoDbPointerStore } from '../../dynamodb-pointers.ts';
-import { stateTableName } from '../../naming.ts';
 import { AssemblyRunTimeoutError, AssemblyTemplateError } from './errors.ts';
 import type { AssemblyModel } from './model.ts';
+import { stateTableOf } from './outputs.ts';
 import type { LocalStepFunctions } from './step-functions.ts';
 
 export async function finalCheckpoint(model: AssemblyModel, plan: PhysicalPlan, sfn: LocalStepFunctions | undefined, dynamodb: DynamoDBClient, log: (line: string) => void, timeoutMs = 60_000): Promise<void> {
   const machine = [...model.stateMachines.values()][0];
   if (!sfn || !machine) throw new AssemblyTemplateError(model.templateFile, 'a transactional sink (S3 files) commits with checkpoints, and the template has no checkpoint state machine');
   const job = plan.job.name;
-  const tableName = stateTableName(job);
+  const tableName = stateTableOf(model, job);
   const at = Date.now();
   await new DynamoDbAckStore({ client: dynamodb, tableName, job }).touch(at);
   const started = sfn.start(machine.arn, `${job}-final-${at}`, '{}');

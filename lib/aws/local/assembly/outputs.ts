@@ -67,6 +67,14 @@ export interface SinkOutputContext {
   readonly defaultBucket?: string;
 }
 
+/** The job's state table: the functions' SLUICE_TABLE, else the template's only table, else the naming convention's. */
+export function stateTableOf(model: AssemblyModel, job: string): string {
+  const fromEnv = [...model.functions.values()].map((f) => f.environment.SLUICE_TABLE).find(Boolean);
+  if (fromEnv) return fromEnv;
+  const tables = [...model.tables.values()];
+  return tables.length === 1 ? tables[0].name : stateTableName(job);
+}
+
 /** The records of an AWS sink after the run. */
 export async function awsSinkRecords(kind: string, resources: { table?: string; bucket?: string; prefix?: string } | undefined, c: SinkOutputContext): Promise<unknown[]> {
   const job = c.plan.job.name;
@@ -92,7 +100,7 @@ export async function awsSinkRecords(kind: string, resources: { table?: string; 
     const bucket = resources?.bucket ?? c.defaultBucket;
     if (!bucket) throw new AssemblyTemplateError('sink', 'an S3 file sink without a bucket, and no SLUICE_BUCKET in the functions');
     const base = resources?.bucket ? (resources.prefix ?? '') : `${job}/sinks/${resources?.prefix ?? ''}`;
-    const { records } = await readCommittedFiles<unknown>({ s3: c.s3, dynamodb: c.dynamodb, bucket, base, tableName: stateTableName(job), job });
+    const { records } = await readCommittedFiles<unknown>({ s3: c.s3, dynamodb: c.dynamodb, bucket, base, tableName: stateTableOf(c.model, job), job });
     return records;
   }
   throw new AssemblyTemplateError('sink', `results of a ${kind} sink cannot be read back (stdout, dynamodb-upsert and s3-files can)`);
