@@ -1,7 +1,7 @@
 /**
  * Importing a user's job module from any project: `.js`/`.mjs`/`.cjs` natively, and
- * TypeScript (`.ts`, `.mts`, `.cts`) through tsx's namespaced loader, loaded only then
- * so the CLI starts without it. Bare imports (`sluice` included) resolve from the job's
+ * TypeScript (`.ts`, `.mts`, `.cts`) through tsx's loader, registered only then so the
+ * CLI starts without it. Bare imports (`sluice` included) resolve from the job's
  * own project, as Node resolves them; a `.ts` file follows its package's module type
  * (`"type": "module"`, or CommonJS by default), as Node would treat a `.js` file there.
  */
@@ -26,6 +26,25 @@ function hintFor(err: NodeJS.ErrnoException): string {
   return '';
 }
 
+let registered: Promise<void> | undefined;
+
+/** tsx's loader for the rest of this process (once): about half the start-up of its namespaced tsImport. */
+function registerTypeScript(): Promise<void> {
+  registered ??= import('tsx/esm/api').then(({ register }) => void register());
+  return registered;
+}
+
+/**
+ * A CommonJS module compiled from ESM syntax (`export default job` in a project without
+ * "type": "module") reaches an ESM importer as { default: module.exports }, its own
+ * exports one level down: take them from there.
+ */
+function commonJsExports(ns: Record<string, unknown>): Record<string, unknown> {
+  const inner = ns.default as Record<string, unknown> | null | undefined;
+  if (inner !== null && typeof inner === 'object' && (inner as { __esModule?: unknown }).__esModule === true) return inner;
+  return ns;
+}
+
 /** The module namespace of the job file (an absolute path); `shown` is the path as the user gave it. */
 export async function importJobModule(file: string, shown = file): Promise<Record<string, unknown>> {
   const ext = extname(file);
@@ -33,9 +52,9 @@ export async function importJobModule(file: string, shown = file): Promise<Recor
     throw new JobModuleLoadError(shown, `unsupported extension "${ext || '(none)'}"`, 'expected .ts, .mts, .cts, .js, .mjs or .cjs');
   }
   try {
-    if (JAVASCRIPT.has(ext)) return (await import(pathToFileURL(file).href)) as Record<string, unknown>;
-    const { tsImport } = await import('tsx/esm/api');
-    return (await tsImport(pathToFileURL(file).href, import.meta.url)) as Record<string, unknown>;
+    if (JAVASCRIPT.has(ext)) return commonJsExports((await import(pathToFileURL(file).href)) as Record<string, unknown>);
+    await registerTypeScript();
+    return commonJsExports((await import(pathToFileURL(file).href)) as Record<string, unknown>);
   } catch (err) {
     throw new JobModuleLoadError(shown, (err as Error).message, hintFor(err as NodeJS.ErrnoException), { cause: err });
   }

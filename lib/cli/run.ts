@@ -21,8 +21,12 @@ export interface RunCommandOptions extends RunCheckpointFlags {
   sink?: string;
   param?: string[];
   deadLetters?: string;
-  /** Default `embedded`; `local-aws`: the Lambda handlers against local servers (target-local-aws.ts). */
+  /** Default `embedded`; `local-aws`: the Lambda handlers against local servers (target-local-aws.ts); `assembly`: a cloud assembly's bundles (target-assembly.ts). */
   target?: Target;
+  /** assembly: the cloud assembly directory; default a fresh synth into a temporary directory. */
+  assembly?: string;
+  /** assembly: the stack to run; default the only one. */
+  stackName?: string;
 }
 
 export interface RunSummary {
@@ -70,8 +74,15 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   const ckpt = await prepareRunCheckpoints(job, sink.name, opts, log);
   const output = ckpt?.sink ?? new CountingFileSink<unknown>(opts.output);
   const bindings = { sources: { [source.name]: { kind: 'file' as const, path: opts.input } }, sinks: { [sink.name]: output } };
+  if (opts.target !== 'assembly' && (opts.assembly !== undefined || opts.stackName !== undefined)) {
+    throw new ConfigError(opts.assembly !== undefined ? '--assembly' : '--stack-name', 'only with --target assembly', `--target ${opts.target ?? 'embedded'}`);
+  }
   const localAws = opts.target === 'local-aws' ? new (await import('./target-local-aws.ts')).LocalAwsRun(job, bindings, log, ckpt?.localAws) : undefined;
-  const runtime = localAws ?? (ckpt ? await ckpt.runtime(bindings) : new EmbeddedRuntime(job, bindings));
+  const assembly =
+    opts.target === 'assembly'
+      ? await (await import('./target-assembly.ts')).assemblyRun({ job, jobPath, params: opts.param ?? [], source: source.name, sink: sink.name, input: opts.input, output, assembly: opts.assembly, stackName: opts.stackName, checkpoints: ckpt !== undefined, log })
+      : undefined;
+  const runtime = localAws ?? assembly ?? (ckpt ? await ckpt.runtime(bindings) : new EmbeddedRuntime(job, bindings));
   const t0 = performance.now();
   const stats = await runtime.run();
   const durationMs = performance.now() - t0;
@@ -119,6 +130,7 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
       `${fmt.secs(durationMs)}, ${fmt.int(rate)} events/s`,
   );
   localAws?.printCost();
+  assembly?.printSummary();
   ckpt?.summary();
   return summary;
 }
