@@ -1,7 +1,7 @@
 /**
  * Importing a user's job module from any project: `.js`/`.mjs`/`.cjs` natively, and
- * TypeScript (`.ts`, `.mts`, `.cts`) through tsx's loader, registered only then so the
- * CLI starts without it. Bare imports (`sluice` included) resolve from the job's
+ * TypeScript (`.ts`, `.mts`, `.cts`) through tsx's namespaced loader, loaded only then so
+ * the CLI starts without it. Bare imports (`sluice` included) resolve from the job's
  * own project, as Node resolves them; a `.ts` file follows its package's module type
  * (`"type": "module"`, or CommonJS by default), as Node would treat a `.js` file there.
  */
@@ -26,14 +26,6 @@ function hintFor(err: NodeJS.ErrnoException): string {
   return '';
 }
 
-let registered: Promise<void> | undefined;
-
-/** tsx's loader for the rest of this process (once): about half the start-up of its namespaced tsImport. */
-function registerTypeScript(): Promise<void> {
-  registered ??= import('tsx/esm/api').then(({ register }) => void register());
-  return registered;
-}
-
 /**
  * A CommonJS module compiled from ESM syntax (`export default job` in a project without
  * "type": "module") reaches an ESM importer as { default: module.exports }, its own
@@ -53,8 +45,10 @@ export async function importJobModule(file: string, shown = file): Promise<Recor
   }
   try {
     if (JAVASCRIPT.has(ext)) return commonJsExports((await import(pathToFileURL(file).href)) as Record<string, unknown>);
-    await registerTypeScript();
-    return commonJsExports((await import(pathToFileURL(file).href)) as Record<string, unknown>);
+    // Namespaced, not register(): a globally registered loader hands a CommonJS project's
+    // .ts job to require(), which refuses ESM in the CLI's own module graph ("in a cycle").
+    const { tsImport } = await import('tsx/esm/api');
+    return commonJsExports((await tsImport(pathToFileURL(file).href, import.meta.url)) as Record<string, unknown>);
   } catch (err) {
     throw new JobModuleLoadError(shown, (err as Error).message, hintFor(err as NodeJS.ErrnoException), { cause: err });
   }
