@@ -21,7 +21,7 @@ import { AssemblyAccessDeniedError, type DeniedCall } from '../../lib/aws/local/
 import { actionsOf, callerOf, type HttpRequestParts, serviceOf } from '../../lib/aws/local/assembly/iam-requests.ts';
 import { provision, remove } from '../../lib/aws/local/assembly/provision.ts';
 import { AssemblyProxy } from '../../lib/aws/local/assembly/proxy.ts';
-import { accessKeyOf } from '../../lib/aws/local/assembly/run.ts';
+import { accessKeyOf } from '../../lib/aws/local/assembly/lambda-environment.ts';
 import { readAssembly } from '../../lib/aws/local/assembly/template.ts';
 import { drainQueue, localClients, unique } from './helpers.ts';
 

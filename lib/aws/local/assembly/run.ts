@@ -22,9 +22,6 @@
  *   sink's items, an S3 file sink's committed files (after one more checkpoint).
  * - The first denied call stops the run: run() rejects with AssemblyAccessDeniedError.
  */
-import { createHash } from 'node:crypto';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import type { Sink } from '../../../api/sinks.ts';
@@ -46,6 +43,7 @@ import { IamAuthorizer } from './authorizer.ts';
 import { AssemblyAccessDeniedError, AssemblyRunTimeoutError, AssemblyTemplateError, type DeniedCall } from './errors.ts';
 import { finalCheckpoint } from './final-checkpoint.ts';
 import { classifyLine, FunctionHost } from './function-host.ts';
+import { accessKeyOf, lambdaEnvironment } from './lambda-environment.ts';
 import type { AssemblyFunction, AssemblyModel } from './model.ts';
 import { type AssemblyStage, asDeadLetter, awsSinkRecords, stagesOf } from './outputs.ts';
 import { provision, remove } from './provision.ts';
@@ -256,7 +254,7 @@ export class AssemblyRun {
     const max = Math.max(1, Math.min(this.options.maxContainers ?? 2, esm?.maximumConcurrency ?? 1000));
     h = new FunctionHost({
       fn,
-      env: this.environmentOf(fn),
+      env: lambdaEnvironment(fn, this.model!.region, this.proxy!.origin),
       maxContainers: max,
       onStdout: (line) => this.onStdout(fn, line),
       onStderr: (line) => this.remember(fn, line, this.options.verbose),
@@ -264,33 +262,6 @@ export class AssemblyRun {
     });
     this.hosts.set(logicalId, h);
     return h;
-  }
-
-  /** A Lambda container's environment: the template's variables, Lambda's own, and this run's endpoint and credentials. */
-  private environmentOf(fn: AssemblyFunction): Record<string, string> {
-    const region = this.model!.region;
-    const none = join(tmpdir(), 'sluice-assembly-no-aws-config');
-    return {
-      PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
-      LANG: 'en_US.UTF-8',
-      TZ: ':UTC',
-      ...fn.environment,
-      LAMBDA_TASK_ROOT: fn.assetDir!,
-      AWS_EXECUTION_ENV: `AWS_Lambda_${fn.runtime}`,
-      AWS_LAMBDA_FUNCTION_NAME: fn.name,
-      AWS_LAMBDA_FUNCTION_VERSION: '$LATEST',
-      AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(fn.memoryMb),
-      AWS_LAMBDA_LOG_GROUP_NAME: fn.logGroupName,
-      AWS_LAMBDA_INITIALIZATION_TYPE: 'on-demand',
-      AWS_REGION: region,
-      AWS_DEFAULT_REGION: region,
-      AWS_ACCESS_KEY_ID: accessKeyOf(fn),
-      AWS_SECRET_ACCESS_KEY: 'local',
-      AWS_ENDPOINT_URL: this.proxy!.origin,
-      AWS_CONFIG_FILE: none,
-      AWS_SHARED_CREDENTIALS_FILE: none,
-      AWS_EC2_METADATA_DISABLED: 'true',
-    };
   }
 
   private onStdout(fn: AssemblyFunction, line: string): void {
@@ -434,9 +405,3 @@ export class AssemblyRun {
     }
   }
 }
-
-/** A function's access key id: what the proxy knows it by (letters and digits, as DynamoDB Local wants). */
-export function accessKeyOf(fn: Pick<AssemblyFunction, 'logicalId'>): string {
-  return `ASIA${createHash('sha256').update(fn.logicalId).digest('hex').slice(0, 16).toUpperCase()}`;
-}
-
