@@ -86,7 +86,7 @@ export function createIngestion(scope: Construct, p: ResolvedProps, sourceQueues
   }
 
   const httpApi = new apigw.HttpApi(scope, 'IngestApi', {
-    apiName: `sluice-${job}-ingest`,
+    apiName: `sluice-${p.queuePrefix}${job}-ingest`,
     description: `Sluice ${job}: POST ${EVENTS_ROUTE}`,
     // Our own $default stage, for access logs and throttling.
     createDefaultStage: false,

@@ -94,13 +94,15 @@ export async function findDeployedJob(clients: AwsClients, plan: PhysicalPlan, f
   const queues = await Promise.all(plan.stages.map((s) => stageQueue(clients.sqs, stageQueueName(job, s.id, flags.queuePrefix ?? ''), s.id)));
   let bucket = flags.bucket;
   let stateMachineArn = flags.stateMachine;
-  if (!bucket || !stateMachineArn) {
+  let table = flags.table;
+  if (!bucket || !stateMachineArn || !table) {
     const env = await stageFunctionEnvironment(await clients.lambda(), queues[0]);
     bucket ??= env.SLUICE_BUCKET;
     stateMachineArn ??= env.SLUICE_STATE_MACHINE_ARN;
+    table ??= env.SLUICE_TABLE;
   }
   if (!bucket) throw new ConfigError('--bucket', `the job's snapshot bucket (SLUICE_BUCKET of its stage functions)`, `none found for stage queue ${queues[0].arn}`);
-  return { job, table: flags.table ?? stateTableName(job), bucket, stateMachineArn, queues };
+  return { job, table: table ?? stateTableName(job, flags.queuePrefix), bucket, stateMachineArn, queues };
 }
 
 /** The environment of the function a stage queue's event source mapping invokes. */

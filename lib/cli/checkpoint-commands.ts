@@ -30,7 +30,7 @@ function addTargetOptions(cmd: Command): Command {
         .choices(CHECKPOINT_TARGETS)
         .default('embedded'),
     )
-    .option('--table <name>', 'aws: the state table (default sluice-<job>)')
+    .option('--table <name>', "aws: the state table (default: SLUICE_TABLE of the job's stage functions)")
     .option('--bucket <name>', "aws: the snapshot bucket (default: SLUICE_BUCKET of the job's stage functions)")
     .option('--state-machine <arn>', "aws: the checkpoint state machine (default: SLUICE_STATE_MACHINE_ARN of the job's stage functions)")
     .option('--queue-prefix <prefix>', 'aws: the stage queues\' name prefix (default none)');
