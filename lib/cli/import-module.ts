@@ -1,15 +1,17 @@
 /**
- * Importing a user's job module from any project: `.js`/`.mjs`/`.cjs` natively, and
- * TypeScript (`.ts`, `.mts`, `.cts`) through tsx's namespaced loader, loaded only then so
- * the CLI starts without it. Bare imports (`sluice` included) resolve from the job's
- * own project, as Node resolves them; a `.ts` file follows its package's module type
- * (`"type": "module"`, or CommonJS by default), as Node would treat a `.js` file there.
+ * Importing a user's job module from any project: `.js`/`.mjs`/`.cjs` natively (they
+ * follow their package's module type, as Node treats them), TypeScript (`.ts`, `.mts`,
+ * `.cts`) compiled by esbuild into one ES module in the job's project (compile-job.ts),
+ * each loaded only then so the CLI starts without them. Bare imports (`sluice` included)
+ * resolve from the job's own project, as Node resolves them.
  */
 import { extname } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { JobModuleLoadError } from '../errors.ts';
 
 const TYPESCRIPT = new Set(['.ts', '.mts', '.cts']);
+/** This module is TypeScript when Sluice runs from its sources (its repository), JavaScript when installed. */
+const FROM_SOURCES = import.meta.url.endsWith('.ts');
 const JAVASCRIPT = new Set(['.js', '.mjs', '.cjs']);
 
 /** What to do about the usual failures, in the user's terms. */
@@ -45,8 +47,13 @@ export async function importJobModule(file: string, shown = file): Promise<Recor
   }
   try {
     if (JAVASCRIPT.has(ext)) return commonJsExports((await import(pathToFileURL(file).href)) as Record<string, unknown>);
-    // Namespaced, not register(): a globally registered loader hands a CommonJS project's
-    // .ts job to require(), which refuses ESM in the CLI's own module graph ("in a cycle").
+    // From Sluice's own sources, tsx is registered already (bin/sluice.js, vitest).
+    if (FROM_SOURCES) return (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+    const compiled = await (await import('./compile-job.ts')).compileJob(file);
+    if (compiled) return (await import(compiled)) as Record<string, unknown>;
+    // No project around the job: tsx's namespaced loader (not register(): a globally
+    // registered loader hands a CommonJS package's .ts file to require(), which refuses
+    // ESM in the CLI's own module graph "in a cycle").
     const { tsImport } = await import('tsx/esm/api');
     return commonJsExports((await tsImport(pathToFileURL(file).href, import.meta.url)) as Record<string, unknown>);
   } catch (err) {

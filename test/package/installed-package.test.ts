@@ -25,6 +25,7 @@ function devVersion(name: string): string {
 }
 
 const ORDERS_JOB = `import { Job, Sinks, valueState, z } from 'sluice';
+import { THRESHOLD } from './threshold.js';
 
 interface Order { customer: string; amount: number; time: number }
 
@@ -38,7 +39,7 @@ job
     processElement(order, ctx) {
       const total = (ctx.state.total.get() ?? 0) + order.amount;
       ctx.state.total.set(total);
-      if (total >= 100) ctx.emit({ customer: ctx.key, total, at: order.time });
+      if (total >= THRESHOLD) ctx.emit({ customer: ctx.key, total, at: order.time });
     },
   })
   .name('big-spenders')
@@ -135,6 +136,8 @@ beforeAll(() => {
   execFileSync('npm', [...install, tarball, devVersion('aws-cdk-lib'), devVersion('constructs'), devVersion('cdk-nag')], { cwd: PROJECT, stdio: ['ignore', 'ignore', 'inherit'] });
   mkdirSync(join(PROJECT, 'jobs'));
   writeFileSync(join(PROJECT, 'jobs/orders.ts'), ORDERS_JOB);
+  // A relative import written the NodeNext way (.js naming a .ts file).
+  writeFileSync(join(PROJECT, 'jobs/threshold.ts'), 'export const THRESHOLD: number = 100;\n');
   writeFileSync(join(PROJECT, 'jobs/audited.ts'), AUDITED_JOB);
   writeFileSync(join(PROJECT, 'orders.jsonl'), INPUT.map((o) => JSON.stringify(o)).join('\n') + '\n');
 }, 600_000);
@@ -164,7 +167,7 @@ describe('the packed package in a fresh project', () => {
     expect(JSON.parse(out.trim().split('\n').pop()!)).toEqual({ job: 'function', z: 'function', collect: 'function', local: 'function', handler: 'function', construct: 'function' });
   });
 
-  it('sluice run computes the job (a .ts module in a CommonJS project, importing sluice from node_modules)', () => {
+  it('sluice run computes the job (a .ts module with a relative import, in a CommonJS project, importing sluice from node_modules)', () => {
     const r = sluice(['run', 'jobs/orders.ts', '--input', 'orders.jsonl', '--output', 'alerts.jsonl']);
     expect(r.code, r.stderr).toBe(0);
     expect(lines('alerts.jsonl')).toEqual(expectedAlerts(INPUT));
