@@ -88,4 +88,19 @@ describe('npx cdk synth (offline, fresh output directory)', () => {
     expect(answers).toContainEqual({ batchItemFailures: [] });
     expect(answers.filter((a) => 'refused' in a)).toHaveLength(1);
   });
+
+  it('refuses to start a bundle whose job compiles to another plan than the one it was deployed for', () => {
+    const fingerprints = new Set(
+      Object.values(template().Resources)
+        .filter((r) => r.Type === 'AWS::Lambda::Function' && r.Properties.Environment?.Variables?.SLUICE_PLAN_FINGERPRINT)
+        .map((r) => r.Properties.Environment.Variables.SLUICE_PLAN_FINGERPRINT as string),
+    );
+    // Every function carries the one plan the construct compiled.
+    expect(fingerprints.size).toBe(1);
+    const bundle = pathToFileURL(join(OUT, readdirSync(OUT).find((d) => d.startsWith('asset.'))!, 'index.mjs')).href;
+    const script = `await import(${JSON.stringify(bundle)}).then(() => console.log('started'), (e) => console.log(String(e.message)));`;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, AWS_REGION: 'us-east-1', SLUICE_PLAN_FINGERPRINT: '0123456789abcdef' } });
+    expect(r.stdout).toMatch(/the bundled job: expected the plan this function was deployed for \(fingerprint 0123456789abcdef; .*jobModule.*\), received job "nexmark-q5" with plan fingerprint [0-9a-f]{16}/);
+    expect(r.stdout).not.toContain('started');
+  });
 });
