@@ -25,6 +25,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { mulberry32 } from '../lib/local/faults.ts';
 import { intOption } from './flags.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -38,21 +39,10 @@ interface Command {
   readonly target?: number;
 }
 
-/** mulberry32: a small seeded PRNG, so every run publishes the same events. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** `count` page views over about three minutes of event time, a little out of order. */
 export function pageViews(count: number, seed: number): { page: string; user: string; time: number }[] {
-  const next = random(seed);
+  const next = mulberry32(seed);
   const start = Date.UTC(2025, 0, 1);
   return Array.from({ length: count }, (_, i) => ({
     page: `/page/${Math.floor(next() * 8)}`,

@@ -9,7 +9,8 @@ import type { SourceBinding } from '../api/sources.ts';
 import type { Job } from '../api/stream.ts';
 import { type LocalAwsEnvironment, openLocalAws } from '../aws/local/endpoints.ts';
 import { startFunctionUrl } from '../aws/local/http-ingest.ts';
-import { type DeadLetterReport, type LocalAwsRunResult, LocalAwsRuntime } from '../aws/local/runner.ts';
+import { asDeadLetter } from '../aws/local/dead-letters.ts';
+import { type LocalAwsRunResult, LocalAwsRuntime } from '../aws/local/runner.ts';
 import { type CostEstimate, formatDollars, type LambdaUsage } from '../aws/prices.ts';
 import type { RejectedInput } from '../local/sources.ts';
 import type { DeadLetter } from '../transport/envelope.ts';
@@ -71,19 +72,6 @@ export class LocalAwsRun {
   }
 }
 
-/** A message SQS redrove whole is reported like a parked record: what, why, how often. */
-function asDeadLetter(d: DeadLetterReport): DeadLetter {
-  if (d.kind === 'deadLetter') return d;
-  return {
-    operator: `(stage ${d.stage} message)`,
-    channel: d.messageId,
-    seq: 0,
-    index: 0,
-    record: { value: d.body, timestamp: 0 },
-    error: `SQS moved the whole message to the dead-letter queue after ${d.receives} receives (the handler never acknowledged it)`,
-    attempts: Number(d.receives) || 0,
-  };
-}
 
 /** One line: what the run would have cost on AWS, and per million events. */
 export function costLine(cost: CostEstimate, lambda: LambdaUsage, events: number): string {

@@ -7,6 +7,7 @@ import { DeleteMessageBatchCommand, ReceiveMessageCommand, type SQSClient } from
 import type { AwsAccounting } from '../accounting.ts';
 import { type DeadLetterMessage, decodeBody } from '../sqs-codec.ts';
 import type { StageQueues } from '../sqs-queues.ts';
+import type { DeadLetter } from '../../transport/envelope.ts';
 
 /** A record parked by the operator handler, or a message SQS redrove after maxReceiveCount. */
 export type DeadLetterReport = ({ kind: 'deadLetter' } & DeadLetterMessage) | { kind: 'redriven'; stage: number; messageId: string; receives: string; body: string };
@@ -40,4 +41,18 @@ export async function drainDeadLetters(sqs: SQSClient, queues: readonly StageQue
 
 function redriven(stage: number, m: { MessageId?: string; Body?: string; Attributes?: Record<string, string> }): DeadLetterReport {
   return { kind: 'redriven', stage, messageId: m.MessageId ?? '?', receives: m.Attributes?.ApproximateReceiveCount ?? '?', body: (m.Body ?? '').slice(0, 200) };
+}
+
+/** A report as `sluice run` prints dead letters: a message SQS redrove whole reads like a parked record (what, why, how often). */
+export function asDeadLetter(d: DeadLetterReport): DeadLetter {
+  if (d.kind === 'deadLetter') return d;
+  return {
+    operator: `(stage ${d.stage} message)`,
+    channel: d.messageId,
+    seq: 0,
+    index: 0,
+    record: { value: d.body, timestamp: 0 },
+    error: `SQS moved the whole message to the dead-letter queue after ${d.receives} receives (the function never acknowledged it)`,
+    attempts: Number(d.receives) || 0,
+  };
 }

@@ -13,12 +13,10 @@ import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { DynamoDBDocumentClient, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import type { PhysicalPlan } from '../../../graph/compile.ts';
-import type { DeadLetter } from '../../../transport/envelope.ts';
 import { stateTableName } from '../../naming.ts';
 import { readCommittedFiles } from '../../s3-file-sink.ts';
 import { PRODUCER_ATTRIBUTE, SEQ_ATTRIBUTE } from '../../sink-options.ts';
 import type { StageQueues } from '../../sqs-queues.ts';
-import type { DeadLetterReport } from '../dead-letters.ts';
 import { AssemblyTemplateError } from './errors.ts';
 import type { AssemblyModel } from './model.ts';
 
@@ -106,16 +104,3 @@ export async function awsSinkRecords(kind: string, resources: { table?: string; 
   throw new AssemblyTemplateError('sink', `results of a ${kind} sink cannot be read back (stdout, dynamodb-upsert and s3-files can)`);
 }
 
-/** A DLQ report as `sluice run` prints dead letters. */
-export function asDeadLetter(d: DeadLetterReport): DeadLetter {
-  if (d.kind === 'deadLetter') return d;
-  return {
-    operator: `(stage ${d.stage} message)`,
-    channel: d.messageId,
-    seq: 0,
-    index: 0,
-    record: { value: d.body, timestamp: 0 },
-    error: `SQS moved the whole message to the dead-letter queue after ${d.receives} receives (the function never acknowledged it)`,
-    attempts: Number(d.receives) || 0,
-  };
-}
