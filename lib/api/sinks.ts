@@ -5,6 +5,8 @@
  */
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
 import { dirname } from 'node:path';
+import type { Writable } from 'node:stream';
+import { SluiceError } from '../errors.ts';
 import type { DynamoDbUpsertSinkOptions, S3FileSinkOptions } from '../aws/sink-options.ts';
 import { DynamoDbUpsert, S3FilesSink } from './aws-sinks.ts';
 
@@ -37,11 +39,69 @@ export abstract class IdempotentSink<T> implements Sink<T> {
       this.duplicatesDropped++;
       return;
     }
-    this.highWater.set(batch.producer, batch.seq);
-    return this.writeRecords(batch.records);
+    const written = this.writeRecords(batch.records);
+    // The mark moves only once the batch is written: a failed write must not turn its retry into a "duplicate".
+    if (!written) {
+      this.highWater.set(batch.producer, batch.seq);
+      return;
+    }
+    return written.then(() => {
+      if ((this.highWater.get(batch.producer) ?? 0) < batch.seq) this.highWater.set(batch.producer, batch.seq);
+    });
   }
 
   protected abstract writeRecords(records: readonly T[]): Promise<void> | void;
+}
+
+/** A sink's stream failed (EPIPE, ENOSPC, ...): what it was writing cannot be counted as delivered. */
+export class SinkWriteError extends SluiceError {
+  readonly code = 'SINK_WRITE';
+  readonly retryable = false;
+  constructor(
+    readonly sink: string,
+    cause: unknown,
+  ) {
+    super(`${sink} sink: write failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+  }
+}
+
+/**
+ * Text to a Writable with back-pressure: each write resolves only once the stream has
+ * handed its bytes to the OS (its write callback), so a runtime that awaits it holds at
+ * most one batch in the process's buffers and counts a batch delivered only when it left
+ * them. A stream error rejects this write and every later one instead of crashing the
+ * process as an unhandled 'error' event would.
+ */
+export class StreamWriter {
+  private failure?: SinkWriteError;
+  private attached?: Writable;
+  private readonly onError = (err: Error) => {
+    this.failure ??= new SinkWriteError(this.sink, err);
+  };
+
+  constructor(private readonly sink: string) {}
+
+  write(stream: Writable, text: string): Promise<void> {
+    if (this.attached !== stream) {
+      this.detach();
+      stream.on('error', this.onError);
+      this.attached = stream;
+    }
+    if (this.failure) return Promise.reject(this.failure);
+    return new Promise((resolve, reject) => {
+      stream.write(text, (err) => {
+        if (err) this.onError(err);
+        if (this.failure) reject(this.failure);
+        else resolve();
+      });
+    });
+  }
+
+  /** Stop listening for the stream's errors (the sink is closed). */
+  detach(): void {
+    this.attached?.off('error', this.onError);
+    this.attached = undefined;
+  }
 }
 
 /** Keeps every record in memory, in arrival order. For tests. */
@@ -53,22 +113,40 @@ export class CollectSink<T> extends IdempotentSink<T> {
   }
 }
 
-/** Prints each record as one line (JSON unless a format function is given). */
+/**
+ * Prints each record as one line (JSON unless a format function is given) to `out`
+ * (default process.stdout). A batch counts as delivered once its lines reached the OS:
+ * a slow reader slows the job instead of filling memory.
+ */
 export class StdoutSink<T> extends IdempotentSink<T> {
   readonly kind = 'stdout';
-  constructor(private readonly format: (record: T) => string = (r) => JSON.stringify(r)) {
+  private readonly writer = new StreamWriter('stdout');
+  constructor(
+    private readonly format: (record: T) => string = (r) => JSON.stringify(r),
+    private readonly out: () => Writable = () => process.stdout,
+  ) {
     super();
   }
-  protected writeRecords(records: readonly T[]): void {
+  protected writeRecords(records: readonly T[]): Promise<void> | void {
     if (records.length === 0) return;
-    process.stdout.write(records.map((r) => this.format(r)).join('\n') + '\n');
+    let text = '';
+    for (const r of records) text += this.format(r) + '\n';
+    return this.writer.write(this.out(), text);
+  }
+  close(): void {
+    this.writer.detach();
   }
 }
 
-/** Appends each record as a JSON line to a file (created, with its directory, on open). */
+/**
+ * Appends each record as a JSON line to a file (created, with its directory, on open).
+ * A batch counts as delivered once the OS took it (not fsynced: see the transactional
+ * file sink for output that survives a power loss).
+ */
 export class JsonLinesFileSink<T> extends IdempotentSink<T> {
   readonly kind = 'jsonl-file';
   private stream?: WriteStream;
+  private readonly writer = new StreamWriter('jsonl-file');
   constructor(readonly path: string) {
     super();
   }
@@ -76,18 +154,18 @@ export class JsonLinesFileSink<T> extends IdempotentSink<T> {
     mkdirSync(dirname(this.path), { recursive: true });
     this.stream = createWriteStream(this.path, { flags: 'w' });
   }
-  protected writeRecords(records: readonly T[]): void {
+  protected writeRecords(records: readonly T[]): Promise<void> | void {
     if (!this.stream) this.open();
     if (records.length === 0) return;
     let text = '';
     for (const r of records) text += JSON.stringify(r) + '\n';
-    this.stream!.write(text);
+    return this.writer.write(this.stream!, text);
   }
   close(): Promise<void> {
     const s = this.stream;
     this.stream = undefined;
     if (!s) return Promise.resolve();
-    return new Promise((resolve, reject) => s.end((err?: Error | null) => (err ? reject(err) : resolve())));
+    return new Promise<void>((resolve, reject) => s.end((err?: Error | null) => (err ? reject(new SinkWriteError(this.kind, err)) : resolve()))).finally(() => this.writer.detach());
   }
 }
 

@@ -40,9 +40,9 @@ export interface RunSummary {
 /** Counts what reaches the output file (the summary's "records out"). */
 class CountingFileSink<T> extends JsonLinesFileSink<T> {
   written = 0;
-  protected override writeRecords(records: readonly T[]): void {
+  protected override async writeRecords(records: readonly T[]): Promise<void> {
+    await super.writeRecords(records);
     this.written += records.length;
-    super.writeRecords(records);
   }
 }
 
