@@ -107,6 +107,13 @@ function sluice(args: readonly string[], env: NodeJS.ProcessEnv = {}) {
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
+/** Name properties AWS requires to be unique in an account and region, with literal values, of a synthesized template. */
+const UNIQUE = new Set(['QueueName', 'TableName', 'StateMachineName', 'BucketName', 'LogGroupName', 'FunctionName', 'RoleName', 'ManagedPolicyName', 'DashboardName', 'AlarmName', 'TopicName', 'Name']);
+function physicalNames(templateFile: string): string[] {
+  const t = JSON.parse(readFileSync(join(PROJECT, templateFile), 'utf8')) as { Resources: Record<string, { Type: string; Properties?: Record<string, unknown> }> };
+  return Object.values(t.Resources).flatMap((r) => Object.entries(r.Properties ?? {}).filter(([k, v]) => UNIQUE.has(k) && typeof v === 'string').map(([k, v]) => `${r.Type}.${k}=${String(v)}`));
+}
+
 const lines = (file: string) =>
   readFileSync(join(PROJECT, file), 'utf8')
     .split('\n')
@@ -207,5 +214,19 @@ describe('the packed package in a fresh project', () => {
     const r = sluice(['run', 'jobs/audited.ts', '--input', 'orders.jsonl', '--output', 'big.jsonl', '--sink', 'big', '--target', 'assembly'], localServers());
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/called dynamodb:PutItem on arn:aws:dynamodb:[^ ]+:table\/audit-log: denied by its role's policies/);
+  });
+
+  it('sluice synth of two jobs, and of one job under two stack names, gives templates with no physical name in common', () => {
+    for (const args of [['jobs/audited.ts', '--output', 'cdk.audited'], ['jobs/orders.ts', '--stack-name', 'Orders-staging', '--output', 'cdk.staging']]) {
+      const r = sluice(['synth', ...args, '--no-nag']);
+      expect(r.code, r.stderr.slice(-2000)).toBe(0);
+    }
+    const orders = physicalNames('cdk.out/Sluice-order-alerts.template.json');
+    const staging = physicalNames('cdk.staging/Orders-staging.template.json');
+    const audited = physicalNames('cdk.audited/Sluice-audited-orders.template.json');
+    expect(orders).toContain('AWS::SQS::Queue.QueueName=order-alerts-s0.fifo');
+    expect(staging).toContain('AWS::SQS::Queue.QueueName=Orders-staging-order-alerts-s0.fifo');
+    expect(staging.length).toBe(orders.length);
+    for (const [a, b] of [[orders, staging], [orders, audited], [staging, audited]]) expect(a.filter((n) => b.includes(n))).toEqual([]);
   });
 });
