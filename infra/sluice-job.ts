@@ -107,7 +107,12 @@ export class SluiceJob extends Construct {
 
     if (p.checkpoints) {
       const scope = new Construct(this, 'Checkpoints');
-      this.checkpointLogGroup = new logs.LogGroup(scope, 'ExecutionLogs', { retention: p.retention.logs, removalPolicy: p.removalPolicy });
+      this.checkpointLogGroup = new logs.LogGroup(scope, 'ExecutionLogs', {
+        // Under /aws/vendedlogs/, Step Functions' log delivery needs no resource policy entry (the account's policy size is limited).
+        logGroupName: `/aws/vendedlogs/states/sluice-${p.queuePrefix}${p.job.name}-checkpoints`,
+        retention: p.retention.logs,
+        removalPolicy: p.removalPolicy,
+      });
       const context: CheckpointContext = {
         plan: this.plan,
         table: this.table,

@@ -3,7 +3,7 @@
  * pointers; layout in lib/aws/dynamodb-state.ts) and the snapshot bucket (snapshots,
  * manifests, checkpoint stats, spilled envelopes), with a bucket for its access logs.
  */
-import { Duration, Stack } from 'aws-cdk-lib';
+import { Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as s3 from 'aws-cdk-lib/aws-s3';
@@ -41,6 +41,8 @@ export function snapshotBucket(scope: Construct, p: ResolvedProps): { bucket: s3
     minimumTLSVersion: 1.2,
     lifecycleRules: [{ id: 'expire-access-logs', expiration: p.retention.accessLogs }],
     removalPolicy: p.removalPolicy,
+    // A bucket that holds objects (or, versioned, old versions) cannot be deleted: emptied first when the stack goes.
+    autoDeleteObjects: p.removalPolicy === RemovalPolicy.DESTROY,
   });
   const prefixes = bucketPrefixes(p.job.name);
   const bucket = new s3.Bucket(scope, 'SnapshotBucket', {
@@ -61,6 +63,7 @@ export function snapshotBucket(scope: Construct, p: ResolvedProps): { bucket: s3
       { id: 'expire-deleted-snapshots', noncurrentVersionExpiration: p.retention.deletedSnapshots, expiredObjectDeleteMarker: true },
     ],
     removalPolicy: p.removalPolicy,
+    autoDeleteObjects: p.removalPolicy === RemovalPolicy.DESTROY,
   });
   // Server access logging through a bucket policy for the logging service (ACLs are off
   // on both buckets), set here rather than by aws-cdk-lib, whose choice between the two

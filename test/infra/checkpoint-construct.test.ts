@@ -20,6 +20,10 @@ describe('SluiceJob with the checkpoint state machine', () => {
   const machine = job.stateMachine as sfn.StateMachine;
   const task = job.functions.find((f) => f.fn.node.id === 'Coordinator')!;
 
+  it('logs executions to a vended-logs group (no account resource policy entry needed)', () => {
+    expect(resources[logicalId(stack, job.checkpointLogGroup)].Properties!.LogGroupName).toBe('/aws/vendedlogs/states/sluice-Test-nexmark-q5-checkpoints');
+  });
+
   it('deploys the definition the local tests run (one source of truth)', () => {
     const sm = resources[logicalId(stack, machine)];
     expect(sm.Properties!.StateMachineType).toBe('STANDARD');

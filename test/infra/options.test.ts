@@ -133,11 +133,16 @@ describe('options', () => {
     expect(nagFindings(stack).errors).toEqual([]);
   });
 
-  it('destroys table, buckets and log groups with the stack only when asked (default: retain)', () => {
-    const { template } = jobStack({ removalPolicy: RemovalPolicy.DESTROY });
+  it('destroys table, buckets (emptied first) and log groups with the stack only when asked (default: retain)', () => {
+    const { template, stack } = jobStack({ removalPolicy: RemovalPolicy.DESTROY }, { nag: true });
     template.hasResource('AWS::DynamoDB::Table', { DeletionPolicy: 'Delete' });
     template.allResources('AWS::S3::Bucket', { DeletionPolicy: 'Delete' });
     template.allResources('AWS::Logs::LogGroup', { DeletionPolicy: 'Delete' });
+    // Versioned, and receiving access logs: CloudFormation deletes only empty buckets.
+    template.resourceCountIs('Custom::S3AutoDeleteObjects', 2);
+    expect(nagFindings(stack).errors).toEqual([]);
+    const retained = jobStack({});
+    retained.template.resourceCountIs('Custom::S3AutoDeleteObjects', 0);
   });
 });
 
