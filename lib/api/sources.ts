@@ -36,6 +36,17 @@ export interface SourceOptions<T> {
   readonly parallelism?: number;
   /** Validates each incoming event (ingestion endpoint, files); invalid events are rejected with the schema's message. */
   readonly schema?: ZodType<T>;
+  /**
+   * Ingestion streams only (`job.ingest`): the furthest, in ms, an event's timestamp may be
+   * ahead of its arrival (the endpoint's processing time). A later event is rejected at
+   * the endpoint (the embedded HTTP server and the AWS ingest function alike) with an
+   * error naming `timestamp`, this limit and the value received; it is listed among the
+   * request's rejected events and never enqueued. Without it one event dated far ahead
+   * moves the watermark there and makes every later event late. Default: no bound (how far
+   * ahead is plausible depends on the producers' clocks); e.g. 60_000 for clocks within a
+   * minute. Not checked when a file is bound to the stream (`sluice run --input`).
+   */
+  readonly maxFutureMs?: number;
 }
 
 export interface SourceDef<T = unknown> {
@@ -44,6 +55,8 @@ export interface SourceDef<T = unknown> {
   readonly timestamp?: (event: T) => number;
   readonly watermark: WatermarkStrategy;
   readonly schema?: ZodType<T>;
+  /** See SourceOptions.maxFutureMs. */
+  readonly maxFutureMs?: number;
 }
 
 /** Turn a schema failure into "field: expected ..., received ..." text. */

@@ -66,6 +66,7 @@ export class Job {
           timestamp: options.timestamp,
           watermark: options.watermark ?? WatermarkStrategies.boundedOutOfOrderness(0),
           schema: options.schema,
+          maxFutureMs: checkMaxFutureMs(name, binding.kind, options.maxFutureMs),
         },
       },
       [],
@@ -74,6 +75,14 @@ export class Job {
     if (options.parallelism !== undefined) node.parallelism = options.parallelism;
     return new DataStream<T>(this, node, MAIN_PORT);
   }
+}
+
+/** Checked when events arrive, so only an ingestion stream can have it. */
+function checkMaxFutureMs(source: string, kind: string, ms: number | undefined): number | undefined {
+  if (ms === undefined) return undefined;
+  if (kind !== 'ingest') throw new JobDefinitionError(source, 'maxFutureMs only on an ingestion stream (job.ingest)', `a ${kind} source`);
+  if (!Number.isSafeInteger(ms) || ms < 0) throw new JobDefinitionError(source, 'maxFutureMs as a non-negative integer of milliseconds', String(ms));
+  return ms;
 }
 
 /** Shared by the stream classes: adds a node downstream of this stream. */

@@ -37,7 +37,7 @@ import type { Job } from '../api/stream.ts';
 import { type Clock, type Key, keyToString, systemClock } from '../api/types.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
 import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
-import { toRecord } from '../local/sources.ts';
+import { toIngestRecord } from '../local/sources.ts';
 import * as V from '../transport/ingest-validation.ts';
 import { AwsAccounting } from './accounting.ts';
 import * as C from './sqs-codec.ts';
@@ -170,6 +170,8 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     const stream = streams.get(route.stream)!;
     const format = V.checkContentType(header(event, 'content-type'));
     if (V.isAnswer(format)) return format;
+    const encoded = V.checkContentEncoding(header(event, 'content-encoding'));
+    if (encoded) return encoded;
     const body = event.body === undefined ? Buffer.alloc(0) : Buffer.from(event.body, event.isBase64Encoded ? 'base64' : 'utf8');
     if (body.byteLength > maxBody) return V.tooLargeAnswer(V.bodyLimitMessage(maxBody, body.byteLength));
     const parsed = V.parseBody(body, format, maxEvents);
@@ -178,7 +180,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     const arrival = clock.now();
     const parts: string[] = [];
     const checked = V.validateEvents(parsed.events, (ev, index) => {
-      const rec = toRecord(stream.def, ev, clock);
+      const rec = toIngestRecord(stream.def, ev, clock, arrival);
       if (typeof rec === 'string') return rec;
       const unsafe = sqsUnsafe(ev);
       if (unsafe) return unsafe;

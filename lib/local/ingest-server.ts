@@ -15,6 +15,7 @@ import { ConfigError } from '../errors.ts';
 import {
   acceptedAnswer,
   bodyLimitMessage,
+  checkContentEncoding,
   checkContentType,
   checkStream,
   DEFAULT_MAX_BODY_BYTES,
@@ -139,6 +140,8 @@ async function handle(target: IngestTarget, opts: ResolvedOptions, req: Incoming
   if (unknown) return reply(res, unknown);
   const format = checkContentType(req.headers['content-type']);
   if (isAnswer(format)) return reply(res, format);
+  const encoded = checkContentEncoding(req.headers['content-encoding']);
+  if (encoded) return reply(res, encoded);
 
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > opts.maxBodyBytes) return tooLarge(res, bodyLimitMessage(opts.maxBodyBytes, declared));
@@ -152,6 +155,7 @@ async function handle(target: IngestTarget, opts: ResolvedOptions, req: Incoming
 
   const offered = target.offer(stream, checked.valid.map((v) => v.event));
   if (!offered.ok) return reply(res, saturatedAnswer(stream, offered.retryAfterMs));
+  if (offered.durable) await offered.durable;
   reply(res, acceptedAnswer(checked.valid.length, parsed.events.length, checked.rejected));
 }
 
@@ -178,11 +182,33 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | undefin
   });
 }
 
+/**
+ * Most bytes of an oversized upload read (and discarded) after its 413, so that a client
+ * still sending can finish and read the answer: closing a socket with unread input resets
+ * the connection, and the reset can destroy the 413 before the client reads it.
+ */
+export const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
+
 function tooLarge(res: ServerResponse, message: string): void {
-  // Close after answering: the rest of an oversized upload is discarded, never buffered.
   const a = tooLargeAnswer(message);
-  send(res, a.status, a.body, { Connection: 'close' });
-  res.req.resume();
+  const req = res.req;
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > DRAIN_LIMIT_BYTES) {
+    // Not worth reading: answer and close at once.
+    send(res, a.status, a.body, { Connection: 'close' });
+    req.resume();
+    return;
+  }
+  // Answered now (a client reading as it sends stops early); the rest is discarded, never
+  // buffered, and the connection closes once the upload is over, or above the drain limit.
+  send(res, a.status, a.body);
+  let drained = 0;
+  req.on('data', (chunk: Buffer) => {
+    drained += chunk.length;
+    if (drained > DRAIN_LIMIT_BYTES) req.socket.destroy();
+  });
+  req.once('end', () => req.socket.end());
+  req.resume();
 }
 
 function reply(res: ServerResponse, a: IngestAnswer): void {

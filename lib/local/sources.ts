@@ -9,6 +9,7 @@ import { validateWithSchema, type SourceBinding, type SourceDef } from '../api/s
 import { type Clock, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import { FieldError } from '../errors.ts';
 import { channelId } from '../graph/compile.ts';
+import { checkEventTime } from '../transport/ingest-validation.ts';
 import { type Barrier, columnarEnvelope, type Envelope, type RecordColumns, type SourceStamp, stampedOnApplyEnvelope } from '../transport/envelope.ts';
 
 /** An event a source could not turn into a record (bad line, bad timestamp). Counted and reported, never dropped silently. */
@@ -216,6 +217,18 @@ export function toRecord(def: SourceDef<any>, event: unknown, clock: Clock): Str
   }
   if (typeof timestamp !== 'number' || !Number.isFinite(timestamp)) return `timestamp: expected a finite number of epoch milliseconds, received ${JSON.stringify(timestamp) ?? String(timestamp)} (${typeof timestamp})`;
   return { value: event, timestamp };
+}
+
+/**
+ * toRecord for an event arriving at an ingestion endpoint (the embedded HTTP server and
+ * the AWS ingest function alike), at `arrival`: its event time must also be an integer
+ * within the source's maxFutureMs of arrival. Only there: a file or a log replayed later
+ * has no arrival to be measured against. (The endpoints bound its depth before this.)
+ */
+export function toIngestRecord(def: SourceDef<any>, event: unknown, clock: Clock, arrival = clock.now()): StreamRecord | string {
+  const r = toRecord(def, event, clock);
+  if (typeof r === 'string') return r;
+  return checkEventTime(r.timestamp, arrival, def.maxFutureMs) ?? r;
 }
 
 interface PartitionCursor {

@@ -9,8 +9,11 @@
  *
  * 202 {accepted, rejected: [{index, error}], message} once at least one event is
  * accepted; 400 malformed body / every event invalid; 404 unknown route or stream;
- * 405 wrong method; 413 body or event count above the limit; 415 content type;
- * 429 + Retry-After when saturated (nothing enqueued).
+ * 405 wrong method; 413 body or event count above the limit; 415 content type or a
+ * Content-Encoding other than identity; 429 + Retry-After when saturated (nothing enqueued).
+ * Every event's nesting is bounded (checkEvent) before the endpoint's own validation walks
+ * it; that validation also checks its event time (checkEventTime, lib/local/sources.ts
+ * toIngestRecord).
  */
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
@@ -76,6 +79,61 @@ export function checkContentType(header: string | undefined): Format | IngestAns
   return { status: 415, body: { error: 'unsupported_media_type', message, accepted: ACCEPTED_TYPES } };
 }
 
+/**
+ * 415 for a body in a content coding other than identity (gzip, br, ...): it is never
+ * decoded, so it must not reach the UTF-8 and JSON checks as if it were text.
+ */
+export function checkContentEncoding(header: string | undefined): IngestAnswer | undefined {
+  const codings = (header ?? '')
+    .split(',')
+    .map((c) => c.trim().toLowerCase())
+    .filter((c) => c !== '' && c !== 'identity');
+  if (codings.length === 0) return undefined;
+  return {
+    status: 415,
+    body: { error: 'unsupported_content_encoding', message: `unsupported content-encoding "${header}"; send the body uncompressed (identity)`, accepted: ['identity'] },
+    headers: { 'Accept-Encoding': 'identity' },
+  };
+}
+
+/**
+ * Deepest nesting of arrays and objects an event may have (a scalar is depth 0, `{}` 1).
+ * Far above real events, and low enough that nothing downstream that walks an event
+ * recursively (schemas, encoders, JSON.stringify) can run out of stack.
+ */
+export const MAX_EVENT_DEPTH = 64;
+
+/** The error for an event nested deeper than `limit`, or undefined. Iterative: any depth is safe to check. */
+export function checkEvent(event: unknown, limit = MAX_EVENT_DEPTH): string | undefined {
+  if (typeof event !== 'object' || event === null) return undefined;
+  const stack: { value: object; depth: number }[] = [{ value: event, depth: 1 }];
+  while (stack.length > 0) {
+    const { value, depth } = stack.pop()!;
+    if (depth > limit) return `(event): expected at most ${limit} levels of nested arrays and objects, received more than ${limit}`;
+    const children = Array.isArray(value) ? value : Object.values(value);
+    for (const child of children) if (typeof child === 'object' && child !== null) stack.push({ value: child, depth: depth + 1 });
+  }
+  return undefined;
+}
+
+/**
+ * The error for an event time the runtime cannot use, or undefined: not an integer number
+ * of epoch milliseconds (windows and timers name times by integer), or more than
+ * `maxFutureMs` ahead of `arrival` (one far-future event would make every later one late).
+ */
+export function checkEventTime(timestamp: number, arrival: number, maxFutureMs: number | undefined): string | undefined {
+  if (!Number.isSafeInteger(timestamp)) return `timestamp: expected an integer number of epoch milliseconds, received ${timestamp}`;
+  if (maxFutureMs !== undefined && timestamp - arrival > maxFutureMs) {
+    return `timestamp: expected at most ${maxFutureMs} ms after arrival (maxFutureMs; arrival ${arrival}, ${isoTime(arrival)}), received ${timestamp} (${isoTime(timestamp)}, ${timestamp - arrival} ms ahead)`;
+  }
+  return undefined;
+}
+
+function isoTime(t: number): string {
+  const d = new Date(t);
+  return Number.isNaN(d.getTime()) ? 'outside the date range' : d.toISOString();
+}
+
 export function isAnswer(x: unknown): x is IngestAnswer {
   return typeof x === 'object' && x !== null && 'status' in x && 'body' in x;
 }
@@ -103,12 +161,12 @@ export function parseBody(body: Uint8Array, format: Format, maxEvents: number): 
   return { status: 400, body: { error: 'malformed_body', message: parsed.message, line: parsed.line, position: parsed.position } };
 }
 
-/** Validate every event; the 400 answer when none is valid. */
+/** Validate every event (its depth first, then `validate`); the 400 answer when none is valid. */
 export function validateEvents(events: readonly unknown[], validate: (event: unknown, index: number) => string | undefined): { valid: { index: number; event: unknown }[]; rejected: RejectedEvent[] } | IngestAnswer {
   const valid: { index: number; event: unknown }[] = [];
   const rejected: RejectedEvent[] = [];
   events.forEach((event, index) => {
-    const error = validate(event, index);
+    const error = checkEvent(event) ?? validate(event, index);
     if (error === undefined) valid.push({ index, event });
     else rejected.push({ index, error });
   });

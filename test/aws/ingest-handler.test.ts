@@ -6,6 +6,7 @@
  * resolved by resending with the Idempotency-Key.
  */
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
+import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Sinks } from '../../lib/api/sinks.ts';
@@ -17,13 +18,14 @@ import { decodeBody, probeBody, sourceEnvelope } from '../../lib/aws/sqs-codec.t
 import { createStageQueues, StaticQueues, type StageQueues } from '../../lib/aws/sqs-queues.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { type IngestServer, startIngestServer } from '../../lib/local/ingest-server.ts';
-import { toRecord } from '../../lib/local/sources.ts';
+import { toIngestRecord } from '../../lib/local/sources.ts';
+import { MAX_EVENT_DEPTH } from '../../lib/transport/ingest-validation.ts';
 import { drainQueue, localClients, unique } from './helpers.ts';
 
 const clients = localClients();
 const clock = new ManualClock(1_000_000);
 const job = new Job(unique('ing'), { parallelism: 2, maxParallelism: 16 });
-const orders = job.ingest<{ id: number; ts: number; note?: string }>('orders', { timestamp: (o) => o.ts, schema: z.object({ id: z.number(), ts: z.number().int(), note: z.string().optional() }) });
+const orders = job.ingest<{ id: number; ts: number; note?: string }>('orders', { timestamp: (o) => o.ts, maxFutureMs: 60_000, schema: z.object({ id: z.number(), ts: z.number(), note: z.string().optional() }) });
 const clicks = job.ingest<{ user: string }>('clicks');
 type Order = { id: number; ts: number; note?: string };
 orders.union(clicks.map((c): Order => ({ id: -1, ts: 0, note: c.user }))).sinkTo(Sinks.collect(), 'out');
@@ -41,7 +43,7 @@ beforeAll(async () => {
     {
       streams: () => [...streams.keys()],
       validate: (stream, event) => {
-        const r = toRecord(streams.get(stream)!.def, event, clock);
+        const r = toIngestRecord(streams.get(stream)!.def, event, clock);
         return typeof r === 'string' ? r : undefined;
       },
       offer: () => ({ ok: true }),
@@ -84,6 +86,7 @@ async function viaServer(method: string, path: string, headers: Record<string, s
 
 const json = { 'content-type': 'application/json' };
 const order = (id: number, extra: object = {}) => ({ id, ts: 1000 + id, ...extra });
+const nest = (levels: number): unknown => (levels === 0 ? 0 : { a: nest(levels - 1) });
 
 /** Events in a stage queue, decoded, with their partition (idle probes apart: `probes`). */
 async function enqueued(stage: number, probes: { partition: number; at?: number }[] = []) {
@@ -120,6 +123,11 @@ describe('ingest handler: the embedded endpoint\'s answers', () => {
     ['blank lines only', 'POST', '/streams/orders/events', { 'content-type': 'application/x-ndjson' }, '\n\n'],
     ['every event invalid', 'POST', '/streams/orders/events', json, JSON.stringify([{ id: 'x' }, { ts: 5 }])],
     ['some events invalid', 'POST', '/streams/orders/events', json, JSON.stringify([order(1), { id: 'x', ts: 1 }, order(2), { id: 3 }])],
+    ['gzip body', 'POST', '/streams/orders/events', { ...json, 'content-encoding': 'gzip' }, new Uint8Array(gzipSync(JSON.stringify([order(1)])))],
+    ['nested too deep', 'POST', '/streams/orders/events', json, JSON.stringify([order(1, { n: nest(MAX_EVENT_DEPTH) }), order(2, { n: nest(MAX_EVENT_DEPTH - 1) })])],
+    ['very deep', 'POST', '/streams/orders/events', json, '[' + '['.repeat(1500) + ']'.repeat(1500) + ']'],
+    ['event time too far ahead', 'POST', '/streams/orders/events', json, JSON.stringify([{ id: 1, ts: 8_640_000_000_000_000 }, { id: 2, ts: clock.now() + 60_001 }, { id: 3, ts: clock.now() + 60_000 }])],
+    ['event time not an integer', 'POST', '/streams/orders/events', json, JSON.stringify([{ id: 1, ts: 1.5 }, order(2)])],
     ['JSON lines with BOM', 'POST', '/streams/orders/events', { 'content-type': 'application/x-ndjson; charset=utf-8' }, '\ufeff' + JSON.stringify(order(1)) + '\r\n' + JSON.stringify(order(2))],
   ];
 
@@ -130,6 +138,33 @@ describe('ingest handler: the embedded endpoint\'s answers', () => {
     expect(lambda.body).toEqual(embedded.body);
     for (const name of ['allow', 'retry-after']) expect(header(lambda.headers, name)).toBe(embedded.headers[name]);
     await drainQueue(clients.sqs, queues[0].url);
+  });
+});
+
+describe('ingest handler: bounds on what an event may be, as on the embedded endpoint', () => {
+  it('415 for a compressed body; 400 naming the depth limit; event times past maxFutureMs or not integers rejected by name', async () => {
+    const h = handler();
+    const both = (headers: Record<string, string>, body: string | Uint8Array) => Promise.all([viaLambda(h, 'POST', '/streams/orders/events', headers, body), viaServer('POST', '/streams/orders/events', headers, body)]);
+    for (const res of await both({ ...json, 'content-encoding': 'gzip' }, new Uint8Array(gzipSync(JSON.stringify([order(1)]))))) {
+      expect(res.status).toBe(415);
+      expect(res.body.message).toBe('unsupported content-encoding "gzip"; send the body uncompressed (identity)');
+    }
+    for (const res of await both(json, '[' + '['.repeat(1500) + ']'.repeat(1500) + ']')) {
+      expect(res.status).toBe(400);
+      expect(res.body.rejected).toEqual([{ index: 0, error: `(event): expected at most ${MAX_EVENT_DEPTH} levels of nested arrays and objects, received more than ${MAX_EVENT_DEPTH}` }]);
+    }
+    const now = clock.now();
+    const times = JSON.stringify([{ id: 1, ts: 8_640_000_000_000_000 }, { id: 2, ts: now + 60_001 }, { id: 3, ts: now + 60_000 }, { id: 4, ts: 1.5 }]);
+    for (const res of await both(json, times)) {
+      expect(res.status).toBe(202);
+      expect(res.body.accepted).toBe(1);
+      expect(res.body.rejected.map((r: { index: number }) => r.index)).toEqual([0, 1, 3]);
+      expect(res.body.rejected[0].error).toMatch(/^timestamp: expected at most 60000 ms after arrival \(maxFutureMs; arrival 1000000, .*\), received 8640000000000000 \(\+275760-09-13T00:00:00\.000Z, /);
+      expect(res.body.rejected[1].error).toMatch(/received 1060001 \(.*, 60001 ms ahead\)$/);
+      expect(res.body.rejected[2].error).toBe('timestamp: expected an integer number of epoch milliseconds, received 1.5');
+    }
+    // Only the one event on the bound went to SQS.
+    expect((await enqueued(0)).flatMap((m) => m.records.map(([t]) => t))).toEqual([now + 60_000]);
   });
 });
 

@@ -1,7 +1,10 @@
+import { connect } from 'node:net';
+import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ConfigError } from '../../lib/errors.ts';
 import { startIngestServer, type IngestServer } from '../../lib/local/ingest-server.ts';
 import type { IngestTarget } from '../../lib/local/ingest-target.ts';
+import { MAX_EVENT_DEPTH } from '../../lib/transport/ingest-validation.ts';
 
 /** Records what was offered; can report saturation; rejects events without a numeric `id`. */
 class FakeTarget implements IngestTarget {
@@ -179,6 +182,63 @@ describe('ingest server', () => {
     const manyLines = await post('orders', '{"id":1}\n'.repeat(MAX_EVENTS + 1), 'application/x-ndjson');
     expect(manyLines.status).toBe(413);
     expect(target.offered).toEqual([]);
+  });
+
+  it('413 reaches a client that sends its whole body before reading: the rest is drained, then the connection ends cleanly', async () => {
+    // Many clients write the request out, then read; a close with their upload unread resets the connection under them.
+    const body = Buffer.alloc(8 * 1024 * 1024, 0x20);
+    for (const framing of ['content-length', 'chunked'] as const) {
+      const answer = await new Promise<string>((resolve, reject) => {
+        const url = new URL(server.url);
+        const sock = connect(Number(url.port), url.hostname);
+        let got = '';
+        sock.on('error', reject);
+        sock.on('connect', () => {
+          const head = `POST /streams/orders/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${framing === 'chunked' ? 'Transfer-Encoding: chunked' : `Content-Length: ${body.length}`}\r\n\r\n`;
+          const payload = framing === 'chunked' ? Buffer.concat([Buffer.from(head + body.length.toString(16) + '\r\n'), body, Buffer.from('\r\n0\r\n\r\n')]) : Buffer.concat([Buffer.from(head), body]);
+          sock.write(payload, (err) => {
+            if (err) return reject(err);
+            sock.on('data', (d) => (got += d.toString()));
+            sock.on('end', () => resolve(got));
+          });
+        });
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 413 /);
+      expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4))).toMatchObject({ error: 'payload_too_large' });
+    }
+    // The server is fine afterwards.
+    expect((await postJson('orders', [{ id: 1 }])).status).toBe(202);
+    expect(target.offered).toEqual([{ stream: 'orders', events: [{ id: 1 }] }]);
+  });
+
+  it('415: a compressed body (Content-Encoding gzip) names the encoding; identity is fine', async () => {
+    const gz = await fetch(`${server.url}/streams/orders/events`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+      body: gzipSync(JSON.stringify([{ id: 1 }])),
+    });
+    expect(gz.status).toBe(415);
+    expect(await gz.json()).toMatchObject({ error: 'unsupported_content_encoding', message: 'unsupported content-encoding "gzip"; send the body uncompressed (identity)' });
+    const identity = await fetch(`${server.url}/streams/orders/events`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': 'identity' }, body: '[{"id":2}]' });
+    expect(identity.status).toBe(202);
+    expect(target.offered).toEqual([{ stream: 'orders', events: [{ id: 2 }] }]);
+  });
+
+  it('400: an event nested deeper than MAX_EVENT_DEPTH is rejected naming the limit, before the target sees it', async () => {
+    const nest = (levels: number): unknown => (levels === 0 ? 0 : { a: nest(levels - 1) });
+    // id sits on the outermost object, so depth is the only thing wrong.
+    const ok = { id: 1, n: nest(MAX_EVENT_DEPTH - 1) };
+    const deep = { id: 2, n: nest(MAX_EVENT_DEPTH) };
+    const mixed = await postJson('orders', [ok, deep]);
+    expect(mixed.status).toBe(202);
+    expect(mixed.body.rejected).toEqual([{ index: 1, error: `(event): expected at most ${MAX_EVENT_DEPTH} levels of nested arrays and objects, received more than ${MAX_EVENT_DEPTH}` }]);
+    // Very deep (what overflowed the stack elsewhere): still a 400, as text too small for the body limit.
+    const text = '[' + '['.repeat(2000) + ']'.repeat(2000) + ']';
+    expect(text.length).toBeLessThan(MAX_BODY);
+    const huge = await post('orders', text, 'application/json');
+    expect(huge.status).toBe(400);
+    expect(huge.body.rejected[0].error).toMatch(/at most 64 levels/);
+    expect(target.offered).toEqual([{ stream: 'orders', events: [ok] }]);
   });
 
   it('415: missing or wrong content type says which are accepted', async () => {
