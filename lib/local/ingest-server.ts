@@ -155,7 +155,8 @@ async function handle(target: IngestTarget, opts: ResolvedOptions, req: Incoming
 
   const offered = target.offer(stream, checked.valid.map((v) => v.event));
   if (!offered.ok) return reply(res, saturatedAnswer(stream, offered.retryAfterMs));
-  if (offered.durable) await offered.durable;
+  // Accepted means durable: the 202 waits until a logging target has the events on disk (a failure is a 500, never a 2xx).
+  if ('durable' in offered && offered.durable) await offered.durable;
   reply(res, acceptedAnswer(checked.valid.length, parsed.events.length, checked.rejected));
 }
 
