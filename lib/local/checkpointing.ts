@@ -34,7 +34,7 @@ import type { TransactionalSink } from './committed-sink.ts';
 import type { EmbeddedCheckpointHooks, RestorePlan } from './embedded-options.ts';
 import { EmbeddedRuntime } from './embedded.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
-import { SourceLog } from './input-log.ts';
+import { SourceLog, type SourceLogOptions } from './input-log.ts';
 import { buildRestorePlan, type LoadedCheckpoint, loadSavepoint, positionsBySource, type SavepointMeta } from './restore.ts';
 
 export interface CheckpointingOptions {
@@ -55,6 +55,8 @@ export interface CheckpointingOptions {
   readonly durable?: boolean;
   /** Tests: runs before every checkpoint-storage write (blob put or delete, pointer write); may throw to simulate a crash. */
   readonly beforeWrite?: (op: string) => void;
+  /** Tests: the input log's asynchronous fsync (what an accepted request waits for). */
+  readonly logFsync?: SourceLogOptions['fsync'];
 }
 
 export function defaultCheckpointDir(job: string): string {
@@ -72,6 +74,8 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
   driver!: CheckpointDriver;
   /** The epoch the run started from (0: none). */
   restoredEpoch = 0;
+  /** --resume: from a completed checkpoint, or from the start (none completed: logged input replayed). */
+  resumed: 'checkpoint' | 'start' | undefined;
   private runtime?: EmbeddedRuntime;
   private deferred: InjectDecision[] = [];
   private finalEpoch: number | null = null;
@@ -124,7 +128,11 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     if (start === 'resume') {
       const last = h.driver.state.lastCompleted;
       if (last) restore = await buildRestorePlan(job, h.plan, h.loadedOf(last.manifest, h.store, `checkpoint ${last.epoch}`));
-      else rmSync(join(dir, 'log'), { recursive: true, force: true }); // Nothing to resume: input starts over (sinks drop what they staged below).
+      // No checkpoint completed: state starts empty, a file is read from its start, and what
+      // the endpoint accepted is replayed from its log (it exists nowhere else); sinks drop
+      // what they staged below.
+      else restore = { epoch: 0, partitions: new Map(), sources: {}, sameTopology: true };
+      h.resumed = last ? 'checkpoint' : 'start';
     }
     h.restoredEpoch = restore?.epoch ?? 0;
     for (const s of options.sinks ?? []) await s.recover(restore && (start === 'resume' || keep.length) ? restore.epoch : 0);
@@ -201,7 +209,7 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
   // ---- EmbeddedCheckpointHooks ----
 
   logFor(source: string, replayable: boolean): { log: SourceLog; logRecords: boolean } {
-    const log = new SourceLog(join(this.options.dir, 'log'), source, this.options.durable ?? true);
+    const log = new SourceLog(join(this.options.dir, 'log'), source, this.options.durable ?? true, { fsync: this.options.logFsync });
     this.logs.set(source, log);
     return { log, logRecords: this.options.logInput === 'always' || !replayable };
   }
@@ -285,6 +293,15 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
       }
       await new Promise((r) => setTimeout(r, 2));
     }
+  }
+
+  /**
+   * The checkpoint of a graceful stop: everything accepted so far, unless the last
+   * completed checkpoint covers it already; its epoch, or null when none was needed.
+   */
+  async finalCheckpoint(): Promise<number | null> {
+    if (!this.hasActivity() && !this.driver.state.inFlight) return null;
+    return this.checkpointNow();
   }
 
   // ---- savepoints ----

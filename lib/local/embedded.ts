@@ -25,7 +25,7 @@ import { OutboxDelivery } from './outbox-delivery.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 import type { IngestTarget, OfferResult } from './ingest-target.ts';
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
-import { IngestBuffer, type RejectedInput, toRecord } from './sources.ts';
+import { IngestBuffer, type RejectedInput, toIngestRecord } from './sources.ts';
 import { sourceChunking } from './rounds.ts';
 import { type RuntimeCounters, runtimeStats } from './embedded-stats.ts';
 import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';
@@ -262,6 +262,11 @@ export class EmbeddedRuntime implements IngestTarget {
     this.wake?.();
   }
 
+  /** Whether restored input (a checkpoint's logged records) is still being replayed. */
+  replaying(): boolean {
+    return this.sources.some((s) => s.replaying);
+  }
+
   /** Records sent per source partition (`${source}#${p}`). */
   sourceHeads(): Record<string, number> {
     const out: Record<string, number> = {};
@@ -395,7 +400,7 @@ export class EmbeddedRuntime implements IngestTarget {
   validate(stream: string, event: unknown): string | undefined {
     const src = this.sources.find((s) => s.def.name === stream);
     if (!src) return `stream: expected one of ${this.streams().join(', ')}, received ${stream}`;
-    const r = toRecord(src.def, event, this.clock);
+    const r = toIngestRecord(src.def, event, this.clock);
     return typeof r === 'string' ? r : undefined;
   }
 
@@ -406,11 +411,16 @@ export class EmbeddedRuntime implements IngestTarget {
     const queued = this.slots[src.stage].reduce((n, s) => n + s.queuedRecords, 0);
     const capacity = this.opts.queueCapacity * src.partitioner.partitions;
     if (buffer.size + queued + events.length > capacity) return { ok: false, retryAfterMs: 1000 };
-    // A logged source takes the events now: they are in the log before the request is answered (accepted means durable).
-    if (src.logRecords && !src.replaying && buffer.size === 0) src.accept(events, undefined, this.hosts[this.sources.indexOf(src)]);
-    else buffer.push(events);
+    if (!src.logRecords) {
+      buffer.push(events);
+      this.wake?.();
+      return { ok: true };
+    }
+    // A logged source takes the events now, during a replay too: they are in the log before
+    // the request is answered, and the answer waits for the log's fsync (accepted means durable).
+    src.accept(events, undefined, this.hosts[this.sources.indexOf(src)]);
     this.wake?.();
-    return { ok: true };
+    return { ok: true, durable: src.durable() };
   }
 
   // ---- observability ----

@@ -5,13 +5,16 @@
  */
 
 /** Result of offering a batch: accepted as a whole, or refused as a whole with a retry delay. */
-export type OfferResult = { ok: true } | { ok: false; retryAfterMs: number };
+export type OfferResult =
+  /** `durable`: resolves once the events are on disk; the answer waits for it (a rejection means they may not be). */
+  | { ok: true; durable?: Promise<void> }
+  | { ok: false; retryAfterMs: number };
 
 export interface IngestTarget {
   /** Names of the job's ingestion streams. */
   streams(): readonly string[];
   /** Validate one event for a stream; return an error message (which field, expected, received) or undefined. */
   validate(stream: string, event: unknown): string | undefined;
-  /** Enqueue valid events atomically (all or none). Returns accepted, or saturated with a retry delay. Never partially enqueues. */
+  /** Enqueue valid events atomically (all or none). Returns accepted, or saturated with a retry delay. Never partially enqueues; throws when it enqueued nothing for another reason. */
   offer(stream: string, events: readonly unknown[]): OfferResult;
 }

@@ -8,7 +8,7 @@ import type { SourceDef } from '../api/sources.ts';
 import type { Clock, StreamRecord } from '../api/types.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import type { Barrier, Envelope, RecordColumns, SourceStamp } from '../transport/envelope.ts';
-import type { BarrierEntry, SourceLog } from './input-log.ts';
+import { type BarrierEntry, encodeRecords, type LogAppend, type SourceLog } from './input-log.ts';
 import { createReader, type PartitionCursorState, type PullResult, type RejectedInput, type SourceReader, SourcePartitioner } from './sources.ts';
 import { anyStampable, stampColumns, UNSTORED, withTimestamps } from './stamp-columns.ts';
 import { channelId, type PhysicalPlan, type StageEdge } from '../graph/compile.ts';
@@ -29,8 +29,14 @@ export class SourceFeed {
   done = false;
   /** Events read so far (the index of the next one). */
   read = 0;
-  /** Logged records still to replay after a restore, per partition. */
-  private replay = new Map<number, { records: StreamRecord[]; i: number }>();
+  /**
+   * Logged records still to replay after a restore, per partition: `start` is the log
+   * position of records[0]; events accepted during the replay are logged after them and
+   * join them here, so each partition's log and its channel keep one order.
+   */
+  private replay = new Map<number, { start: number; records: StreamRecord[]; i: number }>();
+  /** The partition the next chunk accepted during a replay goes to (round-robin). */
+  private replayNext = 0;
   /**
    * Chunks are stamped when their partition applies them, in the chain's pass (SourceStamp),
    * in every job where the source allows it:
@@ -138,6 +144,7 @@ export class SourceFeed {
    * becomes the envelope's values column as it is, without a copy.
    */
   accept(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost, owned = false): void {
+    if (this.logRecords) return this.acceptLogged(events, positions, host);
     const batch = host.batchSize;
     const total = events.length;
     for (let i = 0; i < total; i += batch) {
@@ -157,13 +164,56 @@ export class SourceFeed {
       const n = columns.values.length;
       host.accepted(n);
       if (n === 0) continue;
-      const p = this.partitioner.nextPartition;
-      const at = this.logRecords ? this.partitioner.positions()[p] : 0;
-      const env = this.partitioner.envelopeOfColumns(columns);
-      if (this.logRecords) this.log!.append(p, at, env.records);
-      host.enqueue(env);
+      host.enqueue(this.partitioner.envelopeOfColumns(columns));
     }
     this.read += total;
+  }
+
+  /**
+   * A logged source's events: every chunk is stamped and encoded, then all of them are
+   * written to the log in one batch, and only then do they take sequence numbers and go
+   * out. An event that cannot be encoded, or a write that fails, throws with nothing
+   * written, sent or counted: no position and no sequence number is skipped, and later
+   * events go on. During a replay they are logged after the replayed records and queued
+   * behind them.
+   */
+  private acceptLogged(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost): void {
+    const batch = host.batchSize;
+    const total = events.length;
+    const rejected = (r: RejectedInput) => host.rejected(r);
+    const chunks: RecordColumns[] = [];
+    for (let i = 0; i < total; i += batch) {
+      const columns = stampColumns(this.def, host.clock, events.slice(i, Math.min(i + batch, total)), this.read + i, positions, i, rejected, this.def.schema ? undefined : this.def.timestamp);
+      if (columns.values.length) chunks.push(columns);
+    }
+    this.read += total;
+    if (chunks.length === 0) return;
+    const parts = this.partitioner.partitions;
+    const replaying = this.replay.size > 0;
+    const heads = this.partitioner.positions();
+    if (replaying) for (const [p, r] of this.replay) heads[p] = r.start + r.records.length;
+    const first = replaying ? this.replayNext : this.partitioner.nextPartition;
+    const appends: LogAppend[] = chunks.map((c, k) => {
+      const p = (first + k) % parts;
+      const at = heads[p];
+      heads[p] += c.values.length;
+      return { p, at, text: encodeRecords(c.timestamps, c.values) };
+    });
+    this.log!.appendAll(appends);
+    if (replaying) this.replayNext = (first + chunks.length) % parts;
+    chunks.forEach((c, k) => {
+      host.accepted(c.values.length);
+      if (!replaying) return host.enqueue(this.partitioner.envelopeOfColumns(c));
+      const p = appends[k].p;
+      let r = this.replay.get(p);
+      if (!r) this.replay.set(p, (r = { start: appends[k].at, records: [], i: 0 }));
+      for (let j = 0; j < c.values.length; j++) r.records.push({ timestamp: c.timestamps[j], value: c.values[j] });
+    });
+  }
+
+  /** Resolves once everything this source logged is on disk (at once when it logs nothing). */
+  durable(): Promise<void> | undefined {
+    return this.logRecords ? this.log!.durable() : undefined;
   }
 
   /**
@@ -218,6 +268,11 @@ export class SourceFeed {
   restore(entry: BarrierEntry | undefined, positions: readonly number[], states: readonly PartitionCursorState[] | undefined, epoch: number): void {
     if (states) this.partitioner.restore(states, entry?.next ?? 0);
     if (this.replayable) {
+      // Epoch 0: no checkpoint completed; the source is read again from its start.
+      if (!entry && epoch === 0) {
+        if (this.log) for (let p = 0; p < this.partitioner.partitions; p++) this.log.cutAt(p, 0);
+        return;
+      }
       if (!entry) throw new RestoreError(`source "${this.def.name}"`, `a barrier record of epoch ${epoch} with the reader's position`, 'none (log/<source>/barriers.jsonl lost?)');
       // A null cursor: the checkpoint read this source from the ingestion endpoint; a file now bound to it is new input, read from its start.
       if (entry.cursor !== null) {
@@ -229,10 +284,13 @@ export class SourceFeed {
     }
     if (!this.log) throw new RestoreError(`source "${this.def.name}"`, 'an input log to replay', 'none');
     if (!states) return; // A changed plan: logged positions belong to the old partitioning; new input only.
-    positions.forEach((at, p) => {
-      const records = this.log!.readFrom(p, at);
-      if (records.length) this.replay.set(p, { records, i: 0 });
-    });
+    // Every partition: one without a position (no checkpoint yet) replays its whole log.
+    for (let p = 0; p < this.partitioner.partitions; p++) {
+      const at = positions[p] ?? 0;
+      const records = this.log.readFrom(p, at);
+      if (records.length) this.replay.set(p, { start: at, records, i: 0 });
+    }
+    this.replayNext = this.partitioner.nextPartition;
   }
 
   /** Whether restored input is still waiting to be replayed. */

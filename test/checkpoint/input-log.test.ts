@@ -80,7 +80,7 @@ describe('logged input', () => {
     const loop2 = b.runtime.loop();
     await until(() => b.runtime.stats().sourceRecords === 0 && b.runtime.stats().queuedRecords === 0);
     b.runtime.offer('events', events.slice(1500));
-    await until(() => b.runtime.stats().sourceRecords === 500);
+    await until(() => b.runtime.stats().sourceRecords === 500 && !b.runtime.replaying());
     await b.checkpoints.checkpointNow();
     b.runtime.stop();
     await loop2;
