@@ -7,7 +7,7 @@
  * several windows close per second.
  */
 import { z } from 'zod';
-import { IdempotentSink } from '../api/sinks.ts';
+import { IdempotentSink, StreamWriter } from '../api/sinks.ts';
 import type { Job } from '../api/stream.ts';
 import { MAX_WATERMARK, MIN_WATERMARK } from '../api/types.ts';
 import { EmbeddedRuntime } from '../local/embedded.ts';
@@ -71,13 +71,15 @@ const DemoFlags = z.object({
 class DemoSink extends IdempotentSink<unknown> {
   readonly kind = 'demo';
   windows = 0;
+  private readonly out = new StreamWriter('demo');
   constructor(private readonly format: DemoQuery['format']) {
     super();
   }
-  protected writeRecords(records: readonly unknown[]): void {
+  /** Waits for stdout, so a slow terminal or pipe slows the demo instead of filling memory. */
+  protected writeRecords(records: readonly unknown[]): Promise<void> | void {
     const { lines, windows } = this.format(records);
     this.windows += windows;
-    if (lines.length) process.stdout.write(lines.join('\n') + '\n');
+    if (lines.length) return this.out.write(process.stdout, lines.join('\n') + '\n');
   }
 }
 
