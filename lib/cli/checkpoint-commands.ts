@@ -41,17 +41,17 @@ export function addRunCheckpointOptions(cmd: Command): Command {
   return cmd
     .option('--checkpoint-interval <ms>', 'take a checkpoint every <ms> while input arrives (default: off; the output then shows only committed epochs)')
     .option('--checkpoint-dir <dir>', 'checkpoints, logs and savepoints (default .sluice/<job>/)')
-    .option('--crash-after <records>', 'testing: kill the process abruptly (exit 137, no cleanup) after <records> input records')
-    .option('--resume', 'continue from the last completed checkpoint (after a crash)')
+    .option('--crash-after <records>', 'testing: kill the process abruptly (exit 137, no cleanup) after <records> input records (needs --checkpoint-interval)')
+    .option('--resume', 'continue from the last completed checkpoint (after a crash), over the same --input: a file whose content changed is refused; with no checkpoint yet, says so and starts from the beginning of --input')
     .option('--retain-checkpoints <n>', 'completed checkpoints kept restorable with their logs (default 1)');
 }
 
 /** The checkpoint flags of `dev`. */
 export function addDevCheckpointOptions(cmd: Command): Command {
   return cmd
-    .option('--checkpoint-interval <ms>', 'checkpoint every <ms> while input arrives (default 10000; 0: savepoints only)')
+    .option('--checkpoint-interval <ms>', 'checkpoint every <ms> while input arrives (default 10000; 0: only at a stop, and savepoints)')
     .option('--checkpoint-dir <dir>', 'checkpoints, logs and savepoints (default .sluice/<job>/)')
-    .option('--resume', 'continue from the last completed checkpoint')
+    .option('--resume', 'continue from the last completed checkpoint and replay the events accepted after it (all logged events when none completed)')
     .option('--retain-checkpoints <n>', 'completed checkpoints kept restorable with their logs (default 1)');
 }
 

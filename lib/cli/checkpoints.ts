@@ -7,7 +7,8 @@
  * - `sluice restore <job> --from <epoch|label|dir>`: `run` (with --input) or `dev` from it;
  * - `sluice checkpoints <job>`: retained checkpoints and savepoints.
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { createReadStream, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Job } from '../api/stream.ts';
 import { fromBytes } from '../checkpoint/codec.ts';
@@ -64,10 +65,54 @@ function checkpointOptions(job: Job, flags: CheckpointFlags, defaultIntervalMs: 
 }
 
 /** `sluice run` with checkpoints: the transactional output sink and a runtime factory, or undefined when off. */
+/** What a checkpointed run read: `input.json` in the checkpoint directory, checked by --resume. */
+interface InputFingerprint {
+  readonly path: string;
+  readonly bytes: number;
+  readonly sha256: string;
+}
+
+const INPUT_FILE = 'input.json';
+
+async function fingerprintOf(path: string): Promise<InputFingerprint> {
+  const hash = createHash('sha256');
+  let bytes = 0;
+  for await (const chunk of createReadStream(path)) {
+    hash.update(chunk as Buffer);
+    bytes += (chunk as Buffer).length;
+  }
+  return { path: resolve(path), bytes, sha256: hash.digest('hex') };
+}
+
+const describeInput = (f: InputFingerprint) => `${f.path} (${fmt.int(f.bytes)} bytes, sha256 ${f.sha256.slice(0, 12)})`;
+
+/**
+ * --resume continues a run over the same input: a checkpoint's cursors are line numbers
+ * of the file it read, so another file would resume at a position of a different content.
+ * Refuses a file whose content differs (whatever its name); a fresh start records it.
+ */
+async function checkInput(dir: string, input: string, resuming: boolean): Promise<void> {
+  const now = await fingerprintOf(input);
+  const file = join(dir, INPUT_FILE);
+  if (!resuming || !existsSync(file)) {
+    mkdirSync(dir, { recursive: true });
+    writeFileAtomic(file, JSON.stringify(now));
+    return;
+  }
+  const then = JSON.parse(readFileSync(file, 'utf8')) as InputFingerprint;
+  if (then.sha256 === now.sha256 && then.bytes === now.bytes) return;
+  const what = then.bytes !== now.bytes ? `${fmt.int(now.bytes)} bytes instead of ${fmt.int(then.bytes)}` : 'the same size, other content';
+  throw new ConfigError(
+    '--input',
+    `the file the checkpoints in ${dir} were taken of, ${describeInput(then)} (resume with it, or start over without --resume)`,
+    `${describeInput(now)}: ${what}`,
+  );
+}
+
 export async function prepareRunCheckpoints(
   job: Job,
   sinkName: string,
-  opts: RunCheckpointFlags & { output: string; target?: string },
+  opts: RunCheckpointFlags & { input?: string; output: string; target?: string },
   log: Log,
 ): Promise<
   | {
@@ -80,8 +125,12 @@ export async function prepareRunCheckpoints(
   | undefined
 > {
   const crashAfter = int('--crash-after', opts.crashAfter, 1);
-  const ck = checkpointOptions(job, opts, crashAfter !== undefined ? 0 : undefined);
+  if (crashAfter !== undefined && opts.checkpointInterval === undefined && !opts.resume && opts.from === undefined) {
+    throw new ConfigError('--crash-after', 'checkpoints to resume from: --checkpoint-interval <ms> (or --resume, --from)', `--crash-after ${opts.crashAfter} without them`);
+  }
+  const ck = checkpointOptions(job, opts, undefined);
   if (!ck) return undefined;
+  if (opts.input !== undefined) await checkInput(ck.dir, opts.input, ck.start === 'resume');
   const sink = new CommittedFileSink<unknown>(opts.output, join(ck.dir, 'sinks', sinkName), ck.durable);
   if (opts.target === 'local-aws') return localAwsCheckpoints(sink, ck, crashAfter, log);
   let checkpoints: LocalCheckpointing | undefined;
@@ -98,6 +147,7 @@ export async function prepareRunCheckpoints(
       const opened = await openCheckpointedRuntime(job, { ...bindings, onSourceRecords }, { ...ck, sinks: [sink] });
       checkpoints = opened.checkpoints;
       if (opened.checkpoints.restoredEpoch) log(`restored checkpoint ${opened.checkpoints.restoredEpoch} from ${ck.dir}${typeof ck.start === 'object' ? ` (--from ${ck.start.from})` : ''}`);
+      else if (opened.checkpoints.resumed === 'start') log(`no checkpoint to resume in ${ck.dir}; starting from the beginning of --input`);
       return opened.runtime;
     },
     summary: () => {
@@ -146,7 +196,11 @@ function localAwsCheckpoints(sink: CommittedFileSink<unknown>, ck: Checkpointing
 }
 
 /** `sluice dev` with checkpoints (every 10 s unless --checkpoint-interval 0) and savepoints on request. */
-export async function openDevRuntime(job: Job, flags: CheckpointFlags, log: Log): Promise<{ runtime: EmbeddedRuntime; close: () => void } | undefined> {
+export async function openDevRuntime(
+  job: Job,
+  flags: CheckpointFlags,
+  log: Log,
+): Promise<{ runtime: EmbeddedRuntime; finalCheckpoint: () => Promise<number | null>; close: () => void } | undefined> {
   const ck = checkpointOptions(job, flags, 10_000);
   if (!ck) return undefined;
   const { runtime, checkpoints } = await openCheckpointedRuntime(job, {}, ck);
@@ -168,9 +222,13 @@ export async function openDevRuntime(job: Job, flags: CheckpointFlags, log: Log)
     }
   };
   process.on('SIGUSR2', serve);
-  log(`checkpoints: ${ck.intervalMs ? `every ${fmt.span(ck.intervalMs)}` : 'off (savepoints only)'} in ${ck.dir}${checkpoints.restoredEpoch ? `, restored epoch ${checkpoints.restoredEpoch}` : ''}; savepoint: sluice savepoint <job>`);
+  if (checkpoints.resumed === 'start') log(`no checkpoint to resume in ${ck.dir}; state starts empty and the events the endpoint logged are replayed`);
+  log(
+    `checkpoints: ${ck.intervalMs ? `every ${fmt.span(ck.intervalMs)}` : 'at stop (and savepoints)'} in ${ck.dir}${checkpoints.restoredEpoch ? `, restored epoch ${checkpoints.restoredEpoch}` : ''}; savepoint: sluice savepoint <job>`,
+  );
   return {
     runtime,
+    finalCheckpoint: () => checkpoints.finalCheckpoint(),
     close: () => {
       process.off('SIGUSR2', serve);
       rmSync(info, { force: true });

@@ -1,7 +1,8 @@
 /**
  * `sluice dev <job>`: the job on the embedded runtime with its HTTP ingestion
  * endpoint, and once a second a compact table on stderr (stdout stays for the
- * job's own stdout sinks). Ctrl-C stops the runtime, the server and the sinks.
+ * job's own stdout sinks). Ctrl-C (or SIGTERM) stops the server, takes a checkpoint of
+ * everything accepted, then stops the runtime and the sinks.
  */
 import { z } from 'zod';
 import { MAX_WATERMARK, MIN_WATERMARK } from '../api/types.ts';
@@ -78,6 +79,23 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   await runtime.start();
   const server = await startIngestServer(runtime, { port: flags.port, host: flags.host });
 
+  // Signals are handled before the endpoint is announced: a Ctrl-C right after it still stops gracefully.
+  let stopping = false;
+  let failed = false;
+  let resolveStop!: () => void;
+  const stopped = new Promise<void>((r) => (resolveStop = r));
+  const stop = (signal: string) => {
+    if (stopping) {
+      log(`${signal} again: exiting without closing sinks`);
+      process.exit(130);
+    }
+    stopping = true;
+    log(`${signal}: stopping...`);
+    resolveStop();
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+
   log(`sluice dev: job "${job.name}" on the embedded runtime`);
   log(`ingestion endpoint ${server.url}  (GET ${server.url}/healthz)`);
   const streams = runtime.streams();
@@ -100,30 +118,27 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   // The loop polls tick() after every step, so the table keeps coming even when the runtime never idles.
   const timer = setInterval(tick, interval);
   const running = runtime.loop(tick);
-
-  let stopping = false;
-  await new Promise<void>((resolveStop) => {
-    const stop = (signal: string) => {
-      if (stopping) {
-        log(`${signal} again: exiting without closing sinks`);
-        process.exit(130);
-      }
-      stopping = true;
-      log(`${signal}: stopping...`);
-      resolveStop();
-    };
-    process.on('SIGINT', () => stop('SIGINT'));
-    process.on('SIGTERM', () => stop('SIGTERM'));
-    running.catch((err) => {
-      log(`runtime failed: ${(err as Error).message}`);
-      process.exitCode = 1;
-      resolveStop();
-    });
+  running.catch((err) => {
+    log(`runtime failed: ${(err as Error).message}`);
+    process.exitCode = 1;
+    failed = true;
+    resolveStop();
   });
+  await stopped;
   clearInterval(timer);
+  // Requests in flight are answered first; then a checkpoint of everything accepted, so that
+  // --resume continues from here (the loop must still run to take it).
+  await server.close();
+  if (checkpointed && !failed) {
+    try {
+      const epoch = await checkpointed.finalCheckpoint();
+      if (epoch !== null) log(`final checkpoint: epoch ${epoch}`);
+    } catch (e) {
+      log(`final checkpoint failed: ${(e as Error).message} (--resume replays from the last completed one)`);
+    }
+  }
   runtime.stop();
   await running.catch(() => undefined);
-  await server.close();
   await runtime.close();
   checkpointed?.close();
   const s = runtime.stats();
