@@ -410,7 +410,7 @@ export class EmbeddedRuntime implements IngestTarget {
     const buffer = src.reader as IngestBuffer;
     const queued = this.slots[src.stage].reduce((n, s) => n + s.queuedRecords, 0);
     const capacity = this.opts.queueCapacity * src.partitioner.partitions;
-    if (buffer.size + queued + events.length > capacity) return { ok: false, retryAfterMs: 1000 };
+    if (buffer.size + queued + src.backlog + events.length > capacity) return { ok: false, retryAfterMs: 1000 };
     if (!src.logRecords) {
       buffer.push(events);
       this.wake?.();

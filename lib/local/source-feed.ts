@@ -293,6 +293,13 @@ export class SourceFeed {
     this.replayNext = this.partitioner.nextPartition;
   }
 
+  /** Restored records not sent yet (with what was accepted during the replay): they count against the queues' capacity. */
+  get backlog(): number {
+    let n = 0;
+    for (const r of this.replay.values()) n += r.records.length - r.i;
+    return n;
+  }
+
   /** Whether restored input is still waiting to be replayed. */
   get replaying(): boolean {
     return this.replay.size > 0;
