@@ -9,6 +9,7 @@ import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
+import { DEFAULT_MAX_RECEIVE_COUNT } from '../lib/aws/group-backoff.ts';
 import { deadLetterQueueName, stageQueueName } from '../lib/aws/naming.ts';
 import { DEFAULT_MAX_MESSAGE_BYTES } from '../lib/aws/sqs-codec.ts';
 import type { StagePlan } from '../lib/graph/compile.ts';
@@ -18,11 +19,13 @@ import { bucketPrefixes, grantObjects, grantSend, grantTable, STAGE_ACK_TABLE_AC
 import { DLQ_RETENTION, QUEUE_RETENTION, type ResolvedProps } from './props.ts';
 
 /**
- * Receives before SQS moves a message to the DLQ. It must equal the operator handler's
- * `maxReceiveCount` (default 10, lib/aws/operator-handler.ts), which parks a failing
- * record itself before that count; so it is not a prop.
+ * Receives before SQS moves a message to the DLQ: the operator handler's default
+ * `maxReceiveCount` (lib/aws/group-backoff.ts), so the two agree; not a prop. It is for
+ * messages that can never be decoded: a record whose user code keeps throwing is parked
+ * by the handler after its attempts, and a group failing on the infrastructure backs off
+ * and stalls before this count (an alarm, infra/monitoring.ts), instead of being moved.
  */
-export const MAX_RECEIVE_COUNT = 10;
+export const MAX_RECEIVE_COUNT = DEFAULT_MAX_RECEIVE_COUNT;
 /** Lambda requires a queue's visibility timeout of at least 6x the function timeout. */
 export const VISIBILITY_FACTOR = 6;
 /** Lambda's largest batch for a FIFO event source. */

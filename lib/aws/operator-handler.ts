@@ -32,7 +32,12 @@
  *   group until it is parked. A parked timer counts as consumed.
  * - A stale cached runtime (another container moved the partition on) fails with
  *   CommitConflictError or a sequence InvariantError: reopen and retry once.
- * - Anything else fails the whole group; SQS redelivers it.
+ * - Anything else (throttling, timeouts, a stale runtime that fails again, a spilled
+ *   envelope S3 does not serve) fails the whole group, which backs off (group-backoff.ts):
+ *   its messages' visibility is set from their receive count, so an outage does not
+ *   burn receives toward the DLQ, and a group near the receive limit stalls in the queue
+ *   with an error and the `stalledPartitions` metric instead of being moved. Only a
+ *   message that cannot be decoded is left to SQS's redrive.
  *
  * Not Powertools' batch utility: its FIFO processor runs a handler per message, while we
  * commit once per group (the cost of a batch is one transaction, not ten) and must re-run
@@ -61,10 +66,12 @@ import { DynamoDbTable } from './dynamodb-table.ts';
 import { AwsInputLog } from './input-log.ts';
 import { replayChunks, replayEnvelopes } from './restore-replay.ts';
 import { stageOfQueue, stateTableName } from './naming.ts';
+import { backoffFor, changeVisibility, DEFAULT_MAX_RECEIVE_COUNT, type GroupBackoffOptions, receivesOf, resolveGroupBackoff } from './group-backoff.ts';
 import { RecordAttempts } from './record-attempts.ts';
 import { type DeadLetterMessage, WAKE_BODY } from './sqs-codec.ts';
 import { NamedQueues, type QueueResolver } from './sqs-queues.ts';
 import { SqsTransport } from './sqs-transport.ts';
+import { MessageDecodeError } from './transport-errors.ts';
 
 export interface OperatorHandlerConfig {
   readonly job: Job;
@@ -88,8 +95,14 @@ export interface OperatorHandlerConfig {
   readonly accounting?: AwsAccounting;
   /** Failures of one record before it is parked as a dead letter (default 3). */
   readonly maxAttempts?: number;
-  /** The stage queues' redrive maxReceiveCount (default 10); must exceed maxAttempts. */
+  /**
+   * The stage queues' redrive maxReceiveCount (default DEFAULT_MAX_RECEIVE_COUNT, 100, as
+   * infra/stages.ts sets it); must exceed maxAttempts. A failing record is parked at this
+   * receive, and a group failing on the infrastructure stalls before it.
+   */
   readonly maxReceiveCount?: number;
+  /** How a group that failed on the infrastructure backs off and when it stalls (group-backoff.ts). */
+  readonly backoff?: GroupBackoffOptions;
   readonly maxMessageBytes?: number;
   readonly compress?: boolean;
   /**
@@ -139,10 +152,12 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   const attemptsLog = new RecordAttempts(config.dynamodb, tableName, accounting);
   const clock = config.clock ?? systemClock;
   const maxAttempts = config.maxAttempts ?? 3;
-  const maxReceiveCount = config.maxReceiveCount ?? 10;
+  const maxReceiveCount = config.maxReceiveCount ?? DEFAULT_MAX_RECEIVE_COUNT;
   if (!(maxAttempts >= 1 && maxAttempts < maxReceiveCount)) {
     throw new ConfigError('maxAttempts', `an integer from 1 to maxReceiveCount - 1 (${maxReceiveCount - 1}), so records are parked before SQS moves whole messages to the DLQ`, String(maxAttempts));
   }
+  // A small test queue (maxReceiveCount 10) keeps one receive in reserve; the default queue ten.
+  const backoff = resolveGroupBackoff({ stallReserve: Math.max(1, Math.min(10, Math.floor(maxReceiveCount / 10))), ...config.backoff }, maxReceiveCount);
   const log = config.logger;
   const metrics = config.metrics;
   const recordAcks = config.onBarrierAcks ?? (checkpointStore ? ackRecorder(new DynamoDbAckStore({ client: config.dynamodb, tableName, job, accounting })) : undefined);
@@ -236,28 +251,38 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     }
   }
 
-  /** Process one group's messages; returns the ids of the messages that failed (a suffix). */
-  /** `replayUntil`: a replay after an in-place restore stops there (ms since epoch) and goes on in the next invocation. */
-  async function processGroup(stage: number, records: readonly SQSRecord[], replayUntil: number): Promise<string[]> {
-    const all = () => records.map((r) => r.messageId);
+  /**
+   * Process one group's messages; returns the ids of the messages that failed (a suffix),
+   * and for a failure that was not the messages' own (not user code, not an undecodable
+   * message), its error: the group then backs off.
+   * `replayUntil`: a replay after an in-place restore stops there (ms since epoch) and goes on in the next invocation.
+   */
+  async function processGroup(stage: number, records: readonly SQSRecord[], replayUntil: number): Promise<{ failed: string[]; infra?: string }> {
+    const ids = () => records.map((r) => r.messageId);
+    const all = () => ({ failed: ids() });
+    const infra = (e: unknown) => ({ failed: ids(), infra: (e as Error).message });
     const groupId = records[0].attributes.MessageGroupId ?? '';
     const partition = Number(groupId);
     // Empty messages (sqs-codec.ts WAKE_BODY) need no partition: a local poll flush uses a group that is none.
-    if (records.every((r) => r.body === WAKE_BODY) && !/^(0|[1-9]\d*)$/.test(groupId)) return [];
+    if (records.every((r) => r.body === WAKE_BODY) && !/^(0|[1-9]\d*)$/.test(groupId)) return { failed: [] };
     if (!/^(0|[1-9]\d*)$/.test(groupId) || partition >= plan.stages[stage].parallelism) {
       log?.error('message group is not a partition of the stage', { stage, groupId, parallelism: plan.stages[stage].parallelism });
       return all();
     }
     const scope: PartitionScope = { job, stage, partition };
     const decoded: Envelope[][] = [];
+    /** A message that could not be read for a reason of the infrastructure (a spilled envelope S3 did not serve). */
+    let unread: string | undefined;
     for (const r of records) {
       try {
         decoded.push(await transport.decode(plan, stage, r));
       } catch (e) {
-        log?.error('cannot decode message; it stays in the queue until SQS moves it to the DLQ', { messageId: r.messageId, error: (e as Error).message });
+        if (e instanceof MessageDecodeError) log?.error('cannot decode message; it stays in the queue until SQS moves it to the DLQ', { messageId: r.messageId, error: e.message });
+        else unread = (e as Error).message;
         break;
       }
     }
+    if (unread !== undefined && decoded.length === 0) return { failed: ids(), infra: unread };
     const messageOf = new Map<string, number>();
     decoded.forEach((envs, i) => {
       for (const e of envs) messageOf.set(`${e.channel}#${e.seq}`, i);
@@ -289,7 +314,9 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         metrics?.addMetric('recordsIn', MetricUnit.Count, result.recordsIn);
         metrics?.addMetric('duplicatesDropped', MetricUnit.Count, result.duplicatesDropped);
         if (skip.size) await attemptsLog.forget(scope, skip.keys()).catch(() => undefined);
-        return records.slice(end).map((r) => r.messageId);
+        const failed = records.slice(end).map((r) => r.messageId);
+        // The messages behind one S3 did not serve back off; an undecodable one goes its way to the DLQ.
+        return unread !== undefined && end === decoded.length && failed.length ? { failed, infra: unread } : { failed };
       } catch (e) {
         // Whatever failed, this runtime may hold uncommitted changes or an undelivered outbox.
         runtimes.delete(`${stage}/${partition}`);
@@ -304,8 +331,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
             try {
               attempts = await attemptsLog.failed(scope, id);
             } catch (err) {
-              log?.error('cannot count the attempts of a failing record; SQS will redeliver the group', { stage, partition, location: id, error: (err as Error).message });
-              return all();
+              log?.error('cannot count the attempts of a failing record; the group backs off', { stage, partition, location: id, error: (err as Error).message });
+              return infra(err);
             }
             const receives = Number(records[idx].attributes.ApproximateReceiveCount ?? '1');
             log?.warn('user code failed', { stage, partition, location: id, attempts, receives, error: e.message });
@@ -319,12 +346,36 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
           log?.info('cached partition was stale; reopening', { stage, partition, error: (e as Error).message });
           continue;
         }
-        log?.error('batch failed; SQS will redeliver the group', { stage, partition, messages: records.length, error: (e as Error).message });
         metrics?.addMetric('groupFailures', MetricUnit.Count, 1);
-        return all();
+        return infra(e);
       }
     }
     return all();
+  }
+
+  /**
+   * A group failed on the infrastructure: its failed messages come back after a backoff of
+   * their receive count instead of the visibility timeout; near the receive limit the group
+   * stalls (group-backoff.ts). Never throws: without the change they come back as before.
+   */
+  async function backOff(stage: number, failed: readonly SQSRecord[], error: string): Promise<void> {
+    if (!failed.length) return;
+    const partition = failed[0].attributes.MessageGroupId ?? '';
+    const d = backoffFor(receivesOf(failed), maxReceiveCount, backoff, `${stage}/${partition}`);
+    let outcome;
+    try {
+      outcome = await changeVisibility(config.sqs, await queues.queueUrl(stage), failed, d.seconds, accounting);
+    } catch (e) {
+      outcome = { changed: 0, failures: [(e as Error).message] };
+    }
+    const fields = { stage, partition, messages: failed.length, receives: d.receives, maxReceiveCount, visibilitySeconds: d.seconds, error, ...(outcome.failures.length ? { visibilityNotChanged: failed.length - outcome.changed, visibilityError: outcome.failures[0] } : {}) };
+    if (d.stalled) {
+      log?.error('partition stalled: its group keeps failing on the infrastructure and is near the queue\'s receive limit; it stays in the queue and is tried again after visibilitySeconds. Resolve the cause: SQS moves it to the DLQ after maxReceiveCount receives', fields);
+      metrics?.addMetric('stalledPartitions', MetricUnit.Count, 1);
+    } else {
+      log?.warn('batch failed on the infrastructure; the group backs off', fields);
+    }
+    metrics?.addMetric('groupRetries', MetricUnit.Count, 1);
   }
 
   const handler = async (event: SQSEvent, context?: Context): Promise<SQSBatchResponse> => {
@@ -345,7 +396,10 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
           if (stage === undefined || !plan.stages[stage]) {
             throw new ConfigError('event source queue', `a stage queue of job ${job} (naming.ts), or the handler's stage option`, records[0].eventSourceARN);
           }
-          return processGroup(stage, records, replayUntil);
+          return processGroup(stage, records, replayUntil).then(async (r) => {
+            if (r.infra !== undefined) await backOff(stage, records.filter((x) => r.failed.includes(x.messageId)), r.infra);
+            return r.failed;
+          });
         }),
       );
       return { batchItemFailures: failed.flat().map((itemIdentifier) => ({ itemIdentifier })) };

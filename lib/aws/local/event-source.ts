@@ -25,13 +25,20 @@
  *   `retryDelayMs`, processed messages whose delete failed are released too (the
  *   handler drops what it applied), and a failed release is tried again
  *   (message-batches.ts): a message left invisible holds its group back for the whole
- *   visibility timeout (3 minutes locally), so what still fails is reported (onError).
+ *   visibility timeout (3 minutes locally), so what still fails is reported (onError);
+ * - a failed message whose visibility the handler itself changed during the invocation
+ *   (ChangeMessageVisibility, as the operator handler does to back off) comes back when
+ *   that visibility ends, as on SQS, which knows nothing of retryDelayMs: on its own that
+ *   is what fauxqs does; with `retryDelayMs`, time is scaled so that the queue's own
+ *   visibility timeout lasts `retryDelayMs` (`visibilityScaleMs` per second). The event
+ *   source sees the changes on its own client and on those passed to observe().
  *
  * Its own SQS requests (receives, deletes, visibility changes) are counted in the
  * accounting: Lambda's pollers are billed to the queue owner.
  */
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { GetQueueAttributesCommand, type Message, ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import type { ChangeMessageVisibilityBatchRequest, ChangeMessageVisibilityBatchResult, ChangeMessageVisibilityRequest } from '@aws-sdk/client-sqs';
 import { AwsAccounting } from '../accounting.ts';
 import { ConfigError } from '../../errors.ts';
 import { lambdaContext, sqsRecord } from './lambda-event.ts';
@@ -56,6 +63,11 @@ export interface EventSourceOptions {
   readonly waitTimeSeconds?: number;
   /** Make failed messages visible again after this delay instead of the visibility timeout. */
   readonly retryDelayMs?: number;
+  /**
+   * With retryDelayMs: how long here one second of a visibility the handler set lasts
+   * (default retryDelayMs / the queue's VisibilityTimeout in seconds).
+   */
+  readonly visibilityScaleMs?: number;
   readonly memoryLimitInMB?: number;
   readonly accounting?: AwsAccounting;
   /** Called with each invocation error (thrown, timed out, invalid response, violation); default: ignored. */
@@ -81,6 +93,8 @@ export interface EventSourceMetrics {
   undeleted: number;
   /** Messages still invisible after every attempt to release them: they wait for the visibility timeout. */
   releaseFailures: number;
+  /** Failed messages whose visibility the handler changed (a backoff): they come back when it ends. */
+  handlerVisibility: number;
   receives: number;
   emptyReceives: number;
   maxConcurrentSeen: number;
@@ -89,6 +103,7 @@ export interface EventSourceMetrics {
 }
 
 const SQS = 'sqs';
+let sources = 0;
 /** SQS bills a request per started 64 KB of payload. */
 const CHUNK = 64 * 1024;
 
@@ -105,6 +120,7 @@ export class SqsEventSource {
     groupConflicts: 0,
     undeleted: 0,
     releaseFailures: 0,
+    handlerVisibility: 0,
     receives: 0,
     emptyReceives: 0,
     maxConcurrentSeen: 0,
@@ -116,6 +132,11 @@ export class SqsEventSource {
   private readonly timeoutMs: number;
   private readonly waitTimeSeconds: number;
   private arn?: string;
+  private visibilityTimeoutSeconds = 30;
+  /** Receipt handles of the messages of running invocations -> the visibility (s) the handler set, if it did. */
+  private readonly invoking = new Map<string, number | undefined>();
+  private readonly observed = new Set<SQSClient>();
+  private readonly middlewareName = `sluiceEventSourceVisibility${++sources}`;
   private running?: Promise<void>;
   private stopping = false;
   private poll?: AbortController;
@@ -132,6 +153,44 @@ export class SqsEventSource {
     this.timeoutMs = intIn('timeoutMs', options.timeoutMs ?? 30_000, 1, 900_000);
     if (options.retryDelayMs !== undefined) intIn('retryDelayMs', options.retryDelayMs, 0, 43_200_000);
     this.accounting = options.accounting ?? new AwsAccounting();
+    if (options.visibilityScaleMs !== undefined && !(options.visibilityScaleMs >= 0 && Number.isFinite(options.visibilityScaleMs))) {
+      throw new ConfigError('visibilityScaleMs', 'a finite number of milliseconds, at least 0', String(options.visibilityScaleMs));
+    }
+    this.observe(options.sqs);
+  }
+
+  /**
+   * Watch a client the handler uses (its own by default) for visibility changes of the
+   * messages it is handling; removed at stop(), added again at start().
+   */
+  observe(client: SQSClient): void {
+    if (this.observed.has(client)) return;
+    this.observed.add(client);
+    if (this.running) this.attach(client);
+  }
+
+  private attach(client: SQSClient): void {
+    client.middlewareStack.remove(this.middlewareName);
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        const out = await next(args);
+        // Only what SQS answered as done: a change whose answer is lost later is still a change.
+        if (context.commandName === 'ChangeMessageVisibilityBatchCommand') {
+          const input = args.input as ChangeMessageVisibilityBatchRequest;
+          const ok = new Set(((out.output as ChangeMessageVisibilityBatchResult).Successful ?? []).map((e) => e.Id));
+          for (const e of input.Entries ?? []) if (ok.has(e.Id) && e.ReceiptHandle) this.handlerChanged(e.ReceiptHandle, e.VisibilityTimeout ?? 0);
+        } else if (context.commandName === 'ChangeMessageVisibilityCommand') {
+          const input = args.input as ChangeMessageVisibilityRequest;
+          if (input.ReceiptHandle) this.handlerChanged(input.ReceiptHandle, input.VisibilityTimeout ?? 0);
+        }
+        return out;
+      },
+      { step: 'build', priority: 'low', name: this.middlewareName },
+    );
+  }
+
+  private handlerChanged(receiptHandle: string, seconds: number): void {
+    if (this.invoking.has(receiptHandle)) this.invoking.set(receiptHandle, seconds);
   }
 
   get functionName(): string {
@@ -165,6 +224,7 @@ export class SqsEventSource {
   async start(): Promise<void> {
     if (this.running) return;
     this.arn ??= await this.queueArn();
+    for (const c of this.observed) this.attach(c);
     this.stopping = false;
     this.running = this.loop();
   }
@@ -186,6 +246,7 @@ export class SqsEventSource {
     this.pendingRetries.clear();
     for (const [timer] of releases) clearTimeout(timer);
     await Promise.allSettled(releases.map(([, release]) => release()));
+    for (const c of this.observed) c.middlewareStack.remove(this.middlewareName);
   }
 
   private async loop(): Promise<void> {
@@ -278,6 +339,7 @@ export class SqsEventSource {
 
     let failedIds: Set<string>;
     let timedOut = false;
+    for (const m of batch) this.invoking.set(m.ReceiptHandle!, undefined);
     const started = performance.now();
     try {
       const response = await withTimeout(Promise.resolve().then(() => this.options.handler(event, context)), this.timeoutMs);
@@ -293,6 +355,13 @@ export class SqsEventSource {
       failedIds = new Set(batch.map((m) => m.MessageId!));
     }
     this.metrics.billedMs += Math.ceil(Math.min(performance.now() - started, this.timeoutMs));
+    // Visibility the handler set (timed out: whatever it set later is no longer seen, as its work may still run).
+    const handlerSet = new Map<Message, number>();
+    for (const m of batch) {
+      const v = this.invoking.get(m.ReceiptHandle!);
+      this.invoking.delete(m.ReceiptHandle!);
+      if (v !== undefined) handlerSet.set(m, v);
+    }
     // The handler is done (or abandoned after its timeout): from here SQS decides when the group's next
     // batch comes, and it may come as soon as the deletes below unlock the group.
     for (const g of new Set(batch.map(groupOf))) this.leaveGroup(g);
@@ -300,6 +369,8 @@ export class SqsEventSource {
     this.metrics.failures += failedIds.size;
     const ok = batch.filter((m) => !failedIds.has(m.MessageId!));
     const failed = batch.filter((m) => failedIds.has(m.MessageId!));
+    const deferred = timedOut ? [] : failed.filter((m) => handlerSet.has(m));
+    this.metrics.handlerVisibility += deferred.length;
     const { undeleted, errors } = await deleteMessages(this.batchTarget, ok);
     for (const e of errors) this.options.onError?.(e, event);
     this.metrics.deleted += ok.length - undeleted.length;
@@ -307,8 +378,16 @@ export class SqsEventSource {
     if (this.options.retryDelayMs === undefined) return;
     // Undeleted messages would come back after the whole visibility timeout (the handler is idempotent:
     // the runtime drops what it applied); with fast retries they come back as failed ones do.
-    const back = [...(timedOut ? [] : failed), ...undeleted];
+    const back = [...(timedOut ? [] : failed.filter((m) => !handlerSet.has(m))), ...undeleted];
     if (back.length) this.scheduleRelease(sortedAsReceived(batch, back), this.options.retryDelayMs);
+    // What the handler deferred comes back when its visibility ends, in scaled time.
+    const scale = this.options.visibilityScaleMs ?? this.options.retryDelayMs / Math.max(1, this.visibilityTimeoutSeconds);
+    const byDelay = new Map<number, Message[]>();
+    for (const m of deferred) {
+      const ms = Math.round(handlerSet.get(m)! * scale);
+      byDelay.set(ms, [...(byDelay.get(ms) ?? []), m]);
+    }
+    for (const [ms, messages] of byDelay) this.scheduleRelease(sortedAsReceived(batch, messages), ms);
   }
 
   /** Lambda's reading of a batch response: the set of failed message ids. Throws when the response is invalid. */
@@ -365,7 +444,9 @@ export class SqsEventSource {
   }
 
   private async queueArn(): Promise<string> {
-    const out = await this.options.sqs.send(new GetQueueAttributesCommand({ QueueUrl: this.options.queueUrl, AttributeNames: ['QueueArn'] }));
+    const out = await this.options.sqs.send(new GetQueueAttributesCommand({ QueueUrl: this.options.queueUrl, AttributeNames: ['QueueArn', 'VisibilityTimeout'] }));
+    const visibility = Number(out.Attributes?.VisibilityTimeout);
+    if (Number.isFinite(visibility) && visibility > 0) this.visibilityTimeoutSeconds = visibility;
     this.accounting.record(SQS, 'GetQueueAttributes', { requests: 1, estimatedReadUnits: 1 });
     const arn = out.Attributes?.QueueArn;
     if (!arn) throw new ConfigError('queueUrl', 'a queue whose attributes include QueueArn', this.options.queueUrl);
