@@ -1,8 +1,8 @@
 /**
  * What an operator of the job watches: one dashboard (ingestion, each stage's backlog,
  * lag and function, the handlers' own metrics, checkpoints) and the alarms that mean
- * someone must act: a dead letter was parked, a stage falls behind, the endpoint
- * answers 5xx, a checkpoint failed.
+ * someone must act: a dead letter was parked, a stage falls behind, a partition stalled
+ * on infrastructure errors, the endpoint answers 5xx, a checkpoint failed.
  */
 import { Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
@@ -15,6 +15,14 @@ import type { StageResources } from './stages.ts';
 /** Powertools Metrics namespace and dimension of the handlers (functions/*.ts). */
 export const METRICS_NAMESPACE = 'Sluice';
 
+/**
+ * A stalled partition (lib/aws/group-backoff.ts) is tried again every 3 hours and emits
+ * `stalledPartitions` each time; the alarm stays on while any datapoint of the last
+ * STALL_ALARM_WINDOW is one, so it does not clear between two tries.
+ */
+export const STALL_ALARM_PERIOD = Duration.minutes(5);
+export const STALL_ALARM_WINDOW = Duration.hours(4);
+
 export interface Monitoring {
   readonly dashboard: cloudwatch.Dashboard;
   readonly alarms: readonly cloudwatch.Alarm[];
@@ -25,11 +33,12 @@ const MINUTE = Duration.minutes(1);
 export function createMonitoring(scope: Construct, p: ResolvedProps, stages: readonly StageResources[], ingestion: Ingestion, stateMachine?: sfn.IStateMachine): Monitoring {
   const job = p.job.name;
   const alarms: cloudwatch.Alarm[] = [];
-  const alarm = (id: string, metric: cloudwatch.IMetric, threshold: number, description: string, evaluationPeriods = 1) => {
+  const alarm = (id: string, metric: cloudwatch.IMetric, threshold: number, description: string, evaluationPeriods = 1, datapointsToAlarm?: number) => {
     const a = new cloudwatch.Alarm(scope, id, {
       metric,
       threshold,
       evaluationPeriods,
+      ...(datapointsToAlarm === undefined ? {} : { datapointsToAlarm }),
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       // No data means an idle job, which is healthy.
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
@@ -56,6 +65,15 @@ export function createMonitoring(scope: Construct, p: ResolvedProps, stages: rea
       3,
     );
   }
+  const own = (metricName: string, period = MINUTE) => new cloudwatch.Metric({ namespace: METRICS_NAMESPACE, metricName, dimensionsMap: { service: job }, period, statistic: 'Sum' });
+  alarm(
+    'StalledPartitionsAlarm',
+    own('stalledPartitions', STALL_ALARM_PERIOD),
+    1,
+    'a partition stalled: its message group kept failing on DynamoDB, SQS or S3 (throttling, timeouts) until it neared the queue\'s receive limit; it waits in its queue and is retried every 3 hours. Find the cause in the stage function\'s "partition stalled" log; unresolved, SQS moves the group to the DLQ after maxReceiveCount receives',
+    STALL_ALARM_WINDOW.toMinutes() / STALL_ALARM_PERIOD.toMinutes(),
+    1,
+  );
   alarm('IngestServerErrorsAlarm', ingestion.metricServerErrors(), 1, 'the ingestion endpoint answered 5xx');
   if (stateMachine) {
     const five = { period: Duration.minutes(5), statistic: 'Sum' };
@@ -99,10 +117,10 @@ export function createMonitoring(scope: Construct, p: ResolvedProps, stages: rea
       graph(`${name}: DLQ`, [deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: MINUTE, statistic: 'Maximum' })], 5),
     );
   }
-  const own = (metricName: string) => new cloudwatch.Metric({ namespace: METRICS_NAMESPACE, metricName, dimensionsMap: { service: job }, period: MINUTE, statistic: 'Sum' });
   dashboard.addWidgets(
-    graph('Records in, duplicates dropped', [own('recordsIn'), own('duplicatesDropped')], 12),
-    graph('Dead letters, failed groups', [own('deadLetters'), own('groupFailures')], 12),
+    graph('Records in, duplicates dropped', [own('recordsIn'), own('duplicatesDropped')], 8),
+    graph('Dead letters, failed groups', [own('deadLetters'), own('groupFailures')], 8),
+    graph('Backoffs, stalled partitions', [own('groupRetries'), own('stalledPartitions')], 8),
   );
   if (stateMachine) {
     const five = { period: Duration.minutes(5), statistic: 'Sum' };

@@ -10,6 +10,11 @@ import { DEFAULT_MAX_MESSAGE_BYTES } from '../../lib/aws/sqs-codec.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { HANDLER_ENV } from '../../infra/handler-environment.ts';
 import { MAX_RECEIVE_COUNT, VISIBILITY_FACTOR } from '../../infra/stages.ts';
+import { METRICS_NAMESPACE } from '../../infra/monitoring.ts';
+import { createOperatorHandler } from '../../lib/aws/operator-handler.ts';
+import { DEFAULT_MAX_RECEIVE_COUNT } from '../../lib/aws/group-backoff.ts';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { SQSClient } from '@aws-sdk/client-sqs';
 import { exampleApp, logicalId } from './support/stacks.ts';
 
 const { stack, job, template, resources } = exampleApp();
@@ -48,6 +53,18 @@ describe('SluiceJob template (example job)', () => {
       });
       expect(stageOfQueue(q5.name, `arn:aws:sqs:us-east-1:123456789012:${name}`)).toBe(stage.id);
     }
+  });
+
+  it('redrives after 100 receives, the operator handler\'s own limit: for undecodable messages, far above a record\'s attempts', () => {
+    expect(MAX_RECEIVE_COUNT).toBe(100);
+    expect(MAX_RECEIVE_COUNT).toBe(DEFAULT_MAX_RECEIVE_COUNT);
+    for (const [, q] of of('AWS::SQS::Queue')) {
+      if (q.Properties!.RedrivePolicy) expect(q.Properties!.RedrivePolicy.maxReceiveCount).toBe(100);
+    }
+    // The handler parks a failing record after maxAttempts (at most maxReceiveCount - 1): its defaults agree with the queue.
+    const clients = { sqs: new SQSClient({ region: 'us-east-1' }), dynamodb: new DynamoDBClient({ region: 'us-east-1' }) };
+    expect(() => createOperatorHandler({ job: q5, ...clients, maxAttempts: MAX_RECEIVE_COUNT - 1 })).not.toThrow();
+    expect(() => createOperatorHandler({ job: q5, ...clients, maxAttempts: MAX_RECEIVE_COUNT })).toThrow(/maxAttempts/);
   });
 
   it('feeds each stage function from its queue: batch 10, ReportBatchItemFailures, bounded concurrency', () => {
@@ -157,14 +174,29 @@ describe('SluiceJob template (example job)', () => {
     for (const a of byMetric('ApproximateAgeOfOldestMessage')) expect(a).toMatchObject({ Threshold: 300, Statistic: 'Maximum' });
     expect(byMetric('5xx')).toHaveLength(1);
     expect(byMetric('5xx')[0]).toMatchObject({ Namespace: 'AWS/ApiGateway', Threshold: 1 });
-    expect(alarms).toHaveLength(2 * plan.stages.length + 1);
+    // A stalled partition (its group near the receive limit on infrastructure errors) is an incident:
+    // on while any 5-minute sum of the last 4 hours is one, so it holds between the 3-hourly retries.
+    expect(byMetric('stalledPartitions')).toHaveLength(1);
+    expect(byMetric('stalledPartitions')[0]).toMatchObject({
+      Namespace: METRICS_NAMESPACE,
+      Dimensions: [{ Name: 'service', Value: q5.name }],
+      Statistic: 'Sum',
+      Period: 300,
+      EvaluationPeriods: 48,
+      DatapointsToAlarm: 1,
+      Threshold: 1,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      TreatMissingData: 'notBreaching',
+    });
+    expect(byMetric('stalledPartitions')[0].AlarmDescription).toMatch(/partition stalled/);
+    expect(alarms).toHaveLength(2 * plan.stages.length + 2);
     expect(job.stateMachine).toBeUndefined();
   });
 
   it('builds a dashboard over the stages, the endpoint and the handlers\' own metrics', () => {
     const body = JSON.stringify(of('AWS::CloudWatch::Dashboard')[0][1].Properties!.DashboardBody);
     for (const s of plan.stages) expect(body).toContain(`Stage ${s.id} ${s.name}`);
-    for (const m of ['ApproximateAgeOfOldestMessage', 'ConcurrentExecutions', '5xx', 'recordsIn', 'deadLetters']) expect(body).toContain(m);
+    for (const m of ['ApproximateAgeOfOldestMessage', 'ConcurrentExecutions', '5xx', 'recordsIn', 'deadLetters', 'groupRetries', 'stalledPartitions']) expect(body).toContain(m);
   });
 
   it('outputs the endpoint URL, table, bucket and where results land', () => {
