@@ -14,9 +14,9 @@ let built: CheckpointHandler | undefined;
 export const handler = (event: unknown) =>
   (built ??= createCheckpointHandler({
     job,
-    dynamodb: new DynamoDBClient({}),
-    sqs: new SQSClient({}),
-    s3: new S3Client({}),
+    dynamodb: new DynamoDBClient({ retryMode: 'adaptive' }),
+    sqs: new SQSClient({ retryMode: 'adaptive' }),
+    s3: new S3Client({ retryMode: 'adaptive' }),
     bucket: deployment.bucket,
     queuePrefix: deployment.queuePrefix,
     tableName: deployment.table,

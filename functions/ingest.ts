@@ -18,15 +18,15 @@ import { createIngestHandler } from '../lib/aws/ingest-handler.ts';
 import { NamedQueues } from '../lib/aws/sqs-queues.ts';
 import { deployment, job } from './job.ts';
 
-const sqs = new SQSClient({});
+const sqs = new SQSClient({ retryMode: 'adaptive' });
 const accounting = new AwsAccounting();
 
 function wakeUp(stateMachineArn: string): CoordinatorWakeUp {
-  const client = new DynamoDBClient({});
+  const client = new DynamoDBClient({ retryMode: 'adaptive' });
   const tableName = deployment.table;
   return new CoordinatorWakeUp({
     job: job.name,
-    sfn: new SFNClient({}),
+    sfn: new SFNClient({ retryMode: 'adaptive' }),
     stateMachineArn,
     activity: new DynamoDbAckStore({ client, tableName, job: job.name, accounting }),
     pointers: new DynamoDbPointerStore({ client, tableName, job: job.name, accounting }),

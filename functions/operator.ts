@@ -12,14 +12,14 @@ import { createOperatorHandler } from '../lib/aws/operator-handler.ts';
 import { S3BlobStore } from '../lib/aws/s3-blob-store.ts';
 import { deployment, job } from './job.ts';
 
-const s3 = new S3Client({});
+const s3 = new S3Client({ retryMode: 'adaptive' });
 
 export const handler = createOperatorHandler({
   job,
   s3,
   bucket: deployment.bucket,
-  sqs: new SQSClient({}),
-  dynamodb: new DynamoDBClient({}),
+  sqs: new SQSClient({ retryMode: 'adaptive' }),
+  dynamodb: new DynamoDBClient({ retryMode: 'adaptive' }),
   queuePrefix: deployment.queuePrefix,
   tableName: deployment.table,
   blobs: deployment.bucket ? new S3BlobStore({ s3, bucket: deployment.bucket, prefix: `${job.name}/` }) : undefined,
