@@ -6,7 +6,7 @@
  * client at the end.
  */
 import { randomUUID } from 'node:crypto';
-import { DeleteMessageBatchCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageBatchCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { ChangeMessageVisibilityBatchCommand, DeleteMessageBatchCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageBatchCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { SQSEvent } from 'aws-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, describe, expect, inject, it } from 'vitest';
@@ -151,6 +151,49 @@ describe('SqsEventSource on fauxqs', () => {
     expect(log.filter((b) => b.startsWith('fast'))).toEqual(Array.from({ length: 10 }, (_, i) => `fast:${i}`));
     // While "slow" waited for its retries, "fast" finished.
     expect(log.indexOf('fast:9')).toBeLessThan(log.indexOf('slow:3'));
+  });
+
+  it('honours a visibility the handler set on a failed message (a backoff), in scaled time; other failures come back after retryDelayMs', async () => {
+    const q = await newQueue();
+    await send(q.url, [['held', 'held:0'], ['quick', 'quick:0']]);
+    // The handler's own client, as the operator handler has one: the source watches it for visibility changes.
+    const own = new SQSClient({ endpoint: inject('fauxqsEndpoint'), region: inject('awsRegion'), credentials: inject('awsCredentials') });
+    const log: string[] = [];
+    let quickFailures = 3;
+    try {
+      await withSource(
+        {
+          queueUrl: q.url,
+          retryDelayMs: 10,
+          // One second of the handler's visibility lasts 150 ms here.
+          visibilityScaleMs: 150,
+          handler: async (event) => {
+            const out = [];
+            for (const r of event.Records) {
+              log.push(`${r.body}#${r.attributes.ApproximateReceiveCount}`);
+              if (r.body === 'held:0' && r.attributes.ApproximateReceiveCount === '1') {
+                const res = await own.send(new ChangeMessageVisibilityBatchCommand({ QueueUrl: q.url, Entries: [{ Id: '0', ReceiptHandle: r.receiptHandle, VisibilityTimeout: 10 }] }));
+                expect(res.Failed ?? []).toEqual([]);
+                out.push({ itemIdentifier: r.messageId });
+              } else if (r.body === 'quick:0' && quickFailures-- > 0) out.push({ itemIdentifier: r.messageId });
+            }
+            return { batchItemFailures: out };
+          },
+        },
+        async (src) => {
+          src.observe(own);
+          await until(() => src.metrics.deleted === 2);
+          expect(src.metrics.handlerVisibility).toBe(1);
+          expect(src.metrics.failures).toBe(4);
+        },
+      );
+    } finally {
+      own.destroy();
+    }
+    // "quick" came back three times after retryDelayMs and went through before "held" returned from its backoff.
+    expect(log.filter((l) => l.startsWith('held'))).toEqual(['held:0#1', 'held:0#2']);
+    expect(log.indexOf('quick:0#4')).toBeGreaterThan(-1);
+    expect(log.indexOf('quick:0#4')).toBeLessThan(log.indexOf('held:0#2'));
   });
 
   it('fails the whole batch when the handler throws or names a message not in the batch', async () => {
