@@ -10,7 +10,7 @@
  * `--pulls` source pulls in the middle of the runs, ends each window with a forced minor GC,
  * and reports what is still there: bytes per window by allocating function and its two
  * callers. Objects in flight at the window's end count too (a real scavenge sees them as
- * well). Session 10 found Q5's sender routes this way (BENCHMARKS.md).
+ * well). It is how Q5's sender routes were found to be promoted.
  */
 import { Session } from 'node:inspector';
 import { mkdtempSync, rmSync } from 'node:fs';

@@ -252,7 +252,7 @@ function check(q: BenchQuery, floor: ReturnType<typeof runFloor>, run: Awaited<R
 /**
  * The runtime's warm-up CPU time by default: Q2's runtime (~20 ms per pass) was still
  * being compiled after 25 passes, in passes of 20-45 ms (with 5 passes of warm-up its
- * measured runs fell there), and settled at 16-20 ms after about 40 (session 18, with
+ * measured runs fell there), and settled at 16-20 ms after about 40 (with
  * --trace-opt). Queries whose passes take 400 ms or more have it from five passes.
  */
 export const WARMUP_MS = 2000;
@@ -266,7 +266,7 @@ export const RUNS = 5;
  * included). With single passes, the best of five picked a pass that no young GC hit
  * (the runtime's Q8 pass is ~150 ms, a few scavenges), and a floor pass right after a
  * runtime pass paid for the runtime's garbage: both favoured the runtime (Q8 0.32 -> 0.25
- * when this came in, session 9).
+ * when runs became several passes).
  */
 export const MIN_RUN_CPU_MS = 200;
 

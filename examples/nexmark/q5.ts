@@ -79,8 +79,7 @@ export default function q5(params: Q5Params = {}): Job {
     // windowEnd (the offset aligns those ends with the sliding windows' ends when the
     // slide does not divide the size): it fires when the watermark reaches windowEnd - 1,
     // once every count is in. The key is the window's number rather than its start in
-    // epoch ms: a short key is cheaper to route (its string form stays under V8's
-    // 13-character cons-string threshold, see BENCHMARKS.md).
+    // epoch ms: a short key is cheaper to route.
     .keyBy((c) => c.windowStart / slideMs)
     .window(Windows.tumbling(slideMs, { offsetMs: sizeMs % slideMs }))
     .aggregate(maxWithTies, (best, { window }) => ({ ...best, windowEnd: window.end }))

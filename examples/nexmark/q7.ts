@@ -68,7 +68,7 @@ export default function q7(params: Q7Params = {}): Job {
     .filterAs(isBid)
     .name('bids')
     // Keyed by the window's number, not its start in epoch ms: the same grouping with
-    // a short key, which is cheaper to route (see BENCHMARKS.md).
+    // a short key, which is cheaper to route.
     .keyBy((b) => Math.floor(b.dateTime / sizeMs))
     .window(Windows.tumbling(sizeMs))
     .aggregate(maxWithTies, (m, { window }) => ({ ...m, windowStart: window.start, windowEnd: window.end }))

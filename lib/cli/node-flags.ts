@@ -8,7 +8,7 @@
  * few MB each; on two threads a scavenge pauses the runtime for less time but costs 45-90 %
  * more CPU in all (Nexmark Q8, `--trace-gc-nvp`: 9.6 ms on the main thread plus 15 ms
  * on a helper, against 13-17 ms on one), and a Lambda function of up to 1 769 MB has one vCPU
- * or less to run the helper on. BENCHMARKS.md has the measurements. (Lambda's NODE_OPTIONS
+ * or less to run the helper on. (Lambda's NODE_OPTIONS
  * does not accept this flag, so the functions run with Node's defaults.)
  *
  * `--max-semi-space-size=32`: a young generation of up to 2 x 32 MB instead of 2 x 16. Window
@@ -20,7 +20,7 @@
  * about 50 M events per core either way), but its floor reads faster in the bench (88-120
  * -> 122-175 M per core; 140-150 outside it under either size), so Q2's ratio reads lower
  * (0.391-0.461 -> 0.241-0.422). 64 MB gained Q8 more (0.55-0.59, two
- * runs) for ~40 MB more peak memory and Q2 lower still. Session 17 in BENCHMARKS.md. Lambda
+ * runs) for ~40 MB more peak memory and Q2 lower still. Lambda
  * functions keep Node's default: their state is in DynamoDB, not in the heap.
  */
 export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge', '--max-semi-space-size=32'];

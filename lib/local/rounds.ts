@@ -8,9 +8,9 @@ import type { PhysicalPlan } from '../graph/compile.ts';
  * Records per source chunk (envelope) by default, when the source has that many ready (a
  * replay, a backlog; a live source sends what it has). Each chunk is a batch and a commit
  * at the source's stage and an envelope downstream, about 15-30 µs of bookkeeping in the
- * Nexmark jobs. 1024, not 512 (session 8, bench/ab.ts, medians of 9 runs): Q8 196 -> 163 ms
+ * Nexmark jobs. 1024, not 512 (bench/ab.ts, medians of 9 runs): Q8 196 -> 163 ms
  * and Q7 77 -> 68 ms of CPU per 1 M events, half the commits; p50 latency Q8 3.7 -> 3.8 ms,
- * Q7 0.36 -> 0.52 ms. 4096, not 1024 (session 11, medians of 8 runs): Q8 157 -> 132 ms,
+ * Q7 0.36 -> 0.52 ms. 4096, not 1024 (medians of 8 runs): Q8 157 -> 132 ms,
  * Q7 49 -> 37 ms, Q5 864 -> 802 ms; 8192 gained no more on Q8 and Q7.
  */
 export const SOURCE_BATCH = 4096;

@@ -16,7 +16,7 @@
  * A pane is dropped when its last window has fired. A process function's records are
  * kept out of `P`, in a field of their own per pane (`R${paneStart}`, its contents in `P`
  * null): a record is appended to it, where inside `P` each batch copied every record of
- * the key's panes (session 16; a pane in `P` from before, its records inside, still works).
+ * the key's panes (a pane stored with its records inside `P` still works).
  *
  * A combined input (window-combiner.ts) carries one partial accumulator per (key, pane)
  * of a sender's channel buffer instead of records: it is decided like the records it

@@ -10,7 +10,7 @@
  * `S`, appended to a field of their own, `R${id}` (in `S` the id, a number, where the
  * contents would be): the id is the time of the session's first record, which no other
  * live session of the key can hold (a session keeps its first record's time). Inside `S`,
- * each batch's first record copied every record of the key's sessions (session 16; a
+ * each batch's first record copied every record of the key's sessions (a
  * session from before, its records inside `S`, is still read and extended as it was).
  *
  * Timers are lazy: a session registers one event-time timer at its end - 1 when it is

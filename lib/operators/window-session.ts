@@ -15,8 +15,8 @@
  * session's contents live in `C${id}`, its id being the time of its first record, which
  * no other live session of the key can hold: the field keeps its name while the session
  * grows and when later sessions merge into it (Flink's "state window" of a merging
- * window), so a process function's records are appended, not copied per record. Before
- * session 17 the index was `i` = [start, end, ...] with contents in `w${windowKey}`,
+ * window), so a process function's records are appended, not copied per record. In the older
+ * layout the index was `i` = [start, end, ...] with contents in `w${windowKey}`,
  * renamed on each extension; such a key is moved to this layout when it is next touched.
  *
  * Timers: namespace windowKey(start, end), at end - 1 (the firing) and end - 1 + lateness
@@ -30,7 +30,7 @@ import { checkTimestamp, decodeWindowKey, windowContents, windowKey } from './wi
 import { lazySessionOperator } from './window-session-lazy.ts';
 
 const INDEX = 'I';
-/** The index before session 17: [start, end, ...], each session's contents in `w${windowKey(start, end)}`. */
+/** The index in the older layout: [start, end, ...], each session's contents in `w${windowKey(start, end)}`. */
 const OLD_INDEX = 'i';
 
 /** The field of the session with this id's contents. */
@@ -76,7 +76,7 @@ export function sessionWindowOperator(ctx: OperatorContext, spec: WindowSpec): W
     if (state !== undefined) contents.fire(state, ctx.currentKey(), window);
   };
 
-  /** The key's index, a key stored in the layout before session 17 moved to this one first. */
+  /** The key's index, a key stored in the older layout moved to this one first. */
   const index = (): number[] => {
     const idx = ctx.stateGet(INDEX) as number[] | undefined;
     if (idx !== undefined) return idx;

@@ -78,7 +78,7 @@ function listHandle<T>(ctx: OperatorContext, name: string, d: StateDescriptor): 
     if (x === undefined) {
       const raw = ctx.statePeek(name);
       if (raw === undefined || Array.isArray(raw)) return raw !== undefined;
-      // The layout before session 16 (a restored savepoint): the list wrapped with its expiry.
+      // The older layout (a restored savepoint): the list wrapped with its expiry.
       const old = ctx.stateGet(name) as Expiring;
       if (old.x <= ctx.clock.now()) {
         clear();

@@ -222,7 +222,7 @@ describe('process windows, state layout', () => {
     expect(stored().size).toBe(0);
   });
 
-  it('fires and extends a pane stored before session 16 (its records inside P), beside a new one', () => {
+  it('fires and extends a pane stored in the older layout (its records inside P), beside a new one', () => {
     const { op, ctx, commit, stored, record, emitted } = operatorOver();
     ctx.stateSet('P', [0, [{ t: 1 }, { t: 2 }]]);
     commit();
@@ -243,7 +243,7 @@ describe('process windows, state layout', () => {
     expect(stored().size).toBe(0);
   });
 
-  it("keeps a session's records in a field named by its first record's time, moves a bridged session's records into the earlier one's, and reads a session stored before session 16", () => {
+  it("keeps a session's records in a field named by its first record's time, moves a bridged session's records into the earlier one's, and reads a session stored in the older layout", () => {
     const { op, ctx, commit, stored, record, emitted, setWatermark } = operatorOver(Windows.session(5), (c, spec) => lazySessionOperator(c, spec, 5));
     // A session stored the old way (its records inside S), and two new ones.
     ctx.stateSet('S', [0, 7, [{ t: 0 }, { t: 2 }]]);

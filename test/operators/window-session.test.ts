@@ -100,7 +100,7 @@ describe('session windows with allowed lateness, state layout', () => {
     expect(stored().get('I')).toEqual([0, 8, 0, 12, 25, 12]);
   });
 
-  it('moves a key stored before session 17 (index `i`, contents under the window key) to this layout when touched', () => {
+  it('moves a key stored in the older layout (index `i`, contents under the window key) to this layout when touched', () => {
     const { op, ctx, commit, stored, record, emitted } = over();
     ctx.stateSet('i', [0, 7, 20, 25]);
     ctx.stateSet('w' + windowKey(0, 7), [{ t: 0 }, { t: 2 }]);
@@ -121,7 +121,7 @@ describe('session windows with allowed lateness, state layout', () => {
     expect(emitted).toEqual([[20]]);
   });
 
-  it('a timer is the first to touch a key stored before session 17', () => {
+  it('a timer is the first to touch a key stored in the older layout', () => {
     const { op, ctx, commit, stored, emitted } = over();
     ctx.stateSet('i', [0, 7]);
     ctx.stateSet('w' + windowKey(0, 7), [{ t: 0 }, { t: 2 }]);

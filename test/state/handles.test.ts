@@ -1,7 +1,7 @@
 /**
  * The typed state handles over a key's raw fields, committed batch by batch to the
  * in-memory store: list state with and without TTL (expiry in processing time, refreshed
- * by every write), and the TTL list layout before session 16 read as it was written.
+ * by every write), and a TTL list in the older layout read as it was written.
  */
 import { describe, expect, it } from 'vitest';
 import { listState } from '../../lib/api/state.ts';
@@ -72,7 +72,7 @@ describe('list state', () => {
     expect(l.get()).toEqual(['new']);
   });
 
-  it('with a TTL: a list in the layout before session 16 ({v, x} in the field) reads as it was, then moves to the new layout', () => {
+  it('with a TTL: a list in the older layout ({v, x} in the field) reads as it was, then moves to the new layout', () => {
     const { ctx, clock, commit, stored } = open();
     ctx.stateSet('l', { v: [1, 2], x: 100 });
     ctx.stateSet('m', { v: ['a'], x: 100 });
