@@ -10,32 +10,20 @@ import { job as q5 } from '../../examples/nexmark/q5.ts';
 import type { Job } from '../../lib/api/stream.ts';
 import { checkpointStateMachine } from '../../infra/checkpoint-state-machine.ts';
 import { createJobApp } from '../../infra/job-app.ts';
+import { physicalNames, sharedNames } from '../support/physical-names.ts';
 import { NO_BUNDLING } from './support/stacks.ts';
 
 const EXAMPLES = new URL('../../examples/', import.meta.url).pathname;
 
-/** Name properties AWS requires to be unique in an account and region (a role's inline policy names, stage and metric names are not). */
-const UNIQUE = new Set(['QueueName', 'TableName', 'StateMachineName', 'BucketName', 'LogGroupName', 'FunctionName', 'RoleName', 'ManagedPolicyName', 'DashboardName', 'AlarmName', 'TopicName', 'Name']);
-
-/** Every literal unique-name property of every resource. */
-function physicalNames(job: Job, jobModule: string, stackName?: string): string[] {
+function templateNames(job: Job, jobModule: string, stackName?: string): string[] {
   const { stack } = createJobApp({ job, jobModule, stackName, context: { ...NO_BUNDLING, 'sluice:nag': 'false' }, checkpoints: checkpointStateMachine, validate: false });
-  const resources = Template.fromStack(stack).toJSON().Resources as Record<string, { Type: string; Properties?: Record<string, unknown> }>;
-  const names: string[] = [];
-  for (const r of Object.values(resources)) {
-    for (const [key, value] of Object.entries(r.Properties ?? {})) {
-      if (UNIQUE.has(key) && typeof value === 'string') names.push(`${r.Type}.${key}=${value}`);
-    }
-  }
-  return names;
+  return physicalNames(Template.fromStack(stack).toJSON().Resources);
 }
 
-const overlap = (a: readonly string[], b: readonly string[]) => a.filter((n) => b.includes(n));
-
 describe('physical names across deployments', () => {
-  const q5Default = physicalNames(q5, `${EXAMPLES}nexmark/q5.ts`);
-  const q5Staging = physicalNames(q5, `${EXAMPLES}nexmark/q5.ts`, 'Sluice-nexmark-q5-staging');
-  const views = physicalNames(pageViews, `${EXAMPLES}first-job.ts`);
+  const q5Default = templateNames(q5, `${EXAMPLES}nexmark/q5.ts`);
+  const q5Staging = templateNames(q5, `${EXAMPLES}nexmark/q5.ts`, 'Sluice-nexmark-q5-staging');
+  const views = templateNames(pageViews, `${EXAMPLES}first-job.ts`);
 
   it('names the fixed resources (so the handlers find them)', () => {
     expect(q5Default.some((n) => n.startsWith('AWS::StepFunctions::StateMachine.StateMachineName='))).toBe(true);
@@ -46,11 +34,11 @@ describe('physical names across deployments', () => {
   });
 
   it('two jobs of one project share no name', () => {
-    expect(overlap(q5Default, views)).toEqual([]);
+    expect(sharedNames(q5Default, views)).toEqual([]);
   });
 
   it('one job under two stack names shares no name', () => {
     expect(q5Staging.length).toBe(q5Default.length);
-    expect(overlap(q5Default, q5Staging)).toEqual([]);
+    expect(sharedNames(q5Default, q5Staging)).toEqual([]);
   });
 });

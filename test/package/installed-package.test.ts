@@ -12,6 +12,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { physicalNames, sharedNames } from '../support/physical-names.ts';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const WORK = mkdtempSync(join(tmpdir(), 'sluice-package-'));
@@ -24,29 +25,10 @@ function devVersion(name: string): string {
   return `${name}@${pkg.devDependencies[name]}`;
 }
 
-const ORDERS_JOB = `import { Job, Sinks, valueState, z } from 'sluice';
-import { THRESHOLD } from './threshold.js';
-
-interface Order { customer: string; amount: number; time: number }
-
-/** An alert per order once a customer's running total reaches 100. */
-const job = new Job('order-alerts', { parallelism: 2 });
-job
-  .ingest<Order>('orders', { timestamp: (o) => o.time, schema: z.object({ customer: z.string(), amount: z.number(), time: z.number() }) })
-  .keyBy((o) => o.customer)
-  .process({
-    state: { total: valueState<number>() },
-    processElement(order, ctx) {
-      const total = (ctx.state.total.get() ?? 0) + order.amount;
-      ctx.state.total.set(total);
-      if (total >= THRESHOLD) ctx.emit({ customer: ctx.key, total, at: order.time });
-    },
-  })
-  .name('big-spenders')
-  .sinkTo(Sinks.stdout(), 'alerts');
-
-export default job;
-`;
+/** The README's job (examples/order-alerts.ts, shown there verbatim), its threshold imported the NodeNext way (.js naming a .ts file). */
+const ORDERS_JOB = readFileSync(join(ROOT, 'examples/order-alerts.ts'), 'utf8')
+  .replace("from 'sluice';\n", "from 'sluice';\nimport { THRESHOLD } from './threshold.js';\n")
+  .replace('if (total >= 100)', 'if (total >= THRESHOLD)');
 
 /** A sink of the user's own that writes to a table outside the deployment: its role does not allow it. */
 const AUDITED_JOB = `import { DynamoDBClient, PutItemCommand } from '@aws-sdk/client-dynamodb';
@@ -107,12 +89,7 @@ function sluice(args: readonly string[], env: NodeJS.ProcessEnv = {}) {
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
-/** Name properties AWS requires to be unique in an account and region, with literal values, of a synthesized template. */
-const UNIQUE = new Set(['QueueName', 'TableName', 'StateMachineName', 'BucketName', 'LogGroupName', 'FunctionName', 'RoleName', 'ManagedPolicyName', 'DashboardName', 'AlarmName', 'TopicName', 'Name']);
-function physicalNames(templateFile: string): string[] {
-  const t = JSON.parse(readFileSync(join(PROJECT, templateFile), 'utf8')) as { Resources: Record<string, { Type: string; Properties?: Record<string, unknown> }> };
-  return Object.values(t.Resources).flatMap((r) => Object.entries(r.Properties ?? {}).filter(([k, v]) => UNIQUE.has(k) && typeof v === 'string').map(([k, v]) => `${r.Type}.${k}=${String(v)}`));
-}
+const templateNames = (file: string) => physicalNames((JSON.parse(readFileSync(join(PROJECT, file), 'utf8')) as { Resources: Parameters<typeof physicalNames>[0] }).Resources);
 
 const lines = (file: string) =>
   readFileSync(join(PROJECT, file), 'utf8')
@@ -142,8 +119,8 @@ beforeAll(() => {
   const install = ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'];
   execFileSync('npm', [...install, tarball, devVersion('aws-cdk-lib'), devVersion('constructs'), devVersion('cdk-nag')], { cwd: PROJECT, stdio: ['ignore', 'ignore', 'inherit'] });
   mkdirSync(join(PROJECT, 'jobs'));
+  if (!ORDERS_JOB.includes("import { THRESHOLD } from './threshold.js'") || !ORDERS_JOB.includes('total >= THRESHOLD')) throw new Error('examples/order-alerts.ts changed: the test can no longer derive its job from it');
   writeFileSync(join(PROJECT, 'jobs/orders.ts'), ORDERS_JOB);
-  // A relative import written the NodeNext way (.js naming a .ts file).
   writeFileSync(join(PROJECT, 'jobs/threshold.ts'), 'export const THRESHOLD: number = 100;\n');
   writeFileSync(join(PROJECT, 'jobs/audited.ts'), AUDITED_JOB);
   writeFileSync(join(PROJECT, 'orders.jsonl'), INPUT.map((o) => JSON.stringify(o)).join('\n') + '\n');
@@ -221,12 +198,12 @@ describe('the packed package in a fresh project', () => {
       const r = sluice(['synth', ...args, '--no-nag']);
       expect(r.code, r.stderr.slice(-2000)).toBe(0);
     }
-    const orders = physicalNames('cdk.out/Sluice-order-alerts.template.json');
-    const staging = physicalNames('cdk.staging/Orders-staging.template.json');
-    const audited = physicalNames('cdk.audited/Sluice-audited-orders.template.json');
+    const orders = templateNames('cdk.out/Sluice-order-alerts.template.json');
+    const staging = templateNames('cdk.staging/Orders-staging.template.json');
+    const audited = templateNames('cdk.audited/Sluice-audited-orders.template.json');
     expect(orders).toContain('AWS::SQS::Queue.QueueName=order-alerts-s0.fifo');
     expect(staging).toContain('AWS::SQS::Queue.QueueName=Orders-staging-order-alerts-s0.fifo');
     expect(staging.length).toBe(orders.length);
-    for (const [a, b] of [[orders, staging], [orders, audited], [staging, audited]]) expect(a.filter((n) => b.includes(n))).toEqual([]);
+    for (const [a, b] of [[orders, staging], [orders, audited], [staging, audited]]) expect(sharedNames(a, b)).toEqual([]);
   });
 });
