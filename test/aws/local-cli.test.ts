@@ -4,7 +4,7 @@
  *   writes the embedded runtime's output and ends with the cost line;
  * - `sluice dev` with AWS_ENDPOINT_URL_DYNAMODB/_SQS/_S3 set uses those servers (the
  *   test setup's) and serves the ingest handler behind a local Function URL, which
- *   `sluice publish` feeds.
+ *   two requests feed (one per source partition).
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -78,14 +78,22 @@ describe('sluice --target local-aws', () => {
       const [, url] = await waitFor(() => stderr, /ingestion endpoint (http:\/\/127\.0\.0\.1:\d+)/, 60_000);
       expect(stderr).toContain(`DynamoDB AWS_ENDPOINT_URL_DYNAMODB=${inject('dynamodbEndpoint')}`);
       expect(stderr).toContain(`SQS AWS_ENDPOINT_URL_SQS=${inject('fauxqsEndpoint')}`);
-      const published = await sluice(['publish', 'views', file, '--url', url, '--batch-size', '4']);
-      expect(published.code).toBe(1); // one line was rejected by the ingest handler, and publish says so
-      expect(published.stdout + published.stderr).toMatch(/6 accepted/);
-      expect(published.stdout + published.stderr).toMatch(/line 7/);
+      // Two requests without an Idempotency-Key, so the ingest function sends them to the two
+      // source partitions in turn (`sluice publish` sends a key per batch, which picks the
+      // partition by its hash: both batches could land in one partition).
+      const lines = readFileSync(file, 'utf8').trim().split('\n');
+      const answers = [];
+      for (const batch of [lines.slice(0, 4), lines.slice(4)]) {
+        const res = await fetch(`${url}/streams/views/events`, { method: 'POST', headers: { 'content-type': 'application/x-ndjson' }, body: batch.join('\n') + '\n' });
+        expect(res.status).toBe(202);
+        answers.push((await res.json()) as { accepted: number; rejected: { index: number }[] });
+      }
+      expect(answers.map((a) => a.accepted)).toEqual([4, 2]);
+      expect(answers[1].rejected.map((r) => r.index)).toEqual([2]); // the file's seventh line
       // The windows close in two partitions, whose sink writes reach stdout separately: wait for all three rows.
       await waitFor(() => stdout, /^(?:.*\n){3}/, 60_000);
-      const lines = stdout.trim().split('\n').map((l) => JSON.parse(l));
-      expect(lines).toEqual(
+      const rows = stdout.trim().split('\n').map((l) => JSON.parse(l));
+      expect(rows).toEqual(
         expect.arrayContaining([
           { page: '/a', windowStart: 0, views: 2 },
           { page: '/b', windowStart: 0, views: 1 },
