@@ -27,8 +27,8 @@ export const LAYERS: readonly (readonly Layer[])[] = [
   ['examples'],
   ['local', 'aws'],
   ['testing'],
-  ['cli', 'index'],
-  ['infra', 'functions'],
+  ['infra'],
+  ['cli', 'index', 'functions'],
 ];
 
 /** The folders the layering covers. */
