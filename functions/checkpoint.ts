@@ -6,6 +6,7 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
+import { handlerClientConfig } from '../lib/aws/clients.ts';
 import { type CheckpointHandler, createCheckpointHandler } from '../lib/aws/checkpoint-handler.ts';
 import { deployment, job } from './job.ts';
 
@@ -14,9 +15,9 @@ let built: CheckpointHandler | undefined;
 export const handler = (event: unknown) =>
   (built ??= createCheckpointHandler({
     job,
-    dynamodb: new DynamoDBClient({ retryMode: 'adaptive' }),
-    sqs: new SQSClient({ retryMode: 'adaptive' }),
-    s3: new S3Client({ retryMode: 'adaptive' }),
+    dynamodb: new DynamoDBClient(handlerClientConfig()),
+    sqs: new SQSClient(handlerClientConfig()),
+    s3: new S3Client(handlerClientConfig()),
     bucket: deployment.bucket,
     queuePrefix: deployment.queuePrefix,
     tableName: deployment.table,

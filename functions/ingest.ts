@@ -9,6 +9,8 @@ import { SFNClient } from '@aws-sdk/client-sfn';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
+import { handlerClientConfig } from '../lib/aws/clients.ts';
+import { METRICS_NAMESPACE } from '../lib/aws/handler-metrics.ts';
 import { AwsAccounting } from '../lib/aws/accounting.ts';
 import { DynamoDbAckStore } from '../lib/aws/checkpoint-acks.ts';
 import { DEFAULT_ACTIVITY_GRAIN_MS } from '../lib/aws/checkpoint-task.ts';
@@ -18,15 +20,15 @@ import { createIngestHandler } from '../lib/aws/ingest-handler.ts';
 import { NamedQueues } from '../lib/aws/sqs-queues.ts';
 import { deployment, job } from './job.ts';
 
-const sqs = new SQSClient({ retryMode: 'adaptive' });
+const sqs = new SQSClient(handlerClientConfig());
 const accounting = new AwsAccounting();
 
 function wakeUp(stateMachineArn: string): CoordinatorWakeUp {
-  const client = new DynamoDBClient({ retryMode: 'adaptive' });
+  const client = new DynamoDBClient(handlerClientConfig());
   const tableName = deployment.table;
   return new CoordinatorWakeUp({
     job: job.name,
-    sfn: new SFNClient({ retryMode: 'adaptive' }),
+    sfn: new SFNClient(handlerClientConfig()),
     stateMachineArn,
     activity: new DynamoDbAckStore({ client, tableName, job: job.name, accounting }),
     pointers: new DynamoDbPointerStore({ client, tableName, job: job.name, accounting }),
@@ -43,5 +45,5 @@ export const handler = createIngestHandler({
   queues: new NamedQueues(sqs, job.name, deployment.queuePrefix),
   wakeUp: deployment.stateMachineArn ? wakeUp(deployment.stateMachineArn) : undefined,
   logger: new Logger({ serviceName: `sluice-${job.name}-ingest` }),
-  metrics: new Metrics({ namespace: 'Sluice', serviceName: job.name }),
+  metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: job.name }),
 });

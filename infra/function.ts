@@ -16,6 +16,7 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { type BundlingOptions, NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type { Construct } from 'constructs';
+import { sdkTimeoutEnvironment } from './handler-environment.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 /** `.ts` when running from the sources, `.js` from the built package. */
@@ -96,7 +97,8 @@ export function sluiceFunction(scope: Construct, id: string, o: SluiceFunctionOp
     description: o.description,
     timeout: o.timeout,
     memorySize: o.memorySize,
-    environment: { ...o.environment },
+    // Every function's AWS clients time out within its own timeout (lib/aws/clients.ts).
+    environment: { ...sdkTimeoutEnvironment(o.timeout), ...o.environment },
     role,
     logGroup,
     projectRoot: o.bundle.projectRoot,

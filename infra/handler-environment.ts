@@ -15,12 +15,17 @@
  * | SLUICE_CHECKPOINTS      | operators, ingest     | "1" when the checkpoint state machine is deployed: operators snapshot and ack barriers |
  * | SLUICE_STATE_MACHINE_ARN| ingest, operators     | the checkpoint state machine the ingest function wakes up (on operators only for `sluice ... --target aws` to find it) |
  * | SLUICE_API_KEY_SHA256   | API-key authorizer    | comma-separated SHA-256 hex digests of accepted keys |
+ * | SLUICE_SDK_CONNECTION_TIMEOUT_MS | every function | the AWS clients' connection timeout (lib/aws/clients.ts), from the function's timeout |
+ * | SLUICE_SDK_REQUEST_TIMEOUT_MS    | every function | the AWS clients' request timeout, from the function's timeout |
  * | POWERTOOLS_LOG_LEVEL    | every function        | Powertools' own variable (props.logLevel)            |
  * | NODE_OPTIONS            | every function        | `--enable-source-maps`, so stack traces name .ts lines |
  *
  * Reading them: `deployment.bucket` and `deployment.queuePrefix` in functions/job.ts
  * should come from SLUICE_BUCKET and SLUICE_QUEUE_PREFIX (see README "Deploy").
  */
+
+import type { Duration } from 'aws-cdk-lib';
+import { SDK_TIMEOUT_ENV, type SdkTimeouts } from '../lib/aws/clients.ts';
 
 export const HANDLER_ENV = {
   bucket: 'SLUICE_BUCKET',
@@ -31,6 +36,8 @@ export const HANDLER_ENV = {
   checkpoints: 'SLUICE_CHECKPOINTS',
   stateMachineArn: 'SLUICE_STATE_MACHINE_ARN',
   apiKeyHashes: 'SLUICE_API_KEY_SHA256',
+  sdkConnectionTimeout: SDK_TIMEOUT_ENV.connectionTimeoutMs,
+  sdkRequestTimeout: SDK_TIMEOUT_ENV.requestTimeoutMs,
   logLevel: 'POWERTOOLS_LOG_LEVEL',
   nodeOptions: 'NODE_OPTIONS',
 } as const;
@@ -57,4 +64,28 @@ export function runtimeEnvironment(options: {
     [HANDLER_ENV.logLevel]: options.logLevel,
     [HANDLER_ENV.nodeOptions]: '--enable-source-maps',
   };
+}
+
+/** Caps of the SDK timeouts: a healthy AWS call answers in milliseconds, a large S3 object in seconds. */
+const MAX_CONNECTION_TIMEOUT_MS = 3_000;
+const MAX_REQUEST_TIMEOUT_MS = 10_000;
+
+/**
+ * The AWS clients' timeouts for a function of this timeout: one attempt (connection plus
+ * request) takes at most about a third of the function's time (a tenth and a quarter),
+ * so a timed-out attempt leaves room for the SDK's retry and for the handler to answer
+ * with its failure (a backoff, batch item failures) before Lambda ends it.
+ */
+export function sdkTimeouts(functionTimeout: Duration): SdkTimeouts {
+  const ms = functionTimeout.toMilliseconds();
+  return {
+    connectionTimeoutMs: Math.max(1, Math.min(MAX_CONNECTION_TIMEOUT_MS, Math.floor(ms / 10))),
+    requestTimeoutMs: Math.max(1, Math.min(MAX_REQUEST_TIMEOUT_MS, Math.floor(ms / 4))),
+  };
+}
+
+/** The variables of sdkTimeouts(functionTimeout), set on every function (infra/function.ts). */
+export function sdkTimeoutEnvironment(functionTimeout: Duration): Record<string, string> {
+  const t = sdkTimeouts(functionTimeout);
+  return { [HANDLER_ENV.sdkConnectionTimeout]: String(t.connectionTimeoutMs), [HANDLER_ENV.sdkRequestTimeout]: String(t.requestTimeoutMs) };
 }

@@ -1,19 +1,37 @@
 /**
  * What an operator of the job watches: one dashboard (ingestion, each stage's backlog,
- * lag and function, the handlers' own metrics, checkpoints) and the alarms that mean
- * someone must act: a dead letter was parked, a stage falls behind, a partition stalled
- * on infrastructure errors, the endpoint answers 5xx, a checkpoint failed.
+ * lag and function, the handlers' own metrics per stage, backoffs per partition,
+ * checkpoints) and the alarms that mean someone must act: a dead letter was parked, a
+ * stage falls behind, a partition stalled on infrastructure errors, the endpoint answers
+ * 5xx, a checkpoint execution failed, epochs keep being aborted. The handlers' metric
+ * names and dimensions are lib/aws/handler-metrics.ts's.
  */
 import { Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import type { Construct } from 'constructs';
+import { ingestStreams } from '../lib/aws/ingest-handler.ts';
+import { INGEST_METRICS, METRIC_DIMENSIONS, METRICS_NAMESPACE, OPERATOR_METRICS } from '../lib/aws/handler-metrics.ts';
 import type { Ingestion } from './ingestion.ts';
 import type { ResolvedProps } from './props.ts';
 import type { StageResources } from './stages.ts';
 
-/** Powertools Metrics namespace and dimension of the handlers (functions/*.ts). */
-export const METRICS_NAMESPACE = 'Sluice';
+export { METRICS_NAMESPACE } from '../lib/aws/handler-metrics.ts';
+
+/**
+ * The checkpoint coordinator's count of aborted epochs (namespace METRICS_NAMESPACE,
+ * dimension service = the job).
+ */
+export const EPOCHS_ABORTED_METRIC = 'epochsAborted';
+/**
+ * An aborted epoch alone needs nobody: a restore, a redeployed stage or a partition slow
+ * to acknowledge aborts the epoch in flight, and the next one starts an interval later.
+ * Three in 15 minutes are most of the epochs that fit (with the default 60 s interval and
+ * 60 s epoch timeout an aborting epoch takes at least 2 minutes): checkpoints are not
+ * completing, so the input log and the outboxes grow and a restore would go further back.
+ */
+export const ABORTED_EPOCHS_THRESHOLD = 3;
+export const ABORTED_EPOCHS_PERIOD = Duration.minutes(15);
 
 /**
  * A stalled partition (lib/aws/group-backoff.ts) is tried again every 3 hours and emits
@@ -65,10 +83,19 @@ export function createMonitoring(scope: Construct, p: ResolvedProps, stages: rea
       3,
     );
   }
-  const own = (metricName: string, period = MINUTE) => new cloudwatch.Metric({ namespace: METRICS_NAMESPACE, metricName, dimensionsMap: { service: job }, period, statistic: 'Sum' });
+  // The handlers' metrics: per job (incidents), per stage (everything), per partition (incidents, by search).
+  const own = (metricName: string, period = MINUTE) => new cloudwatch.Metric({ namespace: METRICS_NAMESPACE, metricName, dimensionsMap: { [METRIC_DIMENSIONS.service]: job }, period, statistic: 'Sum' });
+  const ofStage = (metricName: string, stage: number, statistic = 'Sum') =>
+    new cloudwatch.Metric({ namespace: METRICS_NAMESPACE, metricName, dimensionsMap: { [METRIC_DIMENSIONS.service]: job, [METRIC_DIMENSIONS.stage]: String(stage) }, period: MINUTE, statistic, label: `${metricName} stage ${stage}` });
+  const byPartition = (metricName: string) =>
+    new cloudwatch.MathExpression({
+      expression: `SEARCH('{${METRICS_NAMESPACE},${METRIC_DIMENSIONS.partition},${METRIC_DIMENSIONS.service},${METRIC_DIMENSIONS.stage}} MetricName="${metricName}" ${METRIC_DIMENSIONS.service}="${job}"', 'Sum', 300)`,
+      label: metricName,
+      period: Duration.minutes(5),
+    });
   alarm(
     'StalledPartitionsAlarm',
-    own('stalledPartitions', STALL_ALARM_PERIOD),
+    own(OPERATOR_METRICS.stalledPartitions, STALL_ALARM_PERIOD),
     1,
     'a partition stalled: its message group kept failing on DynamoDB, SQS or S3 (throttling, timeouts) until it neared the queue\'s receive limit; it waits in its queue and is retried every 3 hours. Find the cause in the stage function\'s "partition stalled" log; unresolved, SQS moves the group to the DLQ after maxReceiveCount receives',
     STALL_ALARM_WINDOW.toMinutes() / STALL_ALARM_PERIOD.toMinutes(),
@@ -88,6 +115,12 @@ export function createMonitoring(scope: Construct, p: ResolvedProps, stages: rea
       1,
       'a checkpoint coordinator execution failed, timed out or was aborted',
     );
+    alarm(
+      'AbortedEpochsAlarm',
+      own(EPOCHS_ABORTED_METRIC, ABORTED_EPOCHS_PERIOD),
+      ABORTED_EPOCHS_THRESHOLD,
+      `${ABORTED_EPOCHS_THRESHOLD} or more checkpoint epochs were aborted within ${ABORTED_EPOCHS_PERIOD.toMinutes()} minutes: checkpoints are not completing (a partition does not acknowledge its barriers in time); the input log and the outboxes grow until one does. Find the stage in the coordinator's execution history and the stage function's logs`,
+    );
   }
 
   const dashboard = new cloudwatch.Dashboard(scope, 'Dashboard', { defaultInterval: Duration.hours(3) });
@@ -106,6 +139,9 @@ export function createMonitoring(scope: Construct, p: ResolvedProps, stages: rea
     graph('Ingest function', [ingest.metricInvocations({ period: MINUTE }), ingest.metricErrors({ period: MINUTE }), ingest.metricThrottles({ period: MINUTE })], 8),
     graph('Ingest duration p99', [ingest.metricDuration({ period: MINUTE, statistic: 'p99' })], 8),
   );
+  const sourceStages = [...new Set([...ingestStreams(p.plan).values()].map((s) => s.stage))];
+  dashboard.addWidgets(graph('Events accepted, rejected (by source stage)', sourceStages.flatMap((s) => [ofStage(INGEST_METRICS.eventsAccepted, s), ofStage(INGEST_METRICS.eventsRejected, s)]), 24));
+  const M = OPERATOR_METRICS;
   for (const { stage, queue, deadLetterQueue, operator } of stages) {
     const fn = operator.fn;
     const name = `Stage ${stage.id} ${stage.name}`;
@@ -116,16 +152,21 @@ export function createMonitoring(scope: Construct, p: ResolvedProps, stages: rea
       graph(`${name}: concurrency`, [fn.metric('ConcurrentExecutions', { period: MINUTE, statistic: 'Maximum' })], 4),
       graph(`${name}: DLQ`, [deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: MINUTE, statistic: 'Maximum' })], 5),
     );
+    dashboard.addWidgets(
+      graph(`${name}: records in, duplicates dropped`, [ofStage(M.recordsIn, stage.id), ofStage(M.duplicatesDropped, stage.id)], 8),
+      graph(`${name}: lag (ms, max)`, [ofStage(M.lag, stage.id, 'Maximum')], 8),
+      graph(`${name}: dead letters, failed groups, backoffs, stalls`, [ofStage(M.deadLetters, stage.id), ofStage(M.groupFailures, stage.id), ofStage(M.groupRetries, stage.id), ofStage(M.stalledPartitions, stage.id)], 8),
+    );
   }
   dashboard.addWidgets(
-    graph('Records in, duplicates dropped', [own('recordsIn'), own('duplicatesDropped')], 8),
-    graph('Dead letters, failed groups', [own('deadLetters'), own('groupFailures')], 8),
-    graph('Backoffs, stalled partitions', [own('groupRetries'), own('stalledPartitions')], 8),
+    graph('Backoffs by partition', [byPartition(M.groupRetries)], 12),
+    graph('Stalled partitions by partition', [byPartition(M.stalledPartitions)], 12),
   );
   if (stateMachine) {
     const five = { period: Duration.minutes(5), statistic: 'Sum' };
     dashboard.addWidgets(
-      graph('Checkpoints', [stateMachine.metricStarted(five), stateMachine.metricSucceeded(five), stateMachine.metricFailed(five), stateMachine.metricTimedOut(five)], 24),
+      graph('Checkpoint executions', [stateMachine.metricStarted(five), stateMachine.metricSucceeded(five), stateMachine.metricFailed(five), stateMachine.metricTimedOut(five)], 12),
+      graph('Aborted epochs', [own(EPOCHS_ABORTED_METRIC, Duration.minutes(5))], 12),
     );
   }
   return { dashboard, alarms };

@@ -3,8 +3,10 @@
  * suppression names the resource it covers and, for IAM5, the exact wildcard it allows,
  * so a new finding anywhere else still fails the nag test.
  */
+import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { NagSuppressions } from 'cdk-nag';
+import { Construct } from 'constructs';
 import type { SluiceFunction } from './function.ts';
 
 /** Object ARNs under one of the job's bucket prefixes (permissions.ts bucketPrefixes). */
@@ -47,6 +49,27 @@ export function suppressStateMachineFindings(stateMachine: sfn.IStateMachine): v
         id: 'AwsSolutions-IAM5',
         reason: 'CloudWatch Logs vended log delivery (logs:CreateLogDelivery, logs:PutResourcePolicy, ...) and X-Ray (xray:PutTraceSegments, ...) accept only Resource "*" for a state machine execution role.',
         appliesTo: ['Resource::*'],
+      },
+    ],
+    true,
+  );
+}
+
+/**
+ * The wildcards of SluiceJob.grantOperate on the grantee's role (when it is one of this
+ * app's constructs): the job's key prefixes, ListEventSourceMappings (no resource-level
+ * permission in IAM), and the coordinator's executions (named per start).
+ */
+export function suppressOperateFindings(grantee: iam.IGrantable): void {
+  const role = grantee.grantPrincipal;
+  if (!(role instanceof Construct)) return;
+  NagSuppressions.addResourceSuppressions(
+    role,
+    [
+      {
+        id: 'AwsSolutions-IAM5',
+        reason: 'sluice checkpoints|savepoint|restore read objects whose keys are generated per snapshot, epoch, input log segment and savepoint: access is on the job\'s key prefixes; lambda:ListEventSourceMappings supports only Resource "*"; StopExecution names the coordinator\'s executions, whose names are generated per start.',
+        appliesTo: [{ regex: `/${PREFIX_OBJECTS.source}/g` }, 'Resource::*', { regex: '/^Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:.*:\\*$/g' }],
       },
     ],
     true,

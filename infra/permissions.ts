@@ -41,6 +41,23 @@ export const WAKE_TABLE_ACTIONS = { activity: ['dynamodb:UpdateItem'], lease: ['
 /** Checkpoint pointers and coordinator records: read, compare-and-set (lib/aws/dynamodb-pointers.ts). */
 export const COORDINATOR_TABLE_ACTIONS = ['dynamodb:GetItem', 'dynamodb:PutItem'] as const;
 
+/**
+ * `sluice checkpoints|savepoint|restore --target aws` (SluiceJob.grantOperate) on the
+ * table: the coordinator's items (pointer, record, lease, savepoint request: read,
+ * compare-and-set), the activity item (touched after a restore), and every partition's
+ * control and state items (a restore reads each head, queries and rewrites the partition
+ * with BatchWriteItem, sets the head with a conditional PutItem; the input log replayed
+ * is queried from the control items).
+ */
+export const OPERATE_TABLE_ACTIONS = ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:BatchWriteItem'] as const;
+
+export function operateLeadingKeys(job: string): string[] {
+  return [...coordinatorLeadingKeys(job), signalsPk(job), `${job}#p#*`, `${job}#s#*`];
+}
+
+/** What a restore does to the stages' consumers (lib/aws/job-control.ts): find, disable, enable and watch the event source mappings. */
+export const OPERATE_MAPPING_ACTIONS = ['lambda:GetEventSourceMapping', 'lambda:UpdateEventSourceMapping'] as const;
+
 /** Input log truncation (lib/aws/input-log.ts): list a source partition's segment items, delete them. */
 export const INPUT_LOG_TRUNCATE_ACTIONS = ['dynamodb:Query', 'dynamodb:BatchWriteItem'] as const;
 

@@ -139,9 +139,17 @@ export interface SluiceJobProps {
    */
   readonly sinkEncryptionKey?: kms.IKey;
   /**
-   * FIFO high throughput (deduplication and throughput per message group). The ingest
-   * function's Idempotency-Key relies on queue-wide deduplication, so it is off by default.
-   * @default false
+   * FIFO high throughput on every stage queue and DLQ: deduplication and the throughput
+   * quota per message group (DeduplicationScope messageGroup, FifoThroughputLimit
+   * perMessageGroupId). Without it a FIFO queue serves 300 calls per second per action,
+   * 3,000 messages batched, for all its partitions together; with it each message group
+   * (a Sluice partition) gets that quota, up to the region's high-throughput limit
+   * (70,000 messages per second in the largest regions). Deduplication per group loses
+   * nothing: a stage's deduplication ids are per envelope and its envelopes stay in their
+   * partition's group; the ingest function's Idempotency-Key must send a retried request
+   * to the groups it was first sent to (lib/aws/ingest-handler.ts). Turn it off only for
+   * a queue that must deduplicate across groups.
+   * @default true
    */
   readonly highThroughputFifo?: boolean;
   /** Of the table, the buckets and the log groups (queues are always destroyed). @default RemovalPolicy.RETAIN */
@@ -278,7 +286,7 @@ export function resolveProps(props: SluiceJobProps, plan: PhysicalPlan, defaultP
     },
     encryptionKey: props.encryptionKey,
     sinkEncryptionKey: props.sinkEncryptionKey,
-    highThroughputFifo: props.highThroughputFifo ?? false,
+    highThroughputFifo: props.highThroughputFifo ?? true,
     removalPolicy: props.removalPolicy ?? RemovalPolicy.RETAIN,
     logLevel,
     checkpoints: props.checkpoints,

@@ -11,10 +11,10 @@
  * Names the handlers look up (queues, table) follow lib/aws/naming.ts; what they
  * cannot derive comes from the environment listed in handler-environment.ts.
  */
-import { Duration, Stack } from 'aws-cdk-lib';
+import { ArnFormat, Duration, Stack } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
-import type * as iam from 'aws-cdk-lib/aws-iam';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
@@ -29,8 +29,21 @@ import { type SluiceFunction, sluiceFunction } from './function.ts';
 import { HANDLER_ENV, runtimeEnvironment } from './handler-environment.ts';
 import { createIngestion, type Ingestion } from './ingestion.ts';
 import { createMonitoring } from './monitoring.ts';
-import { suppressFunctionFindings, suppressStateMachineFindings } from './nag.ts';
-import { bucketPrefixes, COORDINATOR_TABLE_ACTIONS, coordinatorLeadingKeys, grantObjects, grantSend, grantTable, grantWakeUp, INPUT_LOG_TRUNCATE_ACTIONS, partitionControlKeys } from './permissions.ts';
+import { suppressFunctionFindings, suppressOperateFindings, suppressStateMachineFindings } from './nag.ts';
+import {
+  bucketPrefixes,
+  COORDINATOR_TABLE_ACTIONS,
+  coordinatorLeadingKeys,
+  grantObjects,
+  grantSend,
+  grantTable,
+  grantWakeUp,
+  INPUT_LOG_TRUNCATE_ACTIONS,
+  OPERATE_MAPPING_ACTIONS,
+  OPERATE_TABLE_ACTIONS,
+  operateLeadingKeys,
+  partitionControlKeys,
+} from './permissions.ts';
 import { loggingPartitions } from '../lib/aws/input-log.ts';
 import { checkSources, type ResolvedProps, resolveProps, type SluiceJobProps } from './props.ts';
 import { awsSinksOf, SinkGrants } from './sinks.ts';
@@ -171,6 +184,53 @@ export class SluiceJob extends Construct {
     const logs = allOf(this.resultLogGroups.map((g) => g.grantRead(grantee)));
     const sinks = this.sinkGrants.grantRead(grantee);
     return sinks ? logs.combine(sinks) : logs;
+  }
+
+  /**
+   * What `sluice checkpoints|savepoint|restore --target aws` call, and no more:
+   * - find the job: the stage queues' URLs and attributes (ARN, messages in flight), the
+   *   stage functions' configuration (SLUICE_BUCKET, SLUICE_STATE_MACHINE_ARN) through
+   *   the queues' event source mappings (ListEventSourceMappings has no resource-level
+   *   permission: `*`);
+   * - read the checkpoints, manifests, snapshots, savepoints and the logged input in the
+   *   bucket; write an installable manifest beside a savepoint's copy;
+   * - the table: the coordinator's items (lease, pointer, record, savepoint request), the
+   *   activity item, every partition's control and state items (a restore rewrites them);
+   * - the S3 file sinks a restore rolls back (as the coordinator's commit step);
+   * - stop and start the consumers (disable and enable each stage's event source mapping),
+   *   purge the inter-stage queues, wake the source partitions that replay (SendMessage);
+   * - the coordinator: list and stop its running executions, start one (a savepoint of a
+   *   quiet job, the restart after a restore).
+   */
+  grantOperate(grantee: iam.IGrantable): iam.Grant {
+    const p = this.resolved;
+    const job = p.job.name;
+    const prefixes = bucketPrefixes(job);
+    const stack = Stack.of(this);
+    const fedByStages = this.stages.filter((s) => s.stage.inputs.some((e) => this.plan.edges[e].from.kind !== 'source'));
+    const sourceQueues = [...new Set([...ingestStreams(this.plan).values()].map((s) => s.stage))].map((s) => this.stages[s].queue);
+    const allow = (actions: readonly string[], resourceArns: string[]) => iam.Grant.addToPrincipal({ grantee, actions: [...actions], resourceArns });
+    let grant = grantTable(grantee, this.table, OPERATE_TABLE_ACTIONS, operateLeadingKeys(job), p.encryptionKey)
+      .combine(grantObjects(grantee, this.bucket, [prefixes.checkpoints, prefixes.manifests, prefixes.snapshots, prefixes.inputLog], { read: true }, p.encryptionKey))
+      .combine(grantObjects(grantee, this.bucket, [prefixes.savepoints], { read: true, write: true }, p.encryptionKey))
+      .combine(allow(['sqs:GetQueueUrl', 'sqs:GetQueueAttributes'], this.stages.map((s) => s.queue.queueArn)))
+      .combine(grantSend(grantee, sourceQueues, { key: p.encryptionKey }))
+      .combine(allow(['lambda:ListEventSourceMappings'], ['*']))
+      .combine(allow(OPERATE_MAPPING_ACTIONS, this.stages.map((s) => s.eventSource.eventSourceMappingArn)))
+      .combine(allow(['lambda:GetFunctionConfiguration'], this.stages.map((s) => s.operator.fn.functionArn)));
+    if (fedByStages.length) grant = grant.combine(allow(['sqs:PurgeQueue'], fedByStages.map((s) => s.queue.queueArn)));
+    const sinks = this.sinkGrants.grantCommit(grantee);
+    if (sinks) grant = grant.combine(sinks);
+    if (this.stateMachine) {
+      const machine = this.stateMachine;
+      const executions = stack.formatArn({ service: 'states', resource: 'execution', resourceName: `${stack.splitArn(machine.stateMachineArn, ArnFormat.COLON_RESOURCE_NAME).resourceName}:*`, arnFormat: ArnFormat.COLON_RESOURCE_NAME });
+      grant = grant
+        .combine(allow(['states:ListExecutions'], [machine.stateMachineArn]))
+        .combine(machine.grantStartExecution(grantee))
+        .combine(allow(['states:StopExecution'], [executions]));
+    }
+    suppressOperateFindings(grantee);
+    return grant;
   }
 
   /**

@@ -36,6 +36,8 @@ export interface StageResources {
   readonly queue: sqs.Queue;
   readonly deadLetterQueue: sqs.Queue;
   readonly operator: SluiceFunction;
+  /** The queue's event source mapping (a restore disables and enables it: SluiceJob.grantOperate). */
+  readonly eventSource: SqsEventSource;
 }
 
 function fifoQueue(scope: Construct, id: string, p: ResolvedProps, props: sqs.QueueProps): sqs.Queue {
@@ -85,13 +87,12 @@ export function createStages(scope: Construct, p: ResolvedProps, storage: { tabl
     });
     const grantee = operator.fn;
     // Consume its own queue (ReceiveMessage, DeleteMessage, ChangeMessageVisibility, GetQueueAttributes, GetQueueUrl; kms:Decrypt with a key).
-    grantee.addEventSource(
-      new SqsEventSource(queue, {
-        batchSize: BATCH_SIZE,
-        reportBatchItemFailures: true,
-        maxConcurrency: p.maxConcurrency(stage.parallelism),
-      }),
-    );
+    const eventSource = new SqsEventSource(queue, {
+      batchSize: BATCH_SIZE,
+      reportBatchItemFailures: true,
+      maxConcurrency: p.maxConcurrency(stage.parallelism),
+    });
+    grantee.addEventSource(eventSource);
     // Send to the downstream stages' queues and park dead letters in its own DLQ.
     const downstream = [...new Set(stage.outputs.map((e) => p.plan.edges[e].toStage))].map((s) => queues[s].queue);
     grantSend(grantee, [...downstream, deadLetterQueue], { key: p.encryptionKey });
@@ -105,6 +106,6 @@ export function createStages(scope: Construct, p: ResolvedProps, storage: { tabl
       if (stage.inputs.some((e) => p.plan.edges[e].from.kind === 'source')) grantObjects(grantee, storage.bucket, [bucketPrefixes(job).inputLog], { read: true, write: true }, p.encryptionKey);
       grantTable(grantee, storage.table, STAGE_ACK_TABLE_ACTIONS, [signalsPk(job)], p.encryptionKey);
     }
-    return { stage, queue, deadLetterQueue, operator };
+    return { stage, queue, deadLetterQueue, operator, eventSource };
   });
 }

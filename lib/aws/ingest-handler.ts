@@ -40,6 +40,7 @@ import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
 import { toIngestRecord } from '../local/sources.ts';
 import * as V from '../transport/ingest-validation.ts';
 import { AwsAccounting } from './accounting.ts';
+import { INGEST_METRICS, stageDimension } from './handler-metrics.ts';
 import * as C from './sqs-codec.ts';
 import { NamedQueues, type QueueResolver, queueBacklog } from './sqs-queues.ts';
 import { type OutgoingMessage, SqsTransport } from './sqs-transport.ts';
@@ -168,6 +169,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     const unknown = V.checkStream(route.stream, names);
     if (unknown) return unknown;
     const stream = streams.get(route.stream)!;
+    stageDimension(config.metrics, stream.stage);
     const format = V.checkContentType(header(event, 'content-type'));
     if (V.isAnswer(format)) return format;
     const encoded = V.checkContentEncoding(header(event, 'content-encoding'));
@@ -243,16 +245,16 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
         for (const index of eventsOf[m]) rejected.push({ index, error: `SQS did not accept the event: ${o.code}: ${o.message}`, retryable: !o.senderFault });
       }
     });
-    config.metrics?.addMetric('eventsAccepted', MetricUnit.Count, accepted);
+    config.metrics?.addMetric(INGEST_METRICS.eventsAccepted, MetricUnit.Count, accepted);
     if ((accepted > 0 || unsure.length > 0) && config.wakeUp) {
       try {
         await config.wakeUp.onInput();
       } catch (e) {
         config.logger?.error('cannot wake the checkpoint coordinator; the next request tries again', { error: (e as Error).message });
-        config.metrics?.addMetric('wakeUpFailures', MetricUnit.Count, 1);
+        config.metrics?.addMetric(INGEST_METRICS.wakeUpFailures, MetricUnit.Count, 1);
       }
     }
-    config.metrics?.addMetric('eventsRejected', MetricUnit.Count, rejected.length);
+    config.metrics?.addMetric(INGEST_METRICS.eventsRejected, MetricUnit.Count, rejected.length);
     if (unsure.length) {
       return {
         status: 503,
@@ -279,7 +281,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
 
   return async (event, context) => {
     if (context) config.logger?.addContext(context);
-    config.metrics?.addMetric('requests', MetricUnit.Count, 1);
+    config.metrics?.addMetric(INGEST_METRICS.requests, MetricUnit.Count, 1);
     let answer: V.IngestAnswer;
     try {
       answer = await handle(event);

@@ -66,6 +66,7 @@ import { DynamoDbTable } from './dynamodb-table.ts';
 import { AwsInputLog } from './input-log.ts';
 import { replayChunks, replayEnvelopes } from './restore-replay.ts';
 import { stageOfQueue, stateTableName } from './naming.ts';
+import { countIncident, groupLag, OPERATOR_METRICS, stageDimension } from './handler-metrics.ts';
 import { backoffFor, changeVisibility, DEFAULT_MAX_RECEIVE_COUNT, type GroupBackoffOptions, receivesOf, resolveGroupBackoff } from './group-backoff.ts';
 import { RecordAttempts } from './record-attempts.ts';
 import { type DeadLetterMessage, WAKE_BODY } from './sqs-codec.ts';
@@ -228,7 +229,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
           const parked = e.rejected.map((r) => ({ operator: b.sink, channel: `sink:${b.producer}`, seq: b.seq, index: r.index, record: { value: r.record, timestamp: Number.NaN }, error: r.error, attempts: 1, job, stage: scope.stage, partition: scope.partition }));
           await transport.sendDeadLetters(parked);
           log?.warn('sink refused records; parked as dead letters', { sink: b.sink, producer: b.producer, seq: b.seq, records: parked.length, error: e.message });
-          metrics?.addMetric('deadLetters', MetricUnit.Count, parked.length);
+          metrics?.addMetric(OPERATOR_METRICS.deadLetters, MetricUnit.Count, parked.length);
         }
       }
     };
@@ -243,7 +244,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     // so a transactional sink's objects for an epoch exist before it is committed.
     await sendAcks();
     if (letters.length) {
-      metrics?.addMetric('deadLetters', MetricUnit.Count, letters.length);
+      metrics?.addMetric(OPERATOR_METRICS.deadLetters, MetricUnit.Count, letters.length);
       for (const d of letters) {
         if (d.record) log?.warn('record parked as a dead letter', { operator: d.operator, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });
         else log?.warn('callback parked as a dead letter (a timer counts as consumed)', { operator: d.operator, timer: d.timer, watermark: d.watermark, attempts: d.attempts, error: d.error });
@@ -311,8 +312,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         const result = await got.rt.process(decoded.slice(0, end).flat(), skip.size ? skip : undefined);
         await deliver(scope, result.outbox);
         if (result.outbox.length) await got.rt.outboxDelivered(result.version);
-        metrics?.addMetric('recordsIn', MetricUnit.Count, result.recordsIn);
-        metrics?.addMetric('duplicatesDropped', MetricUnit.Count, result.duplicatesDropped);
+        metrics?.addMetric(OPERATOR_METRICS.recordsIn, MetricUnit.Count, result.recordsIn);
+        metrics?.addMetric(OPERATOR_METRICS.duplicatesDropped, MetricUnit.Count, result.duplicatesDropped);
         if (skip.size) await attemptsLog.forget(scope, skip.keys()).catch(() => undefined);
         const failed = records.slice(end).map((r) => r.messageId);
         // The messages behind one S3 did not serve back off; an undecodable one goes its way to the DLQ.
@@ -346,7 +347,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
           log?.info('cached partition was stale; reopening', { stage, partition, error: (e as Error).message });
           continue;
         }
-        metrics?.addMetric('groupFailures', MetricUnit.Count, 1);
+        metrics?.addMetric(OPERATOR_METRICS.groupFailures, MetricUnit.Count, 1);
         return infra(e);
       }
     }
@@ -371,17 +372,20 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     const fields = { stage, partition, messages: failed.length, receives: d.receives, maxReceiveCount, visibilitySeconds: d.seconds, error, ...(outcome.failures.length ? { visibilityNotChanged: failed.length - outcome.changed, visibilityError: outcome.failures[0] } : {}) };
     if (d.stalled) {
       log?.error('partition stalled: its group keeps failing on the infrastructure and is near the queue\'s receive limit; it stays in the queue and is tried again after visibilitySeconds. Resolve the cause: SQS moves it to the DLQ after maxReceiveCount receives', fields);
-      metrics?.addMetric('stalledPartitions', MetricUnit.Count, 1);
+      countIncident(metrics, OPERATOR_METRICS.stalledPartitions, stage, partition);
     } else {
       log?.warn('batch failed on the infrastructure; the group backs off', fields);
     }
-    metrics?.addMetric('groupRetries', MetricUnit.Count, 1);
+    countIncident(metrics, OPERATOR_METRICS.groupRetries, stage, partition);
   }
 
   const handler = async (event: SQSEvent, context?: Context): Promise<SQSBatchResponse> => {
     const replayUntil = context ? Date.now() + context.getRemainingTimeInMillis() / 2 : Number.POSITIVE_INFINITY;
     if (context) log?.addContext(context);
-    metrics?.addMetric('messages', MetricUnit.Count, event.Records.length);
+    const first = event.Records[0];
+    const invocationStage = first && (config.stage ?? stageOfQueue(job, first.eventSourceARN, config.queuePrefix));
+    if (invocationStage !== undefined) stageDimension(metrics, invocationStage);
+    metrics?.addMetric(OPERATOR_METRICS.messages, MetricUnit.Count, event.Records.length);
     const groups = new Map<string, SQSRecord[]>();
     for (const r of event.Records) {
       const key = `${r.eventSourceARN}\u0000${r.attributes.MessageGroupId ?? ''}`;
@@ -396,6 +400,8 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
           if (stage === undefined || !plan.stages[stage]) {
             throw new ConfigError('event source queue', `a stage queue of job ${job} (naming.ts), or the handler's stage option`, records[0].eventSourceARN);
           }
+          const lag = groupLag(records, clock.now());
+          if (lag !== undefined) metrics?.addMetric(OPERATOR_METRICS.lag, MetricUnit.Milliseconds, lag);
           return processGroup(stage, records, replayUntil).then(async (r) => {
             if (r.infra !== undefined) await backOff(stage, records.filter((x) => r.failed.includes(x.messageId)), r.infra);
             return r.failed;

@@ -4,7 +4,9 @@
  * step), refusing different ones with BlobConflictError. The PutObject also carries
  * `If-None-Match: *`, so on S3 itself a racing writer cannot overwrite either; emulators
  * ignore that header, which is why commit points never rely on it (pointers live in
- * DynamoDB, dynamodb-pointers.ts).
+ * DynamoDB, dynamodb-pointers.ts). While another conditional write of the key is in
+ * flight S3 answers 409 ConditionalRequestConflict (or OperationAborted): put() reads the
+ * key again and retries a few times, then fails retryable (the handler backs off).
  *
  * Keys are `${prefix}${key}`; list() returns keys without the prefix, in lexical order.
  * Accounting ('s3'): requests, bytes moved, objects deleted (items).
@@ -12,7 +14,7 @@
 import { CreateBucketCommand, DeleteObjectsCommand, GetObjectCommand, ListObjectsV2Command, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
 import type { BlobStore } from '../checkpoint/storage.ts';
 import { AwsAccounting } from './accounting.ts';
-import { BlobConflictError, mapS3Error } from './transport-errors.ts';
+import { BlobConflictError, isS3TransientConflict, mapS3Error } from './transport-errors.ts';
 
 export interface S3BlobStoreOptions {
   readonly s3: S3Client;
@@ -22,6 +24,8 @@ export interface S3BlobStoreOptions {
   readonly accounting?: AwsAccounting;
   /** Keys per ListObjectsV2 page (default and maximum 1,000). */
   readonly pageSize?: number;
+  /** The wait before the n-th retry of a put S3 answered with a transient 409 is n times this (default 50 ms). */
+  readonly conflictRetryDelayMs?: number;
 }
 
 const SERVICE = 's3';
@@ -32,9 +36,13 @@ export class S3BlobStore implements BlobStore {
   private readonly bucket: string;
   private readonly prefix: string;
   private readonly pageSize?: number;
+  private readonly conflictRetryDelayMs: number;
+  /** Attempts of a put that meets S3's transient 409s. */
+  static readonly CONFLICT_ATTEMPTS = 4;
 
   constructor(options: S3BlobStoreOptions) {
     this.pageSize = options.pageSize;
+    this.conflictRetryDelayMs = options.conflictRetryDelayMs ?? 50;
     this.s3 = options.s3;
     this.bucket = options.bucket;
     this.prefix = options.prefix ?? '';
@@ -42,16 +50,21 @@ export class S3BlobStore implements BlobStore {
   }
 
   async put(key: string, body: Uint8Array): Promise<void> {
-    if (await this.sameAsStored(key, body)) return;
-    try {
-      await this.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: this.prefix + key, Body: body, ContentLength: body.byteLength, IfNoneMatch: '*' }));
-      this.accounting.record(SERVICE, 'PutObject', { requests: 1, bytes: body.byteLength });
-    } catch (e) {
-      this.accounting.record(SERVICE, 'PutObject', { requests: 1, errors: 1 });
-      const status = (e as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
-      // Another writer created it between our read and our write: same bytes are fine.
-      if (status === 412 && (await this.sameAsStored(key, body))) return;
-      throw mapS3Error(e, 'PutObject', this.bucket, this.prefix + key);
+    for (let attempt = 1; ; attempt++) {
+      // Again after a conflict: the racing writer may have landed these bytes (or others).
+      if (await this.sameAsStored(key, body)) return;
+      try {
+        await this.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: this.prefix + key, Body: body, ContentLength: body.byteLength, IfNoneMatch: '*' }));
+        this.accounting.record(SERVICE, 'PutObject', { requests: 1, bytes: body.byteLength });
+        return;
+      } catch (e) {
+        this.accounting.record(SERVICE, 'PutObject', { requests: 1, errors: 1 });
+        const status = (e as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+        // Another writer created it between our read and our write: same bytes are fine.
+        if (status === 412 && (await this.sameAsStored(key, body))) return;
+        if (!isS3TransientConflict(e) || attempt >= S3BlobStore.CONFLICT_ATTEMPTS) throw mapS3Error(e, 'PutObject', this.bucket, this.prefix + key);
+        await new Promise((r) => setTimeout(r, this.conflictRetryDelayMs * attempt));
+      }
     }
   }
 

@@ -88,7 +88,11 @@ export interface CreateQueuesOptions {
   readonly maxReceiveCount?: number;
   readonly visibilityTimeoutSeconds?: number;
   readonly maxMessageBytes?: number;
-  /** Deduplication and throughput per message group (70,000 msg/s); not emulated by fauxqs. */
+  /**
+   * Deduplication and throughput per message group, as SluiceJob deploys by default
+   * (props.highThroughputFifo). fauxqs accepts and reports the two attributes but
+   * deduplicates queue-wide and has no throughput quota, so local runs behave alike either way.
+   */
   readonly highThroughput?: boolean;
 }
 

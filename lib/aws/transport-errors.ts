@@ -100,11 +100,24 @@ interface AwsErrorShape {
   $metadata?: { httpStatusCode?: number };
 }
 
-/** Whether an SDK error can go away by itself: throttling, 5xx, network, timeouts. */
+/**
+ * S3's 409s that clear by themselves: another conditional write on the key is in flight
+ * (ConditionalRequestConflict, an `If-None-Match` put racing another), or a conflicting
+ * operation on the resource is (OperationAborted). Its other 409s (BucketNotEmpty,
+ * BucketAlreadyExists, InvalidBucketState) stay as they are.
+ */
+const S3_TRANSIENT_CONFLICTS = new Set(['ConditionalRequestConflict', 'OperationAborted']);
+
+export function isS3TransientConflict(err: unknown): boolean {
+  return S3_TRANSIENT_CONFLICTS.has((err as AwsErrorShape | undefined)?.name ?? '');
+}
+
+/** Whether an SDK error can go away by itself: throttling, 5xx, S3's transient conflicts, network, timeouts. */
 export function isTransient(err: unknown): boolean {
   const e = (err ?? {}) as AwsErrorShape;
   if (err instanceof SluiceError) return err.retryable;
   if (isThrottlingName(e.name) || e.name === 'RequestThrottled' || e.name === 'KmsThrottled' || e.name === 'SlowDown') return true;
+  if (isS3TransientConflict(err)) return true;
   if (e.$retryable !== undefined || e.$fault === 'server') return true;
   const status = e.$metadata?.httpStatusCode;
   if (status !== undefined && (status >= 500 || status === 429)) return true;

@@ -73,7 +73,9 @@ afterAll(() => Object.values(clients).forEach((c) => c.destroy()));
 function recorder() {
   const counts: Record<string, number> = {};
   const logs: { level: string; message: string; fields: Record<string, unknown> }[] = [];
-  const metrics = { addMetric: (n: string, _u: unknown, v: number) => void (counts[n] = (counts[n] ?? 0) + v), publishStoredMetrics: () => undefined } as unknown as Metrics;
+  // Counts the invocation's metrics (service and stage); the per-job and per-partition copies of an incident are single metrics.
+  const single = { addDimensions: () => single, addMetric: () => undefined };
+  const metrics = { addMetric: (n: string, _u: unknown, v: number) => void (counts[n] = (counts[n] ?? 0) + v), addDimension: () => undefined, singleMetric: () => single, publishStoredMetrics: () => undefined } as unknown as Metrics;
   const at = (level: string) => (message: string, fields: Record<string, unknown> = {}) => void logs.push({ level, message, fields });
   const logger = { info: at('info'), warn: at('warn'), error: at('error'), addContext: () => undefined } as unknown as Logger;
   return { counts, logs, metrics, logger };

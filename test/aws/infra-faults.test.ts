@@ -146,6 +146,9 @@ function counter() {
   const counts: Record<string, number> = {};
   const metrics = {
     addMetric: (name: string, _unit: unknown, value: number) => void (counts[name] = (counts[name] ?? 0) + value),
+    addDimension: () => undefined,
+    // The per-job and per-partition copies of an incident (lib/aws/handler-metrics.ts) are not counted twice.
+    singleMetric: () => ({ addDimensions: () => undefined, addMetric: () => undefined }),
     publishStoredMetrics: () => undefined,
   } as unknown as Metrics;
   const errors: string[] = [];

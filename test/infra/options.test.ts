@@ -80,9 +80,9 @@ describe('options', () => {
     template.hasResourceProperties('AWS::Lambda::Function', { Environment: { Variables: { [HANDLER_ENV.queuePrefix]: 'blue-' } } });
   });
 
-  it('turns on FIFO high throughput when asked', () => {
-    const { template } = jobStack({ highThroughputFifo: true });
-    template.allResourcesProperties('AWS::SQS::Queue', { DeduplicationScope: 'messageGroup', FifoThroughputLimit: 'perMessageGroupId' });
+  it('turns FIFO high throughput off when asked (queue-wide deduplication and throughput)', () => {
+    const { template } = jobStack({ highThroughputFifo: false });
+    template.allResourcesProperties('AWS::SQS::Queue', { DeduplicationScope: Match.absent(), FifoThroughputLimit: Match.absent() });
   });
 
   it('serves a Function URL with AWS_IAM auth, grantable with lambda:InvokeFunctionUrl', () => {

@@ -1,0 +1,75 @@
+/**
+ * The handlers' own CloudWatch metrics (Powertools Metrics, embedded metric format): one
+ * namespace, the names and the dimensions infra/monitoring.ts builds the dashboard and
+ * the alarms from.
+ *
+ * Dimensions, weighed against CloudWatch's price of $0.30 per metric (name and dimension
+ * values) and month, prorated by the hour a metric is published in:
+ * - every metric carries `service` (the job) and `stage`: one metric per name and stage
+ *   while the job has traffic, none at zero traffic;
+ * - the incident metrics (groupRetries, stalledPartitions) are also published per
+ *   partition (`service`, `stage`, `partition`), to name the partition that fails, and
+ *   per job (`service`), which the stalled-partitions alarm watches. They are published
+ *   only while a group fails, so a healthy job pays nothing for them;
+ * - lag is per stage, not per partition: it is published on every batch, so per partition
+ *   it would cost $0.30 per partition and stage each month (a 3-stage job with 32
+ *   partitions: $28.80), and the partition that lags is the one with the group retries,
+ *   or shows in the stage queue's age of the oldest message.
+ * The ingest function's metrics carry the stage its stream feeds; a request that names no
+ * stream of the job counts under `service` alone.
+ */
+import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+
+/** The Powertools Metrics namespace of every handler (functions/*.ts). */
+export const METRICS_NAMESPACE = 'Sluice';
+
+export const METRIC_DIMENSIONS = { service: 'service', stage: 'stage', partition: 'partition' } as const;
+
+/** The operator function's metrics, all Count but lag. */
+export const OPERATOR_METRICS = {
+  messages: 'messages',
+  recordsIn: 'recordsIn',
+  duplicatesDropped: 'duplicatesDropped',
+  deadLetters: 'deadLetters',
+  groupFailures: 'groupFailures',
+  groupRetries: 'groupRetries',
+  stalledPartitions: 'stalledPartitions',
+  /** Milliseconds from SQS accepting a group's oldest message to the handler taking it (Maximum per stage). */
+  lag: 'lag',
+} as const;
+
+/** The ingest function's metrics (Count). */
+export const INGEST_METRICS = {
+  requests: 'requests',
+  eventsAccepted: 'eventsAccepted',
+  eventsRejected: 'eventsRejected',
+  wakeUpFailures: 'wakeUpFailures',
+} as const;
+
+/** Give the invocation's stored metrics the stage dimension (cleared by publishStoredMetrics). */
+export function stageDimension(metrics: Metrics | undefined, stage: number): void {
+  metrics?.addDimension(METRIC_DIMENSIONS.stage, String(stage));
+}
+
+/**
+ * Count an incident of a partition: in the invocation's metrics (service, stage), and at
+ * once per job (service) and per partition (service, stage, partition).
+ */
+export function countIncident(metrics: Metrics | undefined, name: string, stage: number, partition: string): void {
+  if (!metrics) return;
+  metrics.addMetric(name, MetricUnit.Count, 1);
+  metrics.singleMetric().addMetric(name, MetricUnit.Count, 1);
+  const perPartition = metrics.singleMetric();
+  perPartition.addDimensions({ [METRIC_DIMENSIONS.stage]: String(stage), [METRIC_DIMENSIONS.partition]: partition });
+  perPartition.addMetric(name, MetricUnit.Count, 1);
+}
+
+/** The age of a group's oldest message when the handler takes it (SQS's SentTimestamp). */
+export function groupLag(records: readonly { readonly attributes: { readonly SentTimestamp?: string } }[], now: number): number | undefined {
+  let oldest = Number.POSITIVE_INFINITY;
+  for (const r of records) {
+    const sent = Number(r.attributes.SentTimestamp);
+    if (Number.isFinite(sent) && sent < oldest) oldest = sent;
+  }
+  return Number.isFinite(oldest) ? Math.max(0, now - oldest) : undefined;
+}
