@@ -9,6 +9,7 @@ import { MAX_WATERMARK, MIN_WATERMARK } from '../api/types.ts';
 import { EmbeddedRuntime, type RuntimeStats } from '../local/embedded.ts';
 import { startIngestServer } from '../local/ingest-server.ts';
 import { loadJob, parseParams } from './load-job.ts';
+import { DeadLetterFeed, deadLetterCount } from './dead-letter-report.ts';
 import { fmt, validateFlags } from './options.ts';
 import { type CheckpointFlags, openDevRuntime } from './checkpoints.ts';
 import type { Target } from './targets.ts';
@@ -34,13 +35,18 @@ export class LiveTable {
   /** Last time each stage's first operator saw input, for the "no input" hint. */
   private lastInput = new Map<string, number>();
 
-  constructor(private readonly runtime: EmbeddedRuntime) {}
+  /** New dead letters, shown under the table (those of a resumed run's checkpoint are not shown again). */
+  private readonly letters: DeadLetterFeed;
+
+  constructor(private readonly runtime: EmbeddedRuntime) {
+    this.letters = new DeadLetterFeed(runtime.deadLetters.length);
+  }
 
   render(now = Date.now()): string[] {
     const stats = this.runtime.stats();
     const dt = this.prev ? (now - this.prev.at) / 1000 : 0;
     const lines = [`-- ${new Date(now).toISOString().slice(11, 19)}  sources ${fmt.int(stats.sourceRecords)} records, queued ${fmt.int(stats.queuedRecords)}` +
-      `, rejected ${fmt.int(stats.rejectedInputs)}, dead letters ${fmt.int(stats.deadLetters)}`];
+      `, rejected ${fmt.int(stats.rejectedInputs)}, ${deadLetterCount(stats.deadLetters, stats.deadLetterFile)}`];
     lines.push(`   ${'operator'.padEnd(24)} ${'records in'.padStart(12)} ${'records/s'.padStart(10)}`);
     for (const [name, n] of Object.entries(stats.recordsIn)) {
       const before = this.prev?.stats.recordsIn[name] ?? 0;
@@ -61,8 +67,14 @@ export class LiveTable {
       if (quietMs >= 5000) lag += ` (idle: no input for ${fmt.span(quietMs)})`;
       lines.push(`   ${stage.name.padEnd(24)} ${shown.padStart(24)}  ${lag}`);
     }
+    lines.push(...this.newDeadLetters(stats));
     this.prev = { at: now, stats };
     return lines;
+  }
+
+  /** Lines for the dead letters parked since the last call. */
+  newDeadLetters(stats: RuntimeStats = this.runtime.stats()): string[] {
+    return this.letters.update(this.runtime.deadLetters, stats.deadLetterFile);
   }
 }
 
@@ -104,6 +116,8 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   if (streams[0]) log(`publish a file: sluice publish ${streams[0]} events.jsonl --url ${server.url}`);
   log('Ctrl-C to stop');
 
+  const before = runtime.stats();
+  if (before.deadLetters) log(`${deadLetterCount(before.deadLetters, before.deadLetterFile)} from before the restored checkpoint`);
   const table = new LiveTable(runtime);
   table.render();
   const interval = opts.intervalMs ?? 1000;
@@ -142,5 +156,6 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   await runtime.close();
   checkpointed?.close();
   const s = runtime.stats();
-  log(`stopped: ${fmt.int(s.sourceRecords)} records ingested, ${fmt.int(s.rejectedInputs)} rejected, ${fmt.int(s.deadLetters)} dead letters`);
+  for (const line of table.newDeadLetters(s)) log(line);
+  log(`stopped: ${fmt.int(s.sourceRecords)} records ingested, ${fmt.int(s.rejectedInputs)} rejected, ${deadLetterCount(s.deadLetters, s.deadLetterFile)}`);
 }

@@ -10,6 +10,7 @@ import { JsonLinesFileSink } from '../api/sinks.ts';
 import { ConfigError } from '../errors.ts';
 import { EmbeddedRuntime } from '../local/embedded.ts';
 import { loadJob, parseParams, pickNode } from './load-job.ts';
+import { DEAD_LETTERS_SHOWN, deadLetterCount, describeDeadLetter } from './dead-letter-report.ts';
 import { fmt } from './options.ts';
 import { prepareRunCheckpoints, type RunCheckpointFlags } from './checkpoints.ts';
 import type { Target } from './targets.ts';
@@ -45,8 +46,6 @@ class CountingFileSink<T> extends JsonLinesFileSink<T> {
     this.written += records.length;
   }
 }
-
-const SHOWN = 5;
 
 export async function runCommand(jobPath: string, opts: RunCommandOptions, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<RunSummary> {
   const params = parseParams(opts.param);
@@ -90,21 +89,13 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   const rejected = runtime.rejectedInputs;
   const dead = runtime.deadLetters;
   if (rejected.length) {
-    log(`${fmt.int(rejected.length)} input line(s) rejected${rejected.length > SHOWN ? ` (first ${SHOWN})` : ''}:`);
-    for (const r of rejected.slice(0, SHOWN)) log(`  ${r.position}: ${r.error}`);
+    log(`${fmt.int(rejected.length)} input line(s) rejected${rejected.length > DEAD_LETTERS_SHOWN ? ` (first ${DEAD_LETTERS_SHOWN})` : ''}:`);
+    for (const r of rejected.slice(0, DEAD_LETTERS_SHOWN)) log(`  ${r.position}: ${r.error}`);
   }
+  const deadFile = (stats as { deadLetterFile?: string }).deadLetterFile;
   if (dead.length) {
-    log(`${fmt.int(dead.length)} dead letter(s): records and timers whose user code kept throwing${dead.length > SHOWN ? ` (first ${SHOWN})` : ''}:`);
-    for (const d of dead.slice(0, SHOWN)) {
-      // The runtime keeps the whole stream record; the user knows their value.
-      const r = d.record as { value?: unknown } | undefined;
-      const what = d.timer
-        ? `${d.timer.domain}-time timer of "${d.timer.operator}" at ${d.timer.time}, key ${truncate(JSON.stringify(d.timer.key))}, namespace ${JSON.stringify(d.timer.namespace)} (consumed)`
-        : d.watermark !== undefined
-          ? `onWatermark(${d.watermark})`
-          : `record ${truncate(JSON.stringify(r && typeof r === 'object' && 'value' in r ? r.value : r))}${d.offset !== undefined ? ` at offset ${d.offset}` : ''}`;
-      log(`  after ${d.attempts} attempts, ${d.error}; ${what}`);
-    }
+    log(`${fmt.int(dead.length)} dead letter(s): records and timers whose user code kept throwing${dead.length > DEAD_LETTERS_SHOWN ? ` (first ${DEAD_LETTERS_SHOWN})` : ''}:`);
+    for (const d of dead.slice(0, DEAD_LETTERS_SHOWN)) log(`  ${describeDeadLetter(d)}`);
   }
   if (opts.deadLetters !== undefined) {
     const lines = [
@@ -112,7 +103,7 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
       ...dead.map((d) => JSON.stringify({ kind: 'deadLetter', ...d })),
     ];
     await writeFile(opts.deadLetters, lines.length ? lines.join('\n') + '\n' : '');
-  } else if (rejected.length || dead.length) {
+  } else if (rejected.length || (dead.length && deadFile === undefined)) {
     log('(write them all with --dead-letters <file>)');
   }
 
@@ -126,7 +117,7 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   const rate = summary.recordsIn / Math.max(durationMs / 1000, 1e-3);
   log(
     `sluice run ${job.name}: ${fmt.int(summary.recordsIn)} records in, ${fmt.int(summary.recordsOut)} out to ${opts.output}, ` +
-      `${fmt.int(summary.rejectedInputs)} rejected inputs, ${fmt.int(summary.deadLetters)} dead letters, ` +
+      `${fmt.int(summary.rejectedInputs)} rejected inputs, ${deadLetterCount(summary.deadLetters, deadFile)}, ` +
       `${fmt.secs(durationMs)}, ${fmt.int(rate)} events/s`,
   );
   localAws?.printCost();
@@ -144,7 +135,3 @@ async function requireFile(flag: string, path: string): Promise<void> {
   }
 }
 
-function truncate(s: string | undefined, n = 120): string {
-  if (s === undefined) return 'undefined';
-  return s.length > n ? s.slice(0, n) + '...' : s;
-}

@@ -8,13 +8,16 @@
  *   pointers/{coordinator,pointer}.json                   control items (FilePointerStore)
  *   log/<source>/...                                      logged input, barrier cursors
  *   sinks/<sink>/...                                      transactional sinks' staging
+ *   dead-letters.jsonl                                    dead letters, one JSON line each (dead-letter-store.ts)
  *   savepoints/<label>/{meta.json,blobs/}                 self-contained savepoints
  *
  * Start modes: 'fresh' clears the chain (savepoints stay); 'resume' continues from the
  * last completed checkpoint (the coordinator first finishes or aborts what was in
  * flight, then the runtime restores what the pointer names); { from } restores a
  * savepoint (a directory or label) or a retained checkpoint (an epoch) and starts a new
- * chain from it.
+ * chain from it. Dead letters: a resume keeps those of epochs up to the restored
+ * checkpoint (later ones are parked again by the replay), a restore of a retained
+ * checkpoint likewise, a fresh run or a savepoint's restore starts with none.
  */
 import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -31,6 +34,7 @@ import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
 import type { BarrierAck } from '../transport/envelope.ts';
 import type { TransactionalSink } from './committed-sink.ts';
+import { DeadLetterStore } from './dead-letter-store.ts';
 import type { EmbeddedCheckpointHooks, RestorePlan } from './embedded-options.ts';
 import { EmbeddedRuntime } from './embedded.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
@@ -59,6 +63,9 @@ export interface CheckpointingOptions {
   readonly logFsync?: SourceLogOptions['fsync'];
 }
 
+/** The dead-letter store's file in a checkpoint directory. */
+export const DEAD_LETTERS_FILE = 'dead-letters.jsonl';
+
 export function defaultCheckpointDir(job: string): string {
   return join('.sluice', job.replace(/[^A-Za-z0-9._-]/g, '_'));
 }
@@ -76,6 +83,8 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
   restoredEpoch = 0;
   /** --resume: from a completed checkpoint, or from the start (none completed: logged input replayed). */
   resumed: 'checkpoint' | 'start' | undefined;
+  /** The run's dead letters, in the directory's dead-letters.jsonl. */
+  deadLetters!: DeadLetterStore;
   private runtime?: EmbeddedRuntime;
   private deferred: InjectDecision[] = [];
   private finalEpoch: number | null = null;
@@ -135,6 +144,8 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
       h.resumed = last ? 'checkpoint' : 'start';
     }
     h.restoredEpoch = restore?.epoch ?? 0;
+    const keepLetters = start === 'resume' || keep.length ? h.restoredEpoch : 'none';
+    h.deadLetters = DeadLetterStore.open(join(dir, DEAD_LETTERS_FILE), { durable: options.durable ?? true, keepThroughEpoch: keepLetters });
     for (const s of options.sinks ?? []) await s.recover(restore && (start === 'resume' || keep.length) ? restore.epoch : 0);
     return { hooks: h, restore };
   }
@@ -368,6 +379,7 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
 
   close(): void {
     for (const l of this.logs.values()) l.close();
+    this.deadLetters?.close();
   }
 }
 

@@ -6,6 +6,7 @@ import type { BlobStore } from '../checkpoint/storage.ts';
 import type { StateBackend } from '../state/backend.ts';
 import type { InstalledPartition } from '../state/memory.ts';
 import type { BarrierAck } from '../transport/envelope.ts';
+import type { DeadLetterStore } from './dead-letter-store.ts';
 import type { FaultInjector } from './faults.ts';
 import type { BarrierEntry, SourceLog } from './input-log.ts';
 
@@ -52,6 +53,8 @@ export interface EmbeddedOptions {
   /** Attempts of a record whose user code throws before it is dead-lettered. Default 3. */
   readonly maxAttempts?: number;
   readonly faults?: FaultInjector;
+  /** Where dead letters go (default the checkpoint directory's store, or memory without checkpoints). */
+  readonly deadLetters?: DeadLetterStore;
   /** Checkpointed runs (wired by lib/local/checkpointing.ts). */
   readonly checkpoints?: EmbeddedCheckpointHooks;
   /** Start from a checkpoint: installed before any partition opens. */
@@ -64,6 +67,8 @@ export interface EmbeddedOptions {
 export interface EmbeddedCheckpointHooks {
   /** Where partitions write snapshot objects. */
   readonly store: BlobStore;
+  /** The run's durable dead letters (reloaded at a resume). */
+  readonly deadLetters?: DeadLetterStore;
   /** A source's log (barrier entries; records too when `logRecords`). */
   logFor(source: string, replayable: boolean): { log: SourceLog; logRecords: boolean };
   onAck(ack: BarrierAck): void;
@@ -99,6 +104,8 @@ export interface RuntimeStats {
   readonly watermarks: Record<string, number>;
   readonly queuedRecords: number;
   readonly deadLetters: number;
+  /** The file that holds every dead letter (absent: they are in memory only). */
+  readonly deadLetterFile?: string;
   readonly rejectedInputs: number;
   readonly duplicatesDropped: number;
   readonly commits: number;

@@ -1,6 +1,7 @@
 /** The embedded runtime's statistics, read off the scheduler's slots (slot.ts). */
 import { MAX_WATERMARK } from '../api/types.ts';
 import type { PhysicalPlan } from '../graph/compile.ts';
+import type { DeadLetterStore } from './dead-letter-store.ts';
 import type { RuntimeStats } from './embedded-options.ts';
 import type { Slot } from './slot.ts';
 
@@ -12,7 +13,7 @@ export interface RuntimeCounters {
 }
 
 /** Records in per operator, the watermark per stage (minimum over its partitions), the counters. */
-export function runtimeStats(plan: PhysicalPlan, slots: readonly (readonly Slot[])[], counters: RuntimeCounters, deadLetters: number, rejectedInputs: number): RuntimeStats {
+export function runtimeStats(plan: PhysicalPlan, slots: readonly (readonly Slot[])[], counters: RuntimeCounters, deadLetters: DeadLetterStore, rejectedInputs: number): RuntimeStats {
   const recordsIn: Record<string, number> = {};
   const watermarks: Record<string, number> = {};
   for (const row of slots) {
@@ -30,7 +31,8 @@ export function runtimeStats(plan: PhysicalPlan, slots: readonly (readonly Slot[
     watermarks,
     sourceRecords: counters.sourceRecords,
     queuedRecords,
-    deadLetters,
+    deadLetters: deadLetters.count,
+    ...(deadLetters.path !== undefined ? { deadLetterFile: deadLetters.path } : {}),
     rejectedInputs,
     duplicatesDropped: counters.duplicatesDropped,
     commits: counters.commits,

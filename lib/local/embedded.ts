@@ -20,7 +20,8 @@ import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
 import type { StateBackend } from '../state/backend.ts';
 import { type LingerPolicy, shouldLinger } from './linger.ts';
-import { type Barrier, type DeadLetter, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
+import { type Barrier, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
+import type { StoredDeadLetter } from './dead-letter-store.ts';
 import { OutboxDelivery } from './outbox-delivery.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 import type { IngestTarget, OfferResult } from './ingest-target.ts';
@@ -80,9 +81,9 @@ export class EmbeddedRuntime implements IngestTarget {
     this.delivery = new OutboxDelivery(this.sinks, (env) => this.enqueue(env), options);
   }
 
-  /** Dead letters delivered so far (each once). */
-  get deadLetters(): readonly DeadLetter[] {
-    return this.delivery.deadLetters;
+  /** Dead letters delivered so far (each once; a resumed run's include those before its checkpoint). */
+  get deadLetters(): readonly StoredDeadLetter[] {
+    return this.delivery.deadLetters.list();
   }
 
   /** Open partitions (recovering committed state), sinks and sources. */
@@ -100,7 +101,7 @@ export class EmbeddedRuntime implements IngestTarget {
       }
       this.slots.push(row);
     }
-    for (const row of this.slots) for (const slot of row) await this.deliver(slot.runtime.recoveredOutbox);
+    for (const row of this.slots) for (const slot of row) await this.deliver(slot.runtime.recoveredOutbox, slot);
     for (const edge of this.plan.edges) {
       const feed = openSourceFeed(this.plan, edge, this.options, this.clock);
       if (feed) {
@@ -343,7 +344,7 @@ export class EmbeddedRuntime implements IngestTarget {
       if (result.committed) this.counters.commits++;
       this.counters.duplicatesDropped += result.duplicatesDropped;
       faults?.maybeCrash('after-commit');
-      const delivered = this.deliver(result.outbox);
+      const delivered = this.deliver(result.outbox, slot);
       if (delivered) await delivered;
       faults?.maybeCrash('after-deliver');
       if (result.outbox.length) await slot.runtime.outboxDelivered(result.version);
@@ -357,7 +358,8 @@ export class EmbeddedRuntime implements IngestTarget {
     } catch (e) {
       if (e instanceof RecordFailedError && e.location) {
         const id = locationId(e.location);
-        const f = { error: e.message, operator: e.operator, attempts: (slot.failures.get(id)?.attempts ?? 0) + 1 };
+        const cause = e.cause instanceof Error ? e.cause : e;
+        const f = { error: e.message, operator: e.operator, attempts: (slot.failures.get(id)?.attempts ?? 0) + 1, ...(cause.stack ? { stack: cause.stack } : {}) };
         slot.failures.set(id, f);
         if (f.attempts >= this.opts.maxAttempts) slot.skip.set(id, f);
       } else if (!(e instanceof InjectedCrash) && !(e instanceof SluiceError && e.retryable)) {
@@ -371,7 +373,7 @@ export class EmbeddedRuntime implements IngestTarget {
   private async recover(slot: Slot): Promise<void> {
     this.counters.recoveries++;
     slot.runtime = await this.openPartition(slot.stage, slot.partition);
-    await this.deliver(slot.runtime.recoveredOutbox);
+    await this.deliver(slot.runtime.recoveredOutbox, slot);
     if (slot.runtime.recoveredOutbox.length) await slot.runtime.outboxDelivered(slot.runtime.currentVersion);
   }
 
@@ -387,8 +389,8 @@ export class EmbeddedRuntime implements IngestTarget {
     });
   }
 
-  private deliver(outbox: readonly OutboxEntry[]): Promise<void> | undefined {
-    return this.delivery.deliver(outbox);
+  private deliver(outbox: readonly OutboxEntry[], from: Slot): Promise<void> | undefined {
+    return this.delivery.deliver(outbox, from);
   }
 
   // ---- ingestion (IngestTarget) ----
@@ -427,7 +429,7 @@ export class EmbeddedRuntime implements IngestTarget {
 
   stats(): RuntimeStats {
     for (const s of this.sources) s.settle();
-    return runtimeStats(this.plan, this.slots, this.counters, this.deadLetters.length, this.rejectedInputs.length);
+    return runtimeStats(this.plan, this.slots, this.counters, this.delivery.deadLetters, this.rejectedInputs.length);
   }
 }
 

@@ -1,26 +1,34 @@
 /**
  * Delivery of a committed outbox in the embedded runtime: channel envelopes into the
  * target partitions' queues, sink deliveries to the sinks (idempotent by producer and
- * sequence), dead letters once each (a redelivered outbox may carry one again), and
- * barrier acks to the checkpoint driver. Fault injection may deliver an entry twice.
+ * sequence), dead letters to the dead-letter store (once each: a redelivered outbox may
+ * carry one again), and barrier acks to the checkpoint driver. Fault injection may
+ * deliver an entry twice.
  */
 import type { Sink } from '../api/sinks.ts';
-import { type DeadLetter, deadLetterId, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
+import type { Envelope, OutboxEntry } from '../transport/envelope.ts';
+import { type DeadLetterOrigin, DeadLetterStore } from './dead-letter-store.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
 
 export class OutboxDelivery {
-  readonly deadLetters: DeadLetter[] = [];
-  private readonly deadLetterIds = new Set<string>();
+  /** The store of a checkpointed run (its directory's file), the one the options name, or memory. */
+  readonly deadLetters: DeadLetterStore;
 
   constructor(
     /** The job's sinks by name (after overrides). */
     readonly sinks: ReadonlyMap<string, Sink<any>>,
     private readonly enqueue: (env: Envelope) => void,
-    private readonly options: Pick<EmbeddedOptions, 'faults' | 'checkpoints'>,
-  ) {}
+    private readonly options: Pick<EmbeddedOptions, 'faults' | 'checkpoints' | 'deadLetters'>,
+  ) {
+    this.deadLetters = options.deadLetters ?? options.checkpoints?.deadLetters ?? DeadLetterStore.memory();
+  }
 
-  /** Deliver the entries in order; a promise only when a sink's write returned one (the rest follows it). */
-  deliver(outbox: readonly OutboxEntry[], from = 0): Promise<void> | undefined {
+  /**
+   * Deliver the entries of `origin`'s outbox in order; a promise only when a sink's write
+   * returned one (the rest follows it). A dead letter is stored before anything after it
+   * (the barrier ack of its epoch among them) is delivered.
+   */
+  deliver(outbox: readonly OutboxEntry[], origin: DeadLetterOrigin, from = 0): Promise<void> | undefined {
     const faults = this.options.faults;
     for (let e = from; e < outbox.length; e++) {
       const entry = outbox[e];
@@ -32,18 +40,12 @@ export class OutboxDelivery {
             break;
           case 'sink': {
             const written = this.sinks.get(entry.delivery.sink)!.write(entry.delivery);
-            if (written) return this.resume(written, outbox, e, i + 1 < times);
+            if (written) return this.resume(written, outbox, origin, e, i + 1 < times);
             break;
           }
-          case 'deadLetter': {
-            const d = entry.deadLetter;
-            const id = deadLetterId(d);
-            if (!this.deadLetterIds.has(id)) {
-              this.deadLetterIds.add(id);
-              this.deadLetters.push(d);
-            }
+          case 'deadLetter':
+            this.deadLetters.add(entry.deadLetter, origin, epochAt(outbox, e, origin));
             break;
-          }
           case 'ack':
             this.options.checkpoints?.onAck(entry.ack);
             break;
@@ -54,12 +56,25 @@ export class OutboxDelivery {
   }
 
   /** After an asynchronous sink write of entry e: its duplicate (fault injection) if due, then the entries after it. */
-  private async resume(written: Promise<void>, outbox: readonly OutboxEntry[], e: number, again: boolean): Promise<void> {
+  private async resume(written: Promise<void>, outbox: readonly OutboxEntry[], origin: DeadLetterOrigin, e: number, again: boolean): Promise<void> {
     await written;
     if (again) {
       const entry = outbox[e] as Extract<OutboxEntry, { kind: 'sink' }>;
       await this.sinks.get(entry.delivery.sink)!.write(entry.delivery);
     }
-    await this.deliver(outbox, e + 1);
+    await this.deliver(outbox, origin, e + 1);
   }
+}
+
+/**
+ * The epoch of the dead letter at outbox[e]: a partition's outbox puts the letters parked
+ * before a barrier ahead of that barrier's ack, so the first ack after it names it; after
+ * the last ack, the epoch after the partition's last barrier.
+ */
+function epochAt(outbox: readonly OutboxEntry[], e: number, origin: DeadLetterOrigin): number {
+  for (let i = e + 1; i < outbox.length; i++) {
+    const entry = outbox[i];
+    if (entry.kind === 'ack') return entry.ack.epoch;
+  }
+  return origin.runtime.lastBarrier + 1;
 }

@@ -50,6 +50,8 @@ export interface ParkedFailure {
   readonly error: string;
   readonly attempts: number;
   readonly operator?: string;
+  /** The stack of what user code threw, for the dead letter. */
+  readonly stack?: string;
 }
 
 /** User code threw on a record or in a callback; carries where, so a retry can skip it into the dead-letter queue. */

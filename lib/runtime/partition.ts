@@ -371,7 +371,10 @@ export class PartitionRuntime {
     this.outputs.sealSinks();
     const outbox = this.pendingOutbox;
     this.pendingOutbox = [];
-    for (const d of this.at.deadLetters) outbox.push({ kind: 'deadLetter', deadLetter: d });
+    // Dead letters go ahead of the part's barrier ack (they were parked before its barrier):
+    // whoever delivers the outbox can tell each one's epoch by the next ack after it.
+    const letters = this.at.deadLetters;
+    if (letters.length) outbox.unshift(...letters.map((d): OutboxEntry => ({ kind: 'deadLetter', deadLetter: d })));
     const batch = commitBatchOf({
       scope: this.scope,
       version: this.version,

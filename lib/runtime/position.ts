@@ -57,7 +57,7 @@ export class BatchPosition {
     const id = locationId(here);
     const parked = this.skip!.get(id);
     if (!parked) return false;
-    this.deadLetters.push({ operator: parked.operator ?? operator, ...here, record: rec, error: parked.error, attempts: parked.attempts });
+    this.deadLetters.push({ operator: parked.operator ?? operator, ...here, record: rec, error: parked.error, ...(parked.stack !== undefined ? { stack: parked.stack } : {}), attempts: parked.attempts });
     this.parked.push(id);
     return true;
   }
@@ -105,7 +105,7 @@ export class BatchPosition {
     const parked = this.skip!.get(id);
     if (!parked) return false;
     const what = t ? { timer: { operator: n.node.name, domain: t.domain, time: t.time, key: keyFromString(t.key), namespace: t.ns, consumed: true as const } } : { watermark };
-    this.deadLetters.push({ operator: parked.operator ?? n.node.name, ...what, error: parked.error, attempts: parked.attempts });
+    this.deadLetters.push({ operator: parked.operator ?? n.node.name, ...what, error: parked.error, ...(parked.stack !== undefined ? { stack: parked.stack } : {}), attempts: parked.attempts });
     this.parked.push(id);
     return true;
   }

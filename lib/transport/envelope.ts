@@ -105,6 +105,8 @@ export interface DeadLetter {
   /** An onWatermark callback that threw at this watermark. */
   readonly watermark?: number;
   readonly error: string;
+  /** The stack of what user code threw, where the runtime kept it. */
+  readonly stack?: string;
   readonly attempts: number;
 }
 

@@ -40,7 +40,7 @@ describe('callback failures on the embedded runtime', () => {
     expect(out.records).toEqual(['a@200', 'b@220', 'a@1000']);
     expect(calls.filter((c) => c === 'bad@210')).toHaveLength(3); // three attempts, then parked: not run again
     expect(stats.recoveries).toBe(3);
-    expect(runtime.deadLetters).toEqual([
+    expect(runtime.deadLetters).toMatchObject([
       {
         operator: 'alarms',
         timer: { operator: 'alarms', domain: 'event', time: 210, key: 'bad', namespace: '', consumed: true },
@@ -129,7 +129,7 @@ describe('callback failures on the embedded runtime', () => {
     while (await rt.step()) {}
     expect(attempts).toBe(2);
     expect(out.records).toEqual(['ok@1500']);
-    expect(rt.deadLetters).toEqual([
+    expect(rt.deadLetters).toMatchObject([
       { operator: 'later', timer: { operator: 'later', domain: 'processing', time: 1500, key: 'bad', namespace: '', consumed: true }, error: 'operator "later" threw: processing timer refuses', attempts: 2 },
     ]);
     // The partition goes on: new input and new timers.

@@ -39,7 +39,7 @@ describe('onWatermark failures', () => {
       .sinkTo(out);
     const { runtime } = await runJob(job, { sourceBatchSize: 1, maxAttempts: 2 });
     expect(out.records).toEqual([100, 200, 300]);
-    expect(runtime.deadLetters).toEqual([{ operator: 'wm-watcher', watermark: 199, error: 'operator "wm-watcher" threw: watermark 199 is unwelcome', attempts: 2 }]);
+    expect(runtime.deadLetters).toMatchObject([{ operator: 'wm-watcher', watermark: 199, error: 'operator "wm-watcher" threw: watermark 199 is unwelcome', attempts: 2, stage: 0, partition: 0, epoch: 1 }]);
     expect(seen.filter((w) => w === 199)).toHaveLength(2); // two attempts, then not called again
     expect(seen).toContain(299);
   });

@@ -35,6 +35,7 @@ import { AwsAccounting } from '../accounting.ts';
 import { createStateTable, DynamoDbStateBackend } from '../dynamodb-state.ts';
 import type { BarrierAck } from '../../transport/envelope.ts';
 import { LocalAwsCheckpointing, type LocalAwsCheckpointOptions } from './checkpointing.ts';
+import { DEFAULT_MAX_RECEIVE_COUNT } from '../group-backoff.ts';
 import { createIngestHandler, type IngestHandler } from '../ingest-handler.ts';
 import { stateTableName } from '../naming.ts';
 import { createOperatorHandler } from '../operator-handler.ts';
@@ -70,6 +71,7 @@ export interface LocalAwsOptions {
   readonly timeoutMs?: number;
   readonly memoryLimitInMB?: number;
   readonly maxAttempts?: number;
+  /** The stage queues' redrive limit, passed to the handlers too. Default DEFAULT_MAX_RECEIVE_COUNT (100), as deployed. */
   readonly maxReceiveCount?: number;
   readonly maxMessageBytes?: number;
   readonly clock?: Clock;
@@ -161,7 +163,8 @@ export class LocalAwsRuntime {
     this.started = true;
     const { clients } = this.options.env;
     const o = this.options;
-    const maxReceiveCount = o.maxReceiveCount ?? 10;
+    // The deployed stage queues' limit (infra/stages.ts), which is also the handler's default.
+    const maxReceiveCount = o.maxReceiveCount ?? DEFAULT_MAX_RECEIVE_COUNT;
     const timeoutMs = o.timeoutMs ?? 30_000;
     await createStateTable(clients.dynamodb, this.tableName);
     await createBucket(clients.s3, this.bucket);
