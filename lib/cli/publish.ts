@@ -327,7 +327,7 @@ function authAdvice(signer: RequestSigner | undefined, endpoint: URL): string {
  * How long to wait before resending: at least Retry-After (and the body's retryAfterMs,
  * when it asks for longer), else exponential backoff with jitter.
  */
-function retryDelay(reply: Reply, attempt: number, baseMs: number): number {
+export function retryDelay(reply: Reply, attempt: number, baseMs: number): number {
   const fromBody = typeof reply.body.retryAfterMs === 'number' && reply.body.retryAfterMs >= 0 ? reply.body.retryAfterMs : undefined;
   const fromHeader = parseRetryAfter(reply.headers.get('retry-after'));
   const asked = fromBody === undefined ? fromHeader : fromHeader === undefined ? fromBody : Math.max(fromBody, fromHeader);
@@ -336,7 +336,7 @@ function retryDelay(reply: Reply, attempt: number, baseMs: number): number {
   return ceiling / 2 + Math.random() * (ceiling / 2);
 }
 
-interface Reply {
+export interface Reply {
   status: number;
   headers: Headers;
   body: Record<string, unknown>;

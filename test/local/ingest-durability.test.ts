@@ -206,6 +206,23 @@ describe('accepted means durable (embedded runtime, endpoint)', () => {
     expect(((await r.json()) as { message: string }).message).toMatch(/EIO/);
   });
 
+  it('a barrier behind a request still waiting for its fsync fsyncs it first: the request is answered 202 and precedes the barrier', async () => {
+    const dir = tmp('sluice-durable-fsync-barrier-');
+    const pending: ((e: Error | null) => void)[] = [];
+    const a = await start(dir, { durable: true, logFsync: (_fd, done) => pending.push(done) }, undefined, true);
+    const events = payments(10);
+    const res = post(a, events);
+    await until(() => pending.length > 0);
+    // The checkpoint's barrier fsyncs the segment itself; the asynchronous fsync is still out.
+    const epoch = await a.checkpoints.checkpointNow();
+    expect(epoch).toBeGreaterThan(0);
+    expect((await res).status).toBe(202);
+    for (const done of pending.splice(0)) done(null);
+    await drainAndCheckpoint(a, 10);
+    await stop(a);
+    await expectOutput(dir, events);
+  });
+
   it('500 means not accepted: events whose fsync failed never reach the job, nor the log a resume replays', async () => {
     const dir = tmp('sluice-durable-fsync-lost-');
     const pending: ((e: Error | null) => void)[] = [];
