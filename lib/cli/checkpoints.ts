@@ -200,10 +200,11 @@ export async function openDevRuntime(
   job: Job,
   flags: CheckpointFlags,
   log: Log,
+  embedded: Omit<EmbeddedOptions, 'checkpoints' | 'restore'> = {},
 ): Promise<{ runtime: EmbeddedRuntime; finalCheckpoint: () => Promise<number | null>; close: () => void } | undefined> {
   const ck = checkpointOptions(job, flags, 10_000);
   if (!ck) return undefined;
-  const { runtime, checkpoints } = await openCheckpointedRuntime(job, {}, ck);
+  const { runtime, checkpoints } = await openCheckpointedRuntime(job, embedded, ck);
   const info = join(ck.dir, 'dev.json');
   writeFileAtomic(info, JSON.stringify({ pid: process.pid, job: job.name, startedAt: Date.now() }));
   const requests = join(ck.dir, 'savepoint-requests');

@@ -2,11 +2,14 @@
  * `sluice dev <job>`: the job on the embedded runtime with its HTTP ingestion
  * endpoint, and once a second a compact table on stderr (stdout stays for the
  * job's own stdout sinks). Ctrl-C (or SIGTERM) stops the server, takes a checkpoint of
- * everything accepted, then stops the runtime and the sinks.
+ * everything accepted, then stops the runtime and the sinks. The runtime slices its work
+ * by time (embedded-options.ts `sliceMs`), so the endpoint answers while user code is
+ * slow, and refuses with 429 what would pass --max-queued or --max-lag.
  */
 import { z } from 'zod';
 import { MAX_WATERMARK, MIN_WATERMARK } from '../api/types.ts';
 import { EmbeddedRuntime, type RuntimeStats } from '../local/embedded.ts';
+import type { IngestRejections } from '../local/ingest-bounds.ts';
 import { startIngestServer } from '../local/ingest-server.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { DeadLetterFeed, deadLetterCount } from './dead-letter-report.ts';
@@ -17,6 +20,10 @@ import type { Target } from './targets.ts';
 export interface DevCommandOptions extends CheckpointFlags {
   port?: string | number;
   host?: string;
+  /** Accepted-but-unprocessed records per stream past which requests get a 429 (default 100,000). */
+  maxQueued?: string | number;
+  /** Age in ms of the oldest unprocessed accepted event at which requests get a 429 (default 10,000). */
+  maxLag?: string | number;
   param?: string[];
   /** Table refresh period; tests shorten it. */
   intervalMs?: number;
@@ -27,7 +34,31 @@ export interface DevCommandOptions extends CheckpointFlags {
 const DevFlags = z.object({
   port: z.coerce.number().int().min(0).max(65535),
   host: z.string().min(1),
+  maxQueued: z.coerce.number().int().positive(),
+  maxLag: z.coerce.number().int().positive(),
 });
+
+export const DEFAULT_MAX_QUEUED = 100_000;
+export const DEFAULT_MAX_LAG_MS = 10_000;
+/** The longest stretch of user code between two turns of the event loop (the endpoint's answers wait at most about this). */
+export const DEV_SLICE_MS = 20;
+
+/** Events refused: the runtime's (unreadable input) and the endpoint's (400, 429: per event). */
+function rejectedTotal(stats: RuntimeStats, endpoint?: IngestRejections): number {
+  return stats.rejectedInputs + (endpoint?.events ?? 0);
+}
+
+/** "13 rejected (8 invalid, 5 over the bounds (429); 2 requests refused unread)" */
+export function describeRejections(stats: RuntimeStats, endpoint?: IngestRejections): string {
+  const parts: string[] = [];
+  const invalid = (endpoint?.byStatus[400] ?? 0) + stats.rejectedInputs;
+  if (invalid) parts.push(`${fmt.int(invalid)} invalid`);
+  if (endpoint?.byStatus[429]) parts.push(`${fmt.int(endpoint.byStatus[429])} over the bounds (429)`);
+  let text = `${fmt.int(rejectedTotal(stats, endpoint))} rejected`;
+  if (parts.length) text += ` (${parts.join(', ')})`;
+  if (endpoint?.requests) text += `, ${fmt.int(endpoint.requests)} request${endpoint.requests === 1 ? '' : 's'} refused unread (400/413/415)`;
+  return text;
+}
 
 /** Renders the live table from successive stats snapshots. */
 export class LiveTable {
@@ -38,7 +69,11 @@ export class LiveTable {
   /** New dead letters, shown under the table (those of a resumed run's checkpoint are not shown again). */
   private readonly letters: DeadLetterFeed;
 
-  constructor(private readonly runtime: EmbeddedRuntime) {
+  constructor(
+    private readonly runtime: EmbeddedRuntime,
+    /** The endpoint's refusals, counted into "rejected". */
+    private readonly endpoint?: () => IngestRejections,
+  ) {
     this.letters = new DeadLetterFeed(runtime.deadLetters.length);
   }
 
@@ -46,7 +81,7 @@ export class LiveTable {
     const stats = this.runtime.stats();
     const dt = this.prev ? (now - this.prev.at) / 1000 : 0;
     const lines = [`-- ${new Date(now).toISOString().slice(11, 19)}  sources ${fmt.int(stats.sourceRecords)} records, queued ${fmt.int(stats.queuedRecords)}` +
-      `, rejected ${fmt.int(stats.rejectedInputs)}, ${deadLetterCount(stats.deadLetters, stats.deadLetterFile)}`];
+      `, ${describeRejections(stats, this.endpoint?.())}, ${deadLetterCount(stats.deadLetters, stats.deadLetterFile)}`];
     lines.push(`   ${'operator'.padEnd(24)} ${'records in'.padStart(12)} ${'records/s'.padStart(10)}`);
     for (const [name, n] of Object.entries(stats.recordsIn)) {
       const before = this.prev?.stats.recordsIn[name] ?? 0;
@@ -79,17 +114,20 @@ export class LiveTable {
 }
 
 export async function devCommand(jobPath: string, opts: DevCommandOptions, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<void> {
-  const flags = validateFlags(DevFlags, { port: opts.port ?? 8080, host: opts.host ?? '127.0.0.1' }, {
+  const flags = validateFlags(DevFlags, { port: opts.port ?? 8080, host: opts.host ?? '127.0.0.1', maxQueued: opts.maxQueued ?? DEFAULT_MAX_QUEUED, maxLag: opts.maxLag ?? DEFAULT_MAX_LAG_MS }, {
     port: { flag: '--port', expected: 'an integer from 0 to 65535 (0 = any free port)' },
     host: { flag: '--host', expected: 'a host name or IP address to listen on' },
+    maxQueued: { flag: '--max-queued', expected: 'a positive integer number of records' },
+    maxLag: { flag: '--max-lag', expected: 'a positive integer number of milliseconds' },
   });
   if (opts.target === 'local-aws') return (await import('./target-local-aws.ts')).devLocalAwsCommand(jobPath, flags, opts, log);
   const job = await loadJob(jobPath, parseParams(opts.param));
   // Checkpoints every 10 s by default (savepoints on request); --checkpoint-interval 0 keeps savepoints only.
-  const checkpointed = await openDevRuntime(job, opts, log);
-  const runtime = checkpointed?.runtime ?? new EmbeddedRuntime(job);
+  const embedded = { sliceMs: DEV_SLICE_MS };
+  const checkpointed = await openDevRuntime(job, opts, log, embedded);
+  const runtime = checkpointed?.runtime ?? new EmbeddedRuntime(job, embedded);
   await runtime.start();
-  const server = await startIngestServer(runtime, { port: flags.port, host: flags.host });
+  const server = await startIngestServer(runtime, { port: flags.port, host: flags.host, maxQueuedRecords: flags.maxQueued, maxLagMs: flags.maxLag });
 
   // Signals are handled before the endpoint is announced: a Ctrl-C right after it still stops gracefully.
   let stopping = false;
@@ -114,11 +152,12 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   for (const s of streams) log(`  stream "${s}": POST ${server.url}/streams/${encodeURIComponent(s)}/events   (JSON array or JSON lines)`);
   if (streams.length === 0) log('  (the job has no ingestion streams)');
   if (streams[0]) log(`publish a file: sluice publish ${streams[0]} events.jsonl --url ${server.url}`);
+  log(`back-pressure: 429 past ${fmt.int(flags.maxQueued)} queued records or ${fmt.span(flags.maxLag)} of lag per stream (--max-queued, --max-lag)`);
   log('Ctrl-C to stop');
 
   const before = runtime.stats();
   if (before.deadLetters) log(`${deadLetterCount(before.deadLetters, before.deadLetterFile)} from before the restored checkpoint`);
-  const table = new LiveTable(runtime);
+  const table = new LiveTable(runtime, () => server.rejections());
   table.render();
   const interval = opts.intervalMs ?? 1000;
   let nextTick = Date.now() + interval;
@@ -157,5 +196,5 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   checkpointed?.close();
   const s = runtime.stats();
   for (const line of table.newDeadLetters(s)) log(line);
-  log(`stopped: ${fmt.int(s.sourceRecords)} records ingested, ${fmt.int(s.rejectedInputs)} rejected, ${deadLetterCount(s.deadLetters, s.deadLetterFile)}`);
+  log(`stopped: ${fmt.int(s.sourceRecords)} records ingested, ${describeRejections(s, server.rejections())}, ${deadLetterCount(s.deadLetters, s.deadLetterFile)}`);
 }

@@ -81,10 +81,12 @@ program
   .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
   .option('--port <port>', 'ingestion endpoint port (0 = any free port)', '8080')
   .option('--host <host>', 'interface to listen on', '127.0.0.1')
+  .option('--max-queued <records>', 'answer 429 to a request that would take a stream past this many accepted, unprocessed records', '100000')
+  .option('--max-lag <ms>', "answer 429 while a stream's oldest accepted, unprocessed event is this old", '10000')
   .option('--param <key=value>', 'job parameter, repeatable', collect, [])
   .addOption(new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(['embedded', 'local-aws']).default('embedded'))
   .action(
-    action('dev', async (job: string, opts: { port: string; host: string; param: string[]; target: Target }) => {
+    action('dev', async (job: string, opts: { port: string; host: string; maxQueued: string; maxLag: string; param: string[]; target: Target }) => {
       await (await import('./dev.ts')).devCommand(job, opts);
       process.exit(process.exitCode ?? 0);
     }),

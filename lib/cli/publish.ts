@@ -323,16 +323,20 @@ function authAdvice(signer: RequestSigner | undefined, endpoint: URL): string {
   );
 }
 
-/** How long to wait before resending: the answer's retryAfterMs or Retry-After, else exponential backoff with jitter. */
-function retryDelay(reply: Reply, attempt: number, baseMs: number): number {
-  const fromBody = reply.body.retryAfterMs;
-  const asked = typeof fromBody === 'number' && fromBody >= 0 ? fromBody : parseRetryAfter(reply.headers.get('retry-after'));
+/**
+ * How long to wait before resending: at least Retry-After (and the body's retryAfterMs,
+ * when it asks for longer), else exponential backoff with jitter.
+ */
+export function retryDelay(reply: Reply, attempt: number, baseMs: number): number {
+  const fromBody = typeof reply.body.retryAfterMs === 'number' && reply.body.retryAfterMs >= 0 ? reply.body.retryAfterMs : undefined;
+  const fromHeader = parseRetryAfter(reply.headers.get('retry-after'));
+  const asked = fromBody === undefined ? fromHeader : fromHeader === undefined ? fromBody : Math.max(fromBody, fromHeader);
   if (asked !== undefined) return Math.min(asked, MAX_RETRY_DELAY_MS);
   const ceiling = Math.min(baseMs * 2 ** attempt, MAX_BACKOFF_MS);
   return ceiling / 2 + Math.random() * (ceiling / 2);
 }
 
-interface Reply {
+export interface Reply {
   status: number;
   headers: Headers;
   body: Record<string, unknown>;

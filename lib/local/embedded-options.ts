@@ -48,6 +48,14 @@ export interface EmbeddedOptions {
   readonly lingerRounds?: number;
   /** Queued records at which a lingering partition takes its queue at once. Default 4096. */
   readonly lingerRecords?: number;
+  /**
+   * Time slicing (time-slice.ts): batches and source chunks sized so that one stretch of
+   * user code lasts about this many milliseconds, by the measured cost per record, and the
+   * event loop (the HTTP endpoint, timers, signals) runs between batches once a slice is
+   * used. Default off: batches by record counts alone, and the schedule a pure function of
+   * the job, its input and its configuration. `sluice dev` sets 20.
+   */
+  readonly sliceMs?: number;
   /** Records a partition's input queue may hold before upstream waits. Default 65536. */
   readonly queueCapacity?: number;
   /** Attempts of a record whose user code throws before it is dead-lettered. Default 3. */

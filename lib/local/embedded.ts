@@ -20,16 +20,18 @@ import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
 import type { StateBackend } from '../state/backend.ts';
 import { type LingerPolicy, shouldLinger } from './linger.ts';
-import { type Barrier, type Envelope, type OutboxEntry } from '../transport/envelope.ts';
+import { type Barrier, type Envelope, type OutboxEntry, recordCount } from '../transport/envelope.ts';
 import type { StoredDeadLetter } from './dead-letter-store.ts';
 import { OutboxDelivery } from './outbox-delivery.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
-import type { IngestTarget, OfferResult } from './ingest-target.ts';
+import type { IngestPressure, IngestTarget, OfferResult } from './ingest-target.ts';
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
-import { IngestBuffer, type RejectedInput, toIngestRecord } from './sources.ts';
+import type { RejectedInput } from './sources.ts';
 import { sourceChunking } from './rounds.ts';
 import { type RuntimeCounters, runtimeStats } from './embedded-stats.ts';
 import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';
+import { TimeSlicer } from './time-slice.ts';
+import { Arrivals, type IngestView, ingestPressure, ingestStreams, offerIngest, validateIngest } from './embedded-ingest.ts';
 
 export type { EmbeddedCheckpointHooks, EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 export { chunkedRounds } from './rounds.ts';
@@ -55,6 +57,12 @@ export class EmbeddedRuntime implements IngestTarget {
   private round = 0;
   private readonly linger: LingerPolicy;
   private counters: RuntimeCounters = { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0 };
+  /** Time slicing (`sliceMs`): batch and chunk sizes by the measured cost per record. */
+  private readonly slicer: TimeSlicer | undefined;
+  /** When the scheduler last let the event loop run (timers, HTTP requests, signals). */
+  private lastYield = 0;
+  private readonly arrivals = new Arrivals();
+  private readonly ingest: IngestView;
 
   constructor(
     readonly job: Job,
@@ -79,6 +87,18 @@ export class EmbeddedRuntime implements IngestTarget {
       this.sinks.set(node.name, options.sinks?.[node.name] ?? node.spec.sink);
     }
     this.delivery = new OutboxDelivery(this.sinks, (env) => this.enqueue(env), options);
+    this.slicer = options.sliceMs === undefined ? undefined : new TimeSlicer(options.sliceMs);
+    const rt = this;
+    this.ingest = {
+      sources: this.sources,
+      hosts: this.hosts,
+      slots: this.slots,
+      queueCapacity: this.opts.queueCapacity,
+      clock: this.clock,
+      arrivals: this.arrivals,
+      slicer: this.slicer,
+      wake: () => rt.wake?.(),
+    };
   }
 
   /** Dead letters delivered so far (each once; a resumed run's include those before its checkpoint). */
@@ -137,19 +157,24 @@ export class EmbeddedRuntime implements IngestTarget {
   /** Run the scheduler until `until()` holds or stop() is called. */
   async loop(until: () => boolean = () => false): Promise<void> {
     await this.start();
-    let lastYield = performance.now();
+    this.lastYield = performance.now();
+    const slice = this.slicer?.sliceMs ?? 20;
     while (!this.stopping) {
       const progressed = await this.step();
       if (until()) return;
       if (!progressed) {
         await this.waitForWork();
-        lastYield = performance.now();
-      } else if (performance.now() - lastYield > 20) {
+        this.lastYield = performance.now();
+      } else if (performance.now() - this.lastYield > slice) {
         // A busy loop of resolved promises would starve timers, HTTP requests and signals.
-        await new Promise<void>((resolve) => setImmediate(resolve));
-        lastYield = performance.now();
+        await this.yieldNow();
       }
     }
+  }
+
+  private async yieldNow(): Promise<void> {
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    this.lastYield = performance.now();
   }
 
   /** Wake the scheduler when it waits for work (a savepoint was asked for, input arrived). */
@@ -195,6 +220,8 @@ export class EmbeddedRuntime implements IngestTarget {
           slot.lingered = 0;
           await this.processSlot(slot);
           for (let k = 0; k < waited && slot.head < slot.queue.length && this.downstreamHasRoom(s); k++) await this.processSlot(slot);
+          // Time slicing: the event loop runs between batches once a slice is used up, not only between rounds.
+          if (this.slicer && performance.now() - this.lastYield > this.slicer.sliceMs) await this.yieldNow();
         }
       }
     }
@@ -241,14 +268,21 @@ export class EmbeddedRuntime implements IngestTarget {
   }
 
   private newFeedHost(src: SourceFeed): FeedHost {
+    const slicer = this.slicer;
+    const batchSize = this.opts.sourceBatchSize;
     return {
       clock: this.clock,
-      batchSize: this.opts.sourceBatchSize,
+      get batchSize() {
+        return slicer ? slicer.records(batchSize) : batchSize;
+      },
       room: () => {
         for (const s of this.slots[src.stage]) if (s.queuedRecords >= this.opts.queueCapacity) return false;
         return true;
       },
-      enqueue: (env) => this.enqueue(env),
+      enqueue: (env, arrivedAt) => {
+        if (arrivedAt !== undefined) this.arrivals.mark(env, arrivedAt);
+        this.enqueue(env);
+      },
       rejected: (r) => this.rejectedInputs.push(r),
       accepted: (n) => {
         this.counters.sourceRecords += n;
@@ -324,16 +358,25 @@ export class EmbeddedRuntime implements IngestTarget {
   }
 
   private processSlot(slot: Slot): Promise<void> {
-    const batch = nextBatch(slot, this.opts.maxEnvelopesPerBatch, this.opts.batchRecords);
+    const slicer = this.slicer;
+    const batch = nextBatch(slot, this.opts.maxEnvelopesPerBatch, slicer ? slicer.records(this.opts.batchRecords) : this.opts.batchRecords);
     const envelopes = batch.length;
     const skip = slot.skip.size ? slot.skip : undefined;
+    const t0 = slicer ? performance.now() : 0;
     let work: ReturnType<PartitionRuntime['process']>;
     try {
       work = slot.runtime.process(batch, skip);
     } catch (e) {
       work = Promise.reject(e);
     }
-    return this.runBatch(slot, work, envelopes);
+    const done = this.runBatch(slot, work, envelopes);
+    if (!slicer) return done;
+    // Measured whole (commit and delivery included): the stretch the event loop waits for.
+    return done.then(() => {
+      let records = 0;
+      for (const env of batch) records += recordCount(env);
+      slicer.observe(slot.stage, records, performance.now() - t0);
+    });
   }
 
   /** One batch with the crash-recovery policy: on any failure, reopen from committed state and let the queue redeliver. */
@@ -393,36 +436,22 @@ export class EmbeddedRuntime implements IngestTarget {
     return this.delivery.deliver(outbox, from);
   }
 
-  // ---- ingestion (IngestTarget) ----
+  // ---- ingestion (IngestTarget: embedded-ingest.ts) ----
 
   streams(): readonly string[] {
-    return this.sources.filter((s) => s.reader instanceof IngestBuffer).map((s) => s.def.name);
+    return ingestStreams(this.ingest);
   }
 
   validate(stream: string, event: unknown): string | undefined {
-    const src = this.sources.find((s) => s.def.name === stream);
-    if (!src) return `stream: expected one of ${this.streams().join(', ')}, received ${stream}`;
-    const r = toIngestRecord(src.def, event, this.clock);
-    return typeof r === 'string' ? r : undefined;
+    return validateIngest(this.ingest, stream, event);
   }
 
   offer(stream: string, events: readonly unknown[]): OfferResult {
-    const src = this.sources.find((s) => s.def.name === stream && s.reader instanceof IngestBuffer);
-    if (!src) return { ok: false, retryAfterMs: 1000 };
-    const buffer = src.reader as IngestBuffer;
-    const queued = this.slots[src.stage].reduce((n, s) => n + s.queuedRecords, 0);
-    const capacity = this.opts.queueCapacity * src.partitioner.partitions;
-    if (buffer.size + queued + src.backlog + events.length > capacity) return { ok: false, retryAfterMs: 1000 };
-    if (!src.logRecords) {
-      buffer.push(events);
-      this.wake?.();
-      return { ok: true };
-    }
-    // A logged source takes the events now, during a replay too: they are in the log before
-    // the request is answered, and the answer waits for the log's fsync (accepted means durable).
-    src.accept(events, undefined, this.hosts[this.sources.indexOf(src)]);
-    this.wake?.();
-    return { ok: true, durable: src.durable() };
+    return offerIngest(this.ingest, stream, events);
+  }
+
+  pressure(stream: string): IngestPressure | undefined {
+    return ingestPressure(this.ingest, stream);
   }
 
   // ---- observability ----

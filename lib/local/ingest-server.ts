@@ -6,7 +6,8 @@
  *
  * Contract points 4-6: a 202 is sent only after the target accepted the valid
  * events atomically; any other status means nothing was enqueued; overload is
- * a 429 with Retry-After; bodies are read with a hard byte cap.
+ * a 429 with Retry-After (the target's own limit, or the bounds set here: ingest-bounds.ts);
+ * bodies are read with a hard byte cap. What it refuses is counted (stats()).
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -31,6 +32,7 @@ import {
   validateEvents,
 } from '../transport/ingest-validation.ts';
 import type { IngestTarget } from './ingest-target.ts';
+import { type IngestRejections, overBounds, RejectionCounter } from './ingest-bounds.ts';
 
 export type { IngestTarget } from './ingest-target.ts';
 
@@ -43,11 +45,17 @@ export interface IngestServerOptions {
   maxBodyBytes?: number;
   /** Most events in one request; default 10,000. */
   maxEventsPerRequest?: number;
+  /** 429 for a request that would take a stream's accepted-but-unprocessed records past this; default: no bound but the target's. */
+  maxQueuedRecords?: number;
+  /** 429 while a stream's oldest accepted-but-unprocessed event is this many ms old or older; default: no bound. */
+  maxLagMs?: number;
 }
 
 export interface IngestServer {
   url: string;
   port: number;
+  /** What the endpoint refused so far (400, 413, 415, 429), per event where the events are known. */
+  rejections(): IngestRejections;
   close(): Promise<void>;
 }
 
@@ -58,6 +66,8 @@ const OptionsSchema = z.strictObject({
   host: z.string().min(1).default('127.0.0.1'),
   maxBodyBytes: z.number().int().positive().default(DEFAULT_MAX_BODY_BYTES),
   maxEventsPerRequest: z.number().int().positive().default(DEFAULT_MAX_EVENTS),
+  maxQueuedRecords: z.number().int().positive().optional(),
+  maxLagMs: z.number().int().positive().optional(),
 });
 type ResolvedOptions = z.infer<typeof OptionsSchema>;
 
@@ -67,6 +77,8 @@ const EXPECTED: Record<string, string> = {
   host: 'a non-empty host name or IP address',
   maxBodyBytes: 'a positive integer number of bytes',
   maxEventsPerRequest: 'a positive integer',
+  maxQueuedRecords: 'a positive integer number of records',
+  maxLagMs: 'a positive integer number of milliseconds',
 };
 
 function parseOptions(options: unknown): ResolvedOptions {
@@ -98,8 +110,9 @@ function describe(value: unknown): string {
 /** Start the endpoint; resolves once it is listening. */
 export async function startIngestServer(target: IngestTarget, options: IngestServerOptions = {}): Promise<IngestServer> {
   const opts = parseOptions(options);
+  const counter = new RejectionCounter();
   const server = createServer((req, res) => {
-    handle(target, opts, req, res).catch((err: unknown) => {
+    handle(target, opts, counter, req, res).catch((err: unknown) => {
       // A throwing target means we cannot know the batch was enqueued: never 2xx.
       const message = err instanceof Error ? err.message : String(err);
       if (!res.headersSent) send(res, 500, { error: 'internal', message: `ingestion failed: ${message}` });
@@ -121,6 +134,7 @@ export async function startIngestServer(target: IngestTarget, options: IngestSer
   return {
     url: `http://${hostInUrl}:${port}`,
     port,
+    rejections: () => counter.snapshot(),
     close: () =>
       new Promise<void>((resolve, reject) => {
         // In-flight requests finish (their events may already be enqueued); idle keep-alives go now.
@@ -130,7 +144,7 @@ export async function startIngestServer(target: IngestTarget, options: IngestSer
   };
 }
 
-async function handle(target: IngestTarget, opts: ResolvedOptions, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function handle(target: IngestTarget, opts: ResolvedOptions, counter: RejectionCounter, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const path = new URL(req.url ?? '/', 'http://localhost').pathname;
   const route = matchRoute(req.method ?? 'GET', path);
   if (route.kind === 'answer') return reply(res, route.answer);
@@ -138,25 +152,36 @@ async function handle(target: IngestTarget, opts: ResolvedOptions, req: Incoming
   const stream = route.stream;
   const unknown = checkStream(stream, target.streams());
   if (unknown) return reply(res, unknown);
+  // Refused before its events are known (unread, or unparsed): counted as a request.
+  const unread = (a: IngestAnswer) => (counter.add(a.status), reply(res, a));
   const format = checkContentType(req.headers['content-type']);
-  if (isAnswer(format)) return reply(res, format);
+  if (isAnswer(format)) return unread(format);
   const encoded = checkContentEncoding(req.headers['content-encoding']);
-  if (encoded) return reply(res, encoded);
+  if (encoded) return unread(encoded);
 
   const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > opts.maxBodyBytes) return tooLarge(res, bodyLimitMessage(opts.maxBodyBytes, declared));
+  if (Number.isFinite(declared) && declared > opts.maxBodyBytes) return (counter.add(413), tooLarge(res, bodyLimitMessage(opts.maxBodyBytes, declared)));
   const body = await readBody(req, opts.maxBodyBytes);
-  if (body === undefined) return tooLarge(res, bodyLimitMessage(opts.maxBodyBytes));
+  if (body === undefined) return (counter.add(413), tooLarge(res, bodyLimitMessage(opts.maxBodyBytes)));
 
   const parsed = parseBody(body, format, opts.maxEventsPerRequest);
-  if (isAnswer(parsed)) return parsed.status === 413 ? tooLarge(res, String(parsed.body.message)) : reply(res, parsed);
+  if (isAnswer(parsed)) return parsed.status === 413 ? (counter.add(413), tooLarge(res, String(parsed.body.message))) : unread(parsed);
   const checked = validateEvents(parsed.events, (event) => target.validate(stream, event));
-  if (isAnswer(checked)) return reply(res, checked);
+  if (isAnswer(checked)) return (counter.add(checked.status, parsed.events.length), reply(res, checked));
 
+  // A request that would pass a bound is refused whole, its invalid events counted as such.
+  const refuse = (a: IngestAnswer) => {
+    counter.add(400, checked.rejected.length);
+    counter.add(429, checked.valid.length);
+    reply(res, a);
+  };
+  const over = overBounds(stream, checked.valid.length, target.pressure?.(stream), opts);
+  if (over) return refuse(over);
   const offered = target.offer(stream, checked.valid.map((v) => v.event));
-  if (!offered.ok) return reply(res, saturatedAnswer(stream, offered.retryAfterMs));
+  if (!offered.ok) return refuse(saturatedAnswer(stream, offered.retryAfterMs));
   // Accepted means durable: the 202 waits until a logging target has the events on disk (a failure is a 500, never a 2xx).
   if ('durable' in offered && offered.durable) await offered.durable;
+  counter.add(400, checked.rejected.length);
   reply(res, acceptedAnswer(checked.valid.length, parsed.events.length, checked.rejected));
 }
 

@@ -10,6 +10,16 @@ export type OfferResult =
   | { ok: true; durable?: Promise<void> }
   | { ok: false; retryAfterMs: number };
 
+/** How far behind a stream's processing is: what the endpoint's bounds (429) are checked against. */
+export interface IngestPressure {
+  /** Records accepted and not processed yet (by the stage the stream feeds). */
+  readonly queuedRecords: number;
+  /** Age of the oldest accepted event not processed yet, in ms (0: none waits). */
+  readonly lagMs: number;
+  /** The measured processing rate, when known: how long a queue takes to drain. */
+  readonly recordsPerSecond?: number;
+}
+
 export interface IngestTarget {
   /** Names of the job's ingestion streams. */
   streams(): readonly string[];
@@ -17,4 +27,6 @@ export interface IngestTarget {
   validate(stream: string, event: unknown): string | undefined;
   /** Enqueue valid events atomically (all or none). Returns accepted, or saturated with a retry delay. Never partially enqueues; throws when it enqueued nothing for another reason. */
   offer(stream: string, events: readonly unknown[]): OfferResult;
+  /** Optional: the stream's queue and lag, for the endpoint's bounds (absent: only `offer` refuses). */
+  pressure?(stream: string): IngestPressure | undefined;
 }

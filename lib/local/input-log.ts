@@ -15,7 +15,9 @@
  * fsync for every caller waiting at that moment: group commit), so an accepted event
  * survives a power loss too; barrier entries and the segments they close are fsynced
  * before the barrier goes in, so a checkpoint never names a lost position. A batch of
- * appends is written whole or not at all: a failed write is cut back off its segments.
+ * appends is written whole or not at all: a failed write is cut back off its segments,
+ * and so is everything appended since the last successful fsync when an fsync fails
+ * (its callers are told: what they appended is not in the log).
  */
 import { closeSync, existsSync, fstatSync, fsync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -115,12 +117,18 @@ interface Segment {
   readonly file: string;
 }
 
+interface OpenSegment {
+  readonly fd: number;
+  size: number;
+  synced: number;
+}
+
 const SEGMENT = /^(\d{12})\.jsonl$/;
 
 export class SourceLog {
   private readonly dir: string;
-  /** The open segment per partition: its descriptor and its length. */
-  private readonly open = new Map<number, { fd: number; size: number }>();
+  /** The open segment per partition: its descriptor, its length, and the length known to be on disk. */
+  private readonly open = new Map<number, OpenSegment>();
   /** Descriptors written since their last fsync, and directories that gained a file. */
   private readonly dirty = new Set<number>();
   private readonly newDirs = new Set<string>();
@@ -188,7 +196,7 @@ export class SourceLog {
   }
 
   /** Partition p's open segment; a new one starts at `start` (a torn tail of an existing one is cut off first). */
-  private segmentFor(p: number, start: number): { fd: number; size: number } {
+  private segmentFor(p: number, start: number): OpenSegment {
     const open = this.open.get(p);
     if (open) return open;
     const dir = this.partitionDir(p);
@@ -204,15 +212,22 @@ export class SourceLog {
     // A new file (and partition directory) survives a power loss only once its directory is fsynced too.
     if (!existed) this.newDirs.add(dir);
     if (!dirExisted) this.newDirs.add(this.dir);
-    const seg = { fd, size };
+    const seg = { fd, size, synced: size };
     this.open.set(p, seg);
     return seg;
+  }
+
+  /** Whether durable() fsyncs (false: it resolves at once). */
+  get fsyncs(): boolean {
+    return this.durableWrites;
   }
 
   /**
    * Resolves once everything appended so far is on disk. Callers waiting at the same
    * moment share one fsync per segment (group commit); those arriving while it runs
-   * wait for the next one.
+   * wait for the next one. When an fsync fails, everything appended since the last one
+   * that succeeded is cut off the log and every caller waiting (for this fsync or the
+   * next) is rejected: none of it is in the log, so none of it may be used.
    */
   durable(): Promise<void> {
     if (!this.durableWrites || (this.dirty.size === 0 && this.newDirs.size === 0)) return Promise.resolve();
@@ -226,6 +241,9 @@ export class SourceLog {
     if (!group) return;
     this.waiting = undefined;
     const fds = [...this.dirty];
+    // The lengths this fsync makes durable (appends from now on wait for the next one).
+    const marks: [OpenSegment, number][] = [];
+    for (const seg of this.open.values()) if (this.dirty.has(seg.fd)) marks.push([seg, seg.size]);
     const dirs = [...this.newDirs];
     this.dirty.clear();
     this.newDirs.clear();
@@ -240,17 +258,59 @@ export class SourceLog {
       }
     });
     Promise.all([...fds.map(one), ...dirSyncs]).then(
-      () => this.synced(group),
-      (e: Error) => this.synced(group, e),
+      () => this.synced(group, marks),
+      (e: Error) => this.synced(group, marks, e),
     );
   }
 
-  private synced(group: Deferred, error?: Error): void {
+  private synced(group: Deferred, marks: readonly [OpenSegment, number][], error?: Error): void {
     this.syncing = false;
     for (const fd of this.retired.splice(0)) closeSync(fd);
-    if (error) group.reject(error);
-    else group.resolve();
+    if (error) {
+      this.lose(error);
+      group.reject(error);
+      return;
+    }
+    for (const [seg, size] of marks) seg.synced = Math.max(seg.synced, size);
+    group.resolve();
     this.syncNext();
+  }
+
+  /**
+   * fsync every open segment now (before a barrier records positions that include what
+   * waits for durable()). Throws, having cut off what was not on disk, when one fails.
+   */
+  syncNow(): void {
+    if (!this.durableWrites) return;
+    try {
+      for (const seg of this.open.values()) {
+        if (!this.dirty.has(seg.fd)) continue;
+        fsyncSync(seg.fd);
+        seg.synced = seg.size;
+      }
+    } catch (e) {
+      this.lose(e as Error);
+      throw e;
+    }
+  }
+
+  /** A failed fsync: cut every open segment back to its length on disk and fail the callers still waiting. */
+  private lose(error: Error): void {
+    for (const [p, seg] of this.open) {
+      this.dirty.delete(seg.fd);
+      if (seg.size === seg.synced) continue;
+      try {
+        ftruncateSync(seg.fd, seg.synced);
+        seg.size = seg.synced;
+      } catch {
+        // Not cut back: closed, so that the next append reopens the segment.
+        this.open.delete(p);
+        this.closeFd(seg.fd);
+      }
+    }
+    const waiting = this.waiting;
+    this.waiting = undefined;
+    waiting?.reject(error);
   }
 
   private closeFd(fd: number): void {

@@ -16,10 +16,12 @@ import type { EmbeddedOptions } from './embedded-options.ts';
 
 export interface FeedHost {
   readonly clock: Clock;
+  /** Records per chunk (read at every chunk: time slicing may change it). */
   readonly batchSize: number;
   /** Whether the source stage's queues have room. */
   room(): boolean;
-  enqueue(env: Envelope): void;
+  /** `arrivedAt`: when the endpoint accepted the chunk's first event (its queue age is the lag). */
+  enqueue(env: Envelope, arrivedAt?: number): void;
   rejected(r: RejectedInput): void;
   /** Records accepted from the source (counted once, not again on replay). */
   accepted(n: number): void;
@@ -49,6 +51,12 @@ export class SourceFeed {
   readonly stampOnApply: boolean;
   /** Chunks sent whose stamping has not been accounted yet, and reader rejections queued behind them, in input order. */
   private unsettled: (SourceChunk | { readonly host: FeedHost; readonly rejected: RejectedInput })[] = [];
+  /** When the endpoint accepted events: those before index `end` (in `read`'s count) at `at`, oldest first. */
+  private readonly arrivals: { end: number; at: number }[] = [];
+  /** Events the endpoint offered so far (the `end` of the next arrival mark). */
+  private offered = 0;
+  /** Logged requests whose appends wait for the log's fsync, in log order: not sent, not counted, until then. */
+  private readonly pending: PendingAccept[] = [];
 
   constructor(
     readonly def: SourceDef<any>,
@@ -143,9 +151,10 @@ export class SourceFeed {
    * `owned`: `events` is this call's to keep (a reader's fresh array): a single chunk
    * becomes the envelope's values column as it is, without a copy.
    */
-  accept(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost, owned = false): void {
+  accept(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost, owned = false): Promise<void> | undefined {
     if (this.logRecords) return this.acceptLogged(events, positions, host);
     const batch = host.batchSize;
+    const marked = this.arrivals.length > 0;
     const total = events.length;
     for (let i = 0; i < total; i += batch) {
       const end = Math.min(i + batch, total);
@@ -155,7 +164,7 @@ export class SourceFeed {
       if (this.stampOnApply && anyStampable(values, this.def.timestamp!)) {
         const chunk = new SourceChunk(this, host, values, this.read + i, positions, i);
         this.unsettled.push(chunk);
-        host.enqueue((chunk.env = this.partitioner.envelopeToStamp(chunk, values.length)));
+        host.enqueue((chunk.env = this.partitioner.envelopeToStamp(chunk, values.length)), marked ? this.arrivalOf(this.read + i) : undefined);
         continue;
       }
       // Behind chunks not stamped yet, rejections wait for theirs (reports keep the input's order).
@@ -164,35 +173,71 @@ export class SourceFeed {
       const n = columns.values.length;
       host.accepted(n);
       if (n === 0) continue;
-      host.enqueue(this.partitioner.envelopeOfColumns(columns));
+      host.enqueue(this.partitioner.envelopeOfColumns(columns), marked ? this.arrivalOf(this.read + i) : undefined);
     }
     this.read += total;
+    return undefined;
+  }
+
+  /** `count` events offered by the endpoint at `at` (in the order accept() or the reader will take them). */
+  arrived(count: number, at: number): void {
+    this.offered += count;
+    const last = this.arrivals.at(-1);
+    if (last && last.at === at) last.end = this.offered;
+    else this.arrivals.push({ end: this.offered, at });
+  }
+
+  /** When event `index` arrived (undefined for events the endpoint did not offer); indexes asked only grow. */
+  private arrivalOf(index: number): number | undefined {
+    const a = this.arrivals;
+    while (a.length && a[0].end <= index) a.shift();
+    return a.length ? a[0].at : undefined;
+  }
+
+  /** When the oldest offered event not yet read into a chunk arrived (undefined: none waits). */
+  oldestUnread(): number | undefined {
+    return this.offered > this.read ? this.arrivalOf(this.read) : undefined;
   }
 
   /**
    * A logged source's events: every chunk is stamped and encoded, then all of them are
-   * written to the log in one batch, and only then do they take sequence numbers and go
-   * out. An event that cannot be encoded, or a write that fails, throws with nothing
-   * written, sent or counted: no position and no sequence number is skipped, and later
-   * events go on. During a replay they are logged after the replayed records and queued
+   * written to the log in one batch. An event that cannot be encoded, or a write that
+   * fails, throws with nothing written, sent or counted: no position and no sequence
+   * number is skipped, and later events go on. When the log fsyncs, the chunks wait for
+   * it (pending) and only then take sequence numbers and go out; the promise returned
+   * settles with them. A failed fsync cuts them off the log (input-log.ts) and drops
+   * them with every request behind them: a request answered with an error never reaches
+   * the job. During a replay they are logged after the replayed records and queued
    * behind them.
    */
-  private acceptLogged(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost): void {
+  private acceptLogged(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost): Promise<void> | undefined {
     const batch = host.batchSize;
     const total = events.length;
     const rejected = (r: RejectedInput) => host.rejected(r);
     const chunks: RecordColumns[] = [];
+    const arrivals: (number | undefined)[] = [];
+    const marked = this.arrivals.length > 0;
     for (let i = 0; i < total; i += batch) {
       const columns = stampColumns(this.def, host.clock, events.slice(i, Math.min(i + batch, total)), this.read + i, positions, i, rejected, this.def.schema ? undefined : this.def.timestamp);
-      if (columns.values.length) chunks.push(columns);
+      if (columns.values.length) {
+        chunks.push(columns);
+        arrivals.push(marked ? this.arrivalOf(this.read + i) : undefined);
+      }
     }
     this.read += total;
-    if (chunks.length === 0) return;
+    if (chunks.length === 0) return undefined;
     const parts = this.partitioner.partitions;
-    const replaying = this.replay.size > 0;
-    const heads = this.partitioner.positions();
-    if (replaying) for (const [p, r] of this.replay) heads[p] = r.start + r.records.length;
-    const first = replaying ? this.replayNext : this.partitioner.nextPartition;
+    // Behind pending requests, positions and turns continue from the last of them.
+    const last = this.pending.at(-1);
+    const replaying = last ? last.replaying : this.replay.size > 0;
+    let heads: number[];
+    let first: number;
+    if (last) [heads, first] = [[...last.heads], last.next];
+    else {
+      heads = this.partitioner.positions();
+      if (replaying) for (const [p, r] of this.replay) heads[p] = r.start + r.records.length;
+      first = replaying ? this.replayNext : this.partitioner.nextPartition;
+    }
     const appends: LogAppend[] = chunks.map((c, k) => {
       const p = (first + k) % parts;
       const at = heads[p];
@@ -200,20 +245,63 @@ export class SourceFeed {
       return { p, at, text: encodeRecords(c.timestamps, c.values) };
     });
     this.log!.appendAll(appends);
-    if (replaying) this.replayNext = (first + chunks.length) % parts;
+    const entry: PendingAccept = { host, chunks, arrivals, appends, heads, next: (first + chunks.length) % parts, replaying, done: deferred() };
+    if (!this.log!.fsyncs) {
+      this.release(entry);
+      return undefined;
+    }
+    this.pending.push(entry);
+    // Handled here too: a caller that does not wait (a test offering directly) leaves no unhandled rejection.
+    entry.done.promise.catch(() => undefined);
+    this.log!.durable().then(
+      () => this.releaseThrough(entry),
+      (e: Error) => this.dropPending(e),
+    );
+    return entry.done.promise;
+  }
+
+  /** A pending request's chunks go out: into the channel, or behind the replay. */
+  private release(e: PendingAccept): void {
+    const { host, chunks } = e;
+    if (e.replaying) this.replayNext = e.next;
     chunks.forEach((c, k) => {
       host.accepted(c.values.length);
-      if (!replaying) return host.enqueue(this.partitioner.envelopeOfColumns(c));
-      const p = appends[k].p;
+      if (!e.replaying) return host.enqueue(this.partitioner.envelopeOfColumns(c), e.arrivals[k]);
+      const p = e.appends[k].p;
       let r = this.replay.get(p);
-      if (!r) this.replay.set(p, (r = { start: appends[k].at, records: [], i: 0 }));
+      if (!r) this.replay.set(p, (r = { start: e.appends[k].at, records: [], i: 0 }));
       for (let j = 0; j < c.values.length; j++) r.records.push({ timestamp: c.timestamps[j], value: c.values[j] });
     });
   }
 
-  /** Resolves once everything this source logged is on disk (at once when it logs nothing). */
-  durable(): Promise<void> | undefined {
-    return this.logRecords ? this.log!.durable() : undefined;
+  /** The log is on disk up to `entry`'s appends: it and every request before it go out. */
+  private releaseThrough(entry: PendingAccept): void {
+    if (!this.pending.includes(entry)) return;
+    for (;;) {
+      const e = this.pending.shift()!;
+      this.release(e);
+      e.done.resolve();
+      if (e === entry) return;
+    }
+  }
+
+  /** An fsync failed: the log cut off every pending request's appends; they fail and never go out. */
+  private dropPending(error: Error): void {
+    for (const e of this.pending.splice(0)) e.done.reject(error);
+  }
+
+  /** Before a barrier: the pending requests fsynced now and sent, so the barrier follows them (or dropped, if the fsync fails). */
+  private flushPending(): void {
+    if (this.pending.length === 0) return;
+    try {
+      this.log!.syncNow();
+    } catch (e) {
+      // The log cut them off; the barrier goes in after what was sent before them.
+      this.dropPending(e as Error);
+      return;
+    }
+    const last = this.pending.at(-1)!;
+    this.releaseThrough(last);
   }
 
   /**
@@ -250,6 +338,7 @@ export class SourceFeed {
   /** Barrier `epoch` on every partition, recorded first (cursor and positions) in the log. */
   inject(barrier: Omit<Barrier, 'positions'>, host: FeedHost): void {
     this.settle();
+    this.flushPending();
     this.log?.barrier({ epoch: barrier.epoch, cursor: this.reader.cursor?.() ?? null, next: this.partitioner.nextPartition, positions: this.partitioner.positions() });
     for (const env of this.partitioner.barrierEnvelopes(barrier)) host.enqueue(env);
   }
@@ -297,6 +386,7 @@ export class SourceFeed {
   get backlog(): number {
     let n = 0;
     for (const r of this.replay.values()) n += r.records.length - r.i;
+    for (const e of this.pending) for (const c of e.chunks) n += c.values.length;
     return n;
   }
 
@@ -304,6 +394,26 @@ export class SourceFeed {
   get replaying(): boolean {
     return this.replay.size > 0;
   }
+}
+
+/** A logged request waiting for the log's fsync (acceptLogged). */
+interface PendingAccept {
+  readonly host: FeedHost;
+  readonly chunks: readonly RecordColumns[];
+  readonly arrivals: readonly (number | undefined)[];
+  readonly appends: readonly LogAppend[];
+  /** Log positions per partition and the next partition in turn, after this request. */
+  readonly heads: readonly number[];
+  readonly next: number;
+  readonly replaying: boolean;
+  readonly done: { readonly promise: Promise<void>; resolve(): void; reject(e: Error): void };
+}
+
+function deferred(): PendingAccept['done'] {
+  let resolve!: () => void;
+  let reject!: (e: Error) => void;
+  const promise = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
+  return { promise, resolve, reject };
 }
 
 /**

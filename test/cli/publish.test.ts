@@ -2,7 +2,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { publishFile } from '../../lib/cli/publish.ts';
+import { publishFile, retryDelay } from '../../lib/cli/publish.ts';
 import { BackPressureError, ConfigError, InputRejectedError } from '../../lib/errors.ts';
 import { startIngestServer, type IngestServer } from '../../lib/local/ingest-server.ts';
 import type { IngestTarget } from '../../lib/local/ingest-target.ts';
@@ -101,6 +101,18 @@ describe('publishFile', () => {
     expect(result).toEqual({ sent: 3, accepted: 3, rejected: [] });
     expect(target.refusals).toBe(2);
     expect(target.offered).toEqual([[{ id: 1 }, { id: 2 }], [{ id: 3 }]]);
+  });
+
+  it('waits at least Retry-After: the header when the body asks for less, the body when it asks for more', () => {
+    const reply = (header: string | undefined, bodyMs?: number) => ({
+      status: 429,
+      headers: new Headers(header === undefined ? {} : { 'retry-after': header }),
+      body: bodyMs === undefined ? {} : { retryAfterMs: bodyMs },
+    });
+    expect(retryDelay(reply('2', 300), 0, 500)).toBe(2000);
+    expect(retryDelay(reply('1', 2500), 0, 500)).toBe(2500);
+    expect(retryDelay(reply('3'), 4, 500)).toBe(3000);
+    expect(retryDelay(reply(undefined, 700), 0, 500)).toBe(700);
   });
 
   it('gives up after `retries` 429s with a BackPressureError naming the lines not sent', async () => {

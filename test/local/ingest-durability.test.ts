@@ -205,4 +205,66 @@ describe('accepted means durable (embedded runtime, endpoint)', () => {
     expect(r.status).toBe(500);
     expect(((await r.json()) as { message: string }).message).toMatch(/EIO/);
   });
+
+  it('a barrier behind a request still waiting for its fsync fsyncs it first: the request is answered 202 and precedes the barrier', async () => {
+    const dir = tmp('sluice-durable-fsync-barrier-');
+    const pending: ((e: Error | null) => void)[] = [];
+    const a = await start(dir, { durable: true, logFsync: (_fd, done) => pending.push(done) }, undefined, true);
+    const events = payments(10);
+    const res = post(a, events);
+    await until(() => pending.length > 0);
+    // The checkpoint's barrier fsyncs the segment itself; the asynchronous fsync is still out.
+    const epoch = await a.checkpoints.checkpointNow();
+    expect(epoch).toBeGreaterThan(0);
+    expect((await res).status).toBe(202);
+    for (const done of pending.splice(0)) done(null);
+    await drainAndCheckpoint(a, 10);
+    await stop(a);
+    await expectOutput(dir, events);
+  });
+
+  it('500 means not accepted: events whose fsync failed never reach the job, nor the log a resume replays', async () => {
+    const dir = tmp('sluice-durable-fsync-lost-');
+    const pending: ((e: Error | null) => void)[] = [];
+    const sync = async () => {
+      await until(() => pending.length > 0);
+      for (const done of pending.splice(0)) done(null);
+    };
+    const a = await start(dir, { durable: true, logFsync: (_fd, done) => pending.push(done) }, undefined, true);
+    const events = payments(30);
+    const first = post(a, events.slice(0, 10));
+    await sync();
+    expect((await first).status).toBe(202);
+    await until(() => a.runtime.stats().sourceRecords === 10 && a.runtime.stats().queuedRecords === 0);
+
+    // Two requests appended, the first one's fsync fails: what was appended since the last
+    // good fsync is cut off the log, so both answer 500 (the second waited for the next fsync).
+    const logged = () => new SourceLog(join(dir, 'log'), 'events').readFrom(0, 0).length;
+    let answered = 0;
+    const bad = [post(a, events.slice(10, 15)), post(a, events.slice(15, 20))].map((p) => p.then((r) => (answered++, r)));
+    await until(() => pending.length > 0 && logged() === 20);
+    for (const done of pending.splice(0)) done(new Error('EIO: i/o error, fsync'));
+    // Later fsyncs succeed.
+    await until(() => {
+      for (const done of pending.splice(0)) done(null);
+      return answered === 2;
+    });
+    for (const r of await Promise.all(bad)) expect(r.status).toBe(500);
+
+    const after = post(a, events.slice(20));
+    await sync();
+    expect((await after).status).toBe(202);
+    const accepted = [...events.slice(0, 10), ...events.slice(20)];
+    await drainAndCheckpoint(a, accepted.length);
+    expect(a.runtime.stats().sourceRecords).toBe(accepted.length);
+    expect(new SourceLog(join(dir, 'log'), 'events').readFrom(0, 0).map((rec) => rec.value)).toEqual(accepted);
+    await stop(a);
+    await expectOutput(dir, accepted);
+
+    // A resume from scratch replays only the log: the refused events are not in it.
+    const b = await start(dir, { start: 'resume' });
+    await drainAndCheckpoint(b, 0);
+    await stop(b);
+    await expectOutput(dir, accepted);
+  });
 });

@@ -1,0 +1,100 @@
+/**
+ * The embedded runtime's side of the HTTP ingestion endpoint (IngestTarget): which
+ * streams it takes, validation, offering events to a source, and the pressure the
+ * endpoint's bounds are checked against (queued records and lag, ingest-server.ts).
+ */
+import type { Clock } from '../api/types.ts';
+import type { Envelope } from '../transport/envelope.ts';
+import type { IngestPressure, OfferResult } from './ingest-target.ts';
+import type { FeedHost, SourceFeed } from './source-feed.ts';
+import { IngestBuffer, toIngestRecord } from './sources.ts';
+import type { Slot } from './slot.ts';
+import type { TimeSlicer } from './time-slice.ts';
+
+/** What the ingestion side reads and calls of the runtime. */
+export interface IngestView {
+  readonly sources: readonly SourceFeed[];
+  readonly hosts: readonly FeedHost[];
+  readonly slots: readonly (readonly Slot[])[];
+  readonly queueCapacity: number;
+  readonly clock: Clock;
+  readonly arrivals: Arrivals;
+  readonly slicer: TimeSlicer | undefined;
+  wake(): void;
+}
+
+/** Most queued envelopes looked at per partition for the oldest one the endpoint accepted. */
+const SCAN = 16;
+
+/** When the endpoint accepted the first event of each chunk it sent (kept only while the chunk is alive). */
+export class Arrivals {
+  private readonly at = new WeakMap<Envelope, number>();
+
+  mark(env: Envelope, at: number): void {
+    this.at.set(env, at);
+  }
+
+  /** The earliest arrival among the first envelopes of these queues (each FIFO: its first marked one is its oldest). */
+  oldest(slots: readonly Slot[]): number | undefined {
+    let oldest: number | undefined;
+    for (const slot of slots) {
+      const end = Math.min(slot.queue.length, slot.head + SCAN);
+      for (let i = slot.head; i < end; i++) {
+        const at = this.at.get(slot.queue[i]);
+        if (at === undefined) continue;
+        if (oldest === undefined || at < oldest) oldest = at;
+        break;
+      }
+    }
+    return oldest;
+  }
+}
+
+export function ingestStreams(v: IngestView): string[] {
+  return v.sources.filter((s) => s.reader instanceof IngestBuffer).map((s) => s.def.name);
+}
+
+export function validateIngest(v: IngestView, stream: string, event: unknown): string | undefined {
+  const src = v.sources.find((s) => s.def.name === stream);
+  if (!src) return `stream: expected one of ${ingestStreams(v).join(', ')}, received ${stream}`;
+  const r = toIngestRecord(src.def, event, v.clock);
+  return typeof r === 'string' ? r : undefined;
+}
+
+function ingestSource(v: IngestView, stream: string): SourceFeed | undefined {
+  return v.sources.find((s) => s.def.name === stream && s.reader instanceof IngestBuffer);
+}
+
+/** Records accepted from this source and not processed by its stage yet (with what the stage queues from other sources). */
+function queuedOf(v: IngestView, src: SourceFeed): number {
+  const buffer = src.reader as IngestBuffer;
+  return buffer.size + src.backlog + v.slots[src.stage].reduce((n, s) => n + s.queuedRecords, 0);
+}
+
+export function offerIngest(v: IngestView, stream: string, events: readonly unknown[]): OfferResult {
+  const src = ingestSource(v, stream);
+  if (!src) return { ok: false, retryAfterMs: 1000 };
+  // The hard bound of the queues themselves (the endpoint's own bounds come first, ingest-server.ts).
+  if (queuedOf(v, src) + events.length > v.queueCapacity * src.partitioner.partitions) return { ok: false, retryAfterMs: 1000 };
+  src.arrived(events.length, v.clock.now());
+  if (!src.logRecords) {
+    (src.reader as IngestBuffer).push(events);
+    v.wake();
+    return { ok: true };
+  }
+  // A logged source takes the events now, during a replay too: they are in the log before
+  // the request is answered, and they go out only once the log's fsync has them (accepted means durable).
+  const durable = src.accept(events, undefined, v.hosts[v.sources.indexOf(src)]);
+  v.wake();
+  return durable ? { ok: true, durable } : { ok: true };
+}
+
+export function ingestPressure(v: IngestView, stream: string): IngestPressure | undefined {
+  const src = ingestSource(v, stream);
+  if (!src) return undefined;
+  const now = v.clock.now();
+  let oldest = v.arrivals.oldest(v.slots[src.stage]);
+  const unread = src.oldestUnread();
+  if (unread !== undefined && (oldest === undefined || unread < oldest)) oldest = unread;
+  return { queuedRecords: queuedOf(v, src), lagMs: oldest === undefined ? 0 : Math.max(0, now - oldest), recordsPerSecond: v.slicer?.recordsPerSecond() };
+}
