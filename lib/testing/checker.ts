@@ -20,6 +20,8 @@ export interface CompareOptions {
   orderKey?: (record: unknown) => string | undefined;
   /** The run's input: its size goes into the message. */
   input?: readonly unknown[];
+  /** Prefixed to the message ("seed 3: exactly-once violated: ..."). */
+  label?: string;
   /** assertExactlyOnce refuses an empty reference (a check that cannot fail) unless set. */
   allowEmpty?: boolean;
 }
@@ -120,7 +122,7 @@ export function compareOutputs(reference: readonly unknown[], actual: readonly u
     ...(order ? { orderKeys: order.keys } : {}),
   };
   const ok = lost.length === 0 && duplicated.length === 0 && unexpected.length === 0 && reordered.length === 0;
-  return { lost, duplicated, unexpected, reordered, counts, ok, summary: () => summarize(counts, lost, duplicated, unexpected, reordered) };
+  return { lost, duplicated, unexpected, reordered, counts, ok, summary: () => `${options.label ? `${options.label}: ` : ''}${summarize(counts, lost, duplicated, unexpected, reordered)}` };
 }
 
 const SHOWN = 5;
@@ -170,7 +172,7 @@ function summarize(
 export function assertExactlyOnce(reference: readonly unknown[], actual: readonly unknown[], options: CompareOptions = {}): Comparison {
   const result = compareOutputs(reference, actual, options);
   if (reference.length === 0 && !options.allowEmpty) {
-    throw new Error(`exactly-once check is vacuous: the reference has no records (actual ${actual.length}); pass allowEmpty if an empty output is expected`);
+    throw new Error(`${options.label ? `${options.label}: ` : ''}exactly-once check is vacuous: the reference has no records (actual ${actual.length}); pass allowEmpty if an empty output is expected`);
   }
   if (!result.ok) throw new Error(result.summary());
   return result;

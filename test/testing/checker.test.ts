@@ -157,6 +157,7 @@ describe('per-key order', () => {
   it('names the input size; refuses an empty reference unless allowed', () => {
     expect(compareOutputs(ref, ref, { input: [1, 2, 3] }).summary()).toBe('exactly-once: ok (input 3 events, reference 5 records, actual 5)');
     expect(() => assertExactlyOnce([], [])).toThrow(/vacuous: the reference has no records/);
+    expect(() => assertExactlyOnce(ref, [], { label: 'seed 7' })).toThrow(/^seed 7: exactly-once violated: 5 lost/);
     expect(assertExactlyOnce([], [], { allowEmpty: true }).ok).toBe(true);
     expect(() => assertExactlyOnce([], [{ k: 'x' }], { allowEmpty: true })).toThrow(/1 unexpected/);
   });
