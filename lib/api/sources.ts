@@ -59,7 +59,7 @@ export interface SourceDef<T = unknown> {
   readonly maxFutureMs?: number;
 }
 
-/** Turn a schema failure into "field: expected ..., received ..." text. */
+/** Turn a schema failure into "field: expected ..., received <value> (<type>)" text. */
 export function validateWithSchema<T>(schema: ZodType<T> | undefined, event: unknown): string | undefined {
   if (!schema) return undefined;
   const result = schema.safeParse(event);
@@ -67,7 +67,33 @@ export function validateWithSchema<T>(schema: ZodType<T> | undefined, event: unk
   return result.error.issues
     .map((issue) => {
       const path = issue.path.length ? issue.path.join('.') : '(event)';
-      return `${path}: ${issue.message}`;
+      // zod names the received type only; the value is what tells a sender which event and field went wrong.
+      const shown = preview(valueAt(event, issue.path));
+      const typed = /^(.*), received (\w+)$/s.exec(issue.message);
+      if (typed) return `${path}: ${typed[1]}, received ${shown === typed[2] ? shown : `${shown} (${typed[2]})`}`;
+      return `${path}: ${issue.message}, received ${shown}`;
     })
     .join('; ');
+}
+
+function valueAt(value: unknown, path: readonly PropertyKey[]): unknown {
+  let v = value;
+  for (const key of path) {
+    if (v === null || typeof v !== 'object') return undefined;
+    v = (v as Record<PropertyKey, unknown>)[key];
+  }
+  return v;
+}
+
+const PREVIEW_CHARS = 80;
+
+/** A short JSON rendering of a received value (String() where JSON cannot render it). */
+function preview(v: unknown): string {
+  let s: string;
+  try {
+    s = JSON.stringify(v) ?? String(v);
+  } catch {
+    s = String(v);
+  }
+  return s.length > PREVIEW_CHARS ? `${s.slice(0, PREVIEW_CHARS)}...` : s;
 }

@@ -341,7 +341,7 @@ function toResult(event: APIGatewayProxyEventV2, a: V.IngestAnswer): APIGatewayP
 export function sqsUnsafe(value: unknown, path = '(event)'): string | undefined {
   if (typeof value === 'string') {
     const bad = badChar(value);
-    return bad && `${path}: contains ${bad}, a character SQS messages cannot carry (allowed: tab, LF, CR, U+0020-U+D7FF, U+E000-U+FFFD, U+10000-U+10FFFF)`;
+    return bad && `${path}: contains ${bad}, a character SQS messages cannot carry; expected only tab, LF, CR, U+0020-U+D7FF, U+E000-U+FFFD, U+10000-U+10FFFF, received ${shown(value)}`;
   }
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
@@ -354,13 +354,16 @@ export function sqsUnsafe(value: unknown, path = '(event)'): string | undefined 
     for (const [k, v] of Object.entries(value)) {
       const p = path === '(event)' ? k : `${path}.${k}`;
       const badKey = badChar(k);
-      if (badKey) return `${p}: the field name contains ${badKey}, a character SQS messages cannot carry`;
+      if (badKey) return `${p}: the field name contains ${badKey}, a character SQS messages cannot carry; received field name ${shown(k)}`;
       const r = sqsUnsafe(v, p);
       if (r) return r;
     }
   }
   return undefined;
 }
+
+/** A string as JSON (NUL and lone surrogates escaped), cut to 80 characters. */
+const shown = (s: string): string => (JSON.stringify(s).length > 80 ? `${JSON.stringify(s).slice(0, 80)}...` : JSON.stringify(s));
 
 function badChar(s: string): string | undefined {
   for (let i = 0; i < s.length; i++) {

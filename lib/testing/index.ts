@@ -5,8 +5,8 @@
  * - Run a job in process: `runJob` / `EmbeddedRuntime` with `Sinks.collect()` sinks, an
  *   injectable `ManualClock`, and a seeded `FaultInjector` that crashes partitions
  *   between any two steps of a batch.
- * - Check results: `compareOutputs` / `assertExactlyOnce` (lost, duplicated and
- *   unexpected records against a reference), `readJsonLines`.
+ * - Check results: `compareOutputs` / `assertExactlyOnce` (lost, duplicated, unexpected
+ *   and, with `orderKey`, per-key out-of-order records against a reference), `readJsonLines`.
  * - Local AWS: `openLocalAws()` starts DynamoDB Local and the SQS/S3 emulator on loopback
  *   (or uses the servers AWS_ENDPOINT_URL_* name), `LocalAwsRuntime` runs a job through
  *   the real Lambda handlers against them.
@@ -15,7 +15,7 @@ export { CollectSink } from '../api/sinks.ts';
 export { ManualClock, systemClock, type Clock } from '../api/types.ts';
 export { EmbeddedRuntime, runJob, type EmbeddedOptions, type RuntimeStats } from '../local/embedded.ts';
 export { FaultInjector, mulberry32, type CrashPoint, type FaultPlanOptions } from '../local/faults.ts';
-export { compareOutputs, assertExactlyOnce, canonicalJson, type Comparison, type CompareOptions } from './checker.ts';
+export { compareOutputs, assertExactlyOnce, canonicalJson, type Comparison, type CompareOptions, type DuplicatedRecord, type OrderViolation } from './checker.ts';
 export { readJsonLines } from './jsonl.ts';
 export { openLocalAws, localAwsAt, type LocalAwsEnvironment, type ServiceEndpoint } from '../aws/local/endpoints.ts';
 export { startDynamoDbLocal, startFauxqs, LOCAL_CREDENTIALS, LOCAL_REGION, type LocalServer } from '../aws/local/servers.ts';

@@ -23,7 +23,7 @@ import { SqsTransport } from '../../lib/aws/sqs-transport.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { Rng } from '../../lib/nexmark/random.ts';
-import { compareOutputs } from '../../lib/testing/checker.ts';
+import { assertExactlyOnce } from '../../lib/testing/checker.ts';
 import { CLICKS, type Click, clickJob as sharedClickJob, type Count, type Running, USERS } from './click-job.ts';
 import { type Container, drainQueue, localClients, runUntilDrained, unique } from './helpers.ts';
 
@@ -89,8 +89,7 @@ describe('AWS sinks behind the operator function', () => {
     await files.sink.prepare(1);
     await files.sink.commit(1);
     const committed = (await files.sink.readCommitted()).records;
-    const cmp = compareOutputs(reference.windows, committed);
-    expect(cmp.ok, cmp.summary()).toBe(true);
+    assertExactlyOnce(reference.windows, committed);
   });
 
   it('parks a record the sink refuses on the stage DLQ with its error, writes the rest, and does not wedge the partition', async () => {

@@ -14,7 +14,7 @@ import { openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
 import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { SourceLog } from '../../lib/local/input-log.ts';
-import { compareOutputs } from '../../lib/testing/checker.ts';
+import { assertExactlyOnce } from '../../lib/testing/checker.ts';
 import { type Ev, lines, payments, tmp } from './jobs.ts';
 
 /** Running totals per user from one ingestion partition (deterministic), or the same over items. */
@@ -89,8 +89,7 @@ describe('logged input', () => {
     await runJob(job(ref, events));
     const got = lines(file).map((l) => JSON.parse(l));
     expect(committedBefore).toBeLessThan(got.length);
-    const cmp = compareOutputs(ref.records, got);
-    expect(cmp.ok, cmp.summary()).toBe(true);
+    assertExactlyOnce(ref.records, got);
     expect(readdirSync(join(dir, 'log', 'events')).sort()).toEqual(['barriers.jsonl', 'p0']);
     // Barrier entries behind the retention point are gone too.
     expect(lines(join(dir, 'log', 'events', 'barriers.jsonl')).length).toBeLessThanOrEqual(2);

@@ -108,3 +108,18 @@ export function lines(file: string): string[] {
 
 /** The seeded choices of where to crash: the fault injector's PRNG. */
 export const rng = mulberry32;
+
+/**
+ * Order keys for the checker (lib/testing/checker.ts): totalsJob's output is ordered per
+ * user and bucket (a user's totals leave one totals partition in order, and those of one
+ * bucket cross one channel to one bucket partition); its final sums carry no order.
+ */
+export function totalsOrder(r: unknown): string | undefined {
+  const { user, bucket } = r as { user?: string; bucket: number };
+  return user === undefined ? undefined : `${user}/${bucket}`;
+}
+
+/** windowJob's and combinedWindowJob's sums are ordered per user (one window partition per user; windows fire in event-time order). */
+export function userOrder(r: unknown): string {
+  return (r as { user: string }).user;
+}

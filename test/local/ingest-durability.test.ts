@@ -16,7 +16,7 @@ import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
 import { type EmbeddedRuntime, runJob } from '../../lib/local/embedded.ts';
 import { SourceLog } from '../../lib/local/input-log.ts';
 import { type IngestServer, startIngestServer } from '../../lib/local/ingest-server.ts';
-import { compareOutputs } from '../../lib/testing/checker.ts';
+import { assertExactlyOnce } from '../../lib/testing/checker.ts';
 import { type Ev, lines, payments, tmp } from '../checkpoint/jobs.ts';
 
 /** Running totals per user from one ingestion partition (deterministic), or the same over items. */
@@ -86,8 +86,7 @@ async function drainAndCheckpoint(r: Run, accepted: number): Promise<void> {
 async function expectOutput(dir: string, events: readonly Ev[]): Promise<void> {
   const ref = Sinks.collect<unknown>();
   await runJob(job(ref, events));
-  const cmp = compareOutputs(ref.records, lines(join(dir, 'out.jsonl')).map((l) => JSON.parse(l)));
-  expect(cmp.ok, cmp.summary()).toBe(true);
+  assertExactlyOnce(ref.records, lines(join(dir, 'out.jsonl')).map((l) => JSON.parse(l)));
 }
 
 const post = (r: Run, events: readonly unknown[]) =>
