@@ -278,11 +278,14 @@ export class PartitionRuntime {
     if (wm > ch.watermark) ch.watermark = wm;
     if (source) {
       const spec = target.node.spec;
-      const next = sourceIdlenessAfter(ch, env, spec.kind === 'source' ? spec.source.watermark.idleTimeoutMs : undefined);
+      const src = spec.kind === 'source' ? spec.source : undefined;
+      const next = sourceIdlenessAfter(ch, env, src?.watermark.idleTimeoutMs, src?.idleAdvance === 'processing-time');
       // A probe that changes nothing need not be committed: applied again, it still changes nothing.
-      if (env.probe && next.idle === ch.idle && next.lastDataAt === ch.lastDataAt) this.unchangedProbes.add(env);
+      if (env.probe && next.idle === ch.idle && next.lastDataAt === ch.lastDataAt && next.idleAt === ch.idleAt) this.unchangedProbes.add(env);
       ch.idle = next.idle;
       if (next.lastDataAt !== undefined) ch.lastDataAt = next.lastDataAt;
+      if (next.idleAt !== undefined) ch.idleAt = next.idleAt;
+      else delete ch.idleAt;
     } else ch.idle = env.idle === true;
     this.at.applying = env;
     this.advanceWatermark();
