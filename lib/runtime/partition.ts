@@ -33,7 +33,7 @@ import { Outputs } from './outputs.ts';
 import { allTimerEntities, changedTimerEntities, timersOfEntity } from './snapshots.ts';
 import { consumeReplayed, pendingReplayOf } from './replay.ts';
 import { commitBatchOf } from './partition-commit.ts';
-import { earliestProcessingTime, fireEventTimers, fireProcessingTimers } from './fire-timers.ts';
+import { earliestEventTime, earliestProcessingTime, fireEventTimers, fireProcessingTimers } from './fire-timers.ts';
 
 export { entityId };
 export type { BatchResult, OperatorStats, PartitionDeps } from './partition-deps.ts';
@@ -113,6 +113,7 @@ export class PartitionRuntime {
         timerEntities: () => changedTimerEntities(this.order),
         timersOf: (e) => timersOfEntity(this.byName, e),
         allTimerEntities: () => allTimerEntities(this.order),
+        eventTimers: () => ({ earliest: earliestEventTime(this.order), watermark: this.inputWatermark }),
         commit: (next) => this.commitPart(true, next) ?? Promise.resolve(),
         take: (env) => this.take(env, false) ?? Promise.resolve(),
         prefetch: (envs) => (this.deps.backend.needsPrefetch ? this.prefetchFor(envs) : Promise.resolve()),
