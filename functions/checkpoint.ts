@@ -3,6 +3,7 @@
  * one function, the action in the event. Logic: lib/aws/checkpoint-steps.ts.
  * Built on the first call, so loading the bundle needs no configuration.
  */
+import { Metrics } from '@aws-lambda-powertools/metrics';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
@@ -21,4 +22,5 @@ export const handler = (event: unknown) =>
     bucket: deployment.bucket,
     queuePrefix: deployment.queuePrefix,
     tableName: deployment.table,
+    metrics: new Metrics({ namespace: 'Sluice', serviceName: job.name }),
   }))(event);

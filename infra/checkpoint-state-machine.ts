@@ -7,6 +7,7 @@
  *   Resume -> WaitInterval -> Open -> Inject -> WaitForAcks -> Decide -> Commit | Abort -> WaitInterval ...
  *                              |                    ^------ pending -----'
  *                              +-> idle: Done (nothing runs at zero traffic)
+ *                              +-> idle, event-time timers pending: WaitTimers ($.wait s) -> Probe -> AfterOpen
  *                              +-> after maxEpochs: ContinueAsNew (StartExecution of itself) -> Done
  *   any task failing past its retries -> Backoff -> Resume (coordinator resume from the control items)
  *
@@ -41,14 +42,21 @@ import type { CheckpointStateMachineFactory } from './checkpoints.ts';
 import { SluiceJobPropsError } from './errors.ts';
 import { ENTRIES } from './function.ts';
 import { grantTable } from './permissions.ts';
+import { VISIBILITY_FACTOR } from './stages.ts';
 
 export interface CheckpointTimingProps {
   /** Between the end of one epoch and the opening of the next. @default 60 */
   readonly intervalSeconds?: number;
   /** Between two looks for acks. @default 5 */
   readonly pollSeconds?: number;
-  /** An epoch not fully acknowledged by then is aborted. @default 60 */
+  /**
+   * An epoch not fully acknowledged by then is aborted. It must outlast one failed batch
+   * on the way (minimumEpochTimeoutSeconds): SluiceJob checks it against its
+   * operatorTimeout at synth. @default minimumEpochTimeoutSeconds(operatorTimeoutSeconds) rounded up to a whole minute (240 s at the default 30 s)
+   */
   readonly epochTimeoutSeconds?: number;
+  /** The stage functions' timeout (SluiceJob's operatorTimeout): sizes and checks epochTimeoutSeconds. @default 30 */
+  readonly operatorTimeoutSeconds?: number;
   /** Epochs per execution before continuing as new. @default - sized from the history budget */
   readonly maxEpochs?: number;
   /** Failures recovered in a row before the execution fails. @default 5 */
@@ -75,6 +83,20 @@ const RETRIED_TASKS = 2;
 export const TRANSITIONS_PER_EPOCH = 8;
 export const PRICE_PER_TRANSITION = 0.000025;
 
+/** The operator handler's first three failure backoffs (lib/aws/group-backoff.ts: 2 s doubling): 2 + 4 + 8. */
+const FAILURE_BACKOFF_SECONDS = 2 + 4 + 8;
+
+/**
+ * The shortest epoch timeout that outlasts one failed batch: a batch that crashes or times
+ * out comes back after the stage queue's visibility timeout (VISIBILITY_FACTOR x the
+ * function timeout, counted from its receipt), runs again (one function timeout), and a
+ * batch the handler failed cleanly backs off (three steps) instead. A shorter timeout
+ * aborts the epoch in flight whenever one batch fails.
+ */
+export function minimumEpochTimeoutSeconds(operatorTimeoutSeconds: number): number {
+  return operatorTimeoutSeconds * VISIBILITY_FACTOR + operatorTimeoutSeconds + FAILURE_BACKOFF_SECONDS;
+}
+
 export interface CheckpointPlan {
   readonly intervalSeconds: number;
   readonly pollSeconds: number;
@@ -89,10 +111,19 @@ export interface CheckpointPlan {
 export function checkpointPlan(props: CheckpointTimingProps = {}): CheckpointPlan {
   const intervalSeconds = props.intervalSeconds ?? 60;
   const pollSeconds = props.pollSeconds ?? 5;
-  const timeout = props.epochTimeoutSeconds ?? 60;
+  const operatorTimeout = props.operatorTimeoutSeconds ?? 30;
+  const floor = minimumEpochTimeoutSeconds(operatorTimeout);
+  const timeout = props.epochTimeoutSeconds ?? Math.ceil(floor / 60) * 60;
   const grain = props.activityGrainSeconds ?? DEFAULT_ACTIVITY_GRAIN_MS / 1000;
   for (const [k, v] of Object.entries({ intervalSeconds, pollSeconds, epochTimeoutSeconds: timeout, activityGrainSeconds: grain })) {
     if (!Number.isInteger(v) || v < (k === 'activityGrainSeconds' ? 0 : 1)) throw new SluiceJobPropsError(`checkpoints.${k}`, 'a whole number of seconds >= 1', String(v));
+  }
+  if (props.operatorTimeoutSeconds !== undefined && timeout < floor) {
+    throw new SluiceJobPropsError(
+      'checkpoints.epochTimeoutSeconds',
+      `at least ${floor} s: the stage queues' visibility timeout (${VISIBILITY_FACTOR} x operatorTimeout ${operatorTimeout} s) + one more operatorTimeout + the failure backoffs ${FAILURE_BACKOFF_SECONDS} s, so that one failed batch does not abort the epoch in flight`,
+      `${timeout} s`,
+    );
   }
   const maxPolls = Math.ceil(timeout / pollSeconds) + 1;
   const normal = FLOW_EVENTS + TASK_EVENTS + FLOW_EVENTS + TASK_EVENTS + FLOW_EVENTS + TASK_EVENTS + FLOW_EVENTS + TASK_EVENTS;
@@ -145,8 +176,11 @@ export function checkpointDefinition(scope: Construct, props: CheckpointDefiniti
   const decide = task('Decide', 'decide');
   const commit = task('Commit', 'commit');
   const abort = task('Abort', 'abort');
+  // Idle, but timers wait for the watermark (lib/aws/checkpoint-timers.ts): wait as long as the open step computed, then probe.
+  const waitTimers = new sfn.Wait(scope, 'WaitTimers', { time: sfn.WaitTime.secondsPath('$.wait') });
+  const probe = task('Probe', 'probe');
   // A failure past the retries resumes the coordinator from its control items; the resume step counts failures.
-  for (const t of [open, inject, decide, commit, abort]) t.addCatch(backoff, { errors: ['States.ALL'], resultPath: '$.error' });
+  for (const t of [open, inject, decide, commit, abort, probe]) t.addCatch(backoff, { errors: ['States.ALL'], resultPath: '$.error' });
   resume.addCatch(failed, { errors: ['States.ALL'], resultPath: '$.error' });
   const continueAsNew = new sfn.CustomState(scope, 'ContinueAsNew', {
     stateJson: {
@@ -154,8 +188,13 @@ export function checkpointDefinition(scope: Construct, props: CheckpointDefiniti
       Resource: `arn:${Stack.of(scope).partition}:states:::states:startExecution`,
       Parameters: { 'StateMachineArn.$': '$$.StateMachine.Id', 'Name.$': '$.child.name', 'Input.$': '$.child.input' },
       ResultPath: null,
-      Retry: [{ ErrorEquals: ['StepFunctions.SdkClientException', 'StepFunctions.StepFunctionsException', 'States.TaskFailed'], IntervalSeconds: 1, BackoffRate: 2, MaxAttempts: 3 }],
-      // A retry whose first attempt started the child: the name is taken, the job is done.
+      // The first matching retrier decides: ExecutionAlreadyExists (States.TaskFailed would match it
+      // too) is never retried, it means the successor already started (a retry whose first
+      // attempt got through), which the Catch below takes as done.
+      Retry: [
+        { ErrorEquals: ['StepFunctions.ExecutionAlreadyExistsException'], MaxAttempts: 0 },
+        { ErrorEquals: ['StepFunctions.SdkClientException', 'StepFunctions.StepFunctionsException', 'States.TaskFailed'], IntervalSeconds: 1, BackoffRate: 2, MaxAttempts: 3 },
+      ],
       Catch: [{ ErrorEquals: ['StepFunctions.ExecutionAlreadyExistsException'], ResultPath: '$.error', Next: 'Done' }],
     },
   });
@@ -172,6 +211,7 @@ export function checkpointDefinition(scope: Construct, props: CheckpointDefiniti
     .when(is('continue'), continueAsNew)
     .when(is('decide'), waitForAcks)
     .when(is('commit'), commit)
+    .when(is('timers'), waitTimers)
     .otherwise(waitInterval);
   const afterDecide = new sfn.Choice(scope, 'AfterDecide').when(is('commit'), commit).when(is('abort'), abort).when(is('pending'), waitForAcks).otherwise(waitInterval);
   backoff.next(resume);
@@ -183,6 +223,8 @@ export function checkpointDefinition(scope: Construct, props: CheckpointDefiniti
   commit.next(waitInterval);
   abort.next(waitInterval);
   continueAsNew.next(done);
+  waitTimers.next(probe);
+  probe.next(afterOpen);
   return resume.next(afterResume);
 }
 
@@ -206,8 +248,15 @@ function literal(v: unknown): unknown {
   return Object.fromEntries(Object.entries(o).map(([k, x]) => [k, literal(x)]));
 }
 
-/** The SluiceJob hook (infra/checkpoints.ts): the task function, its grants, the state machine. */
-export const checkpointStateMachine: CheckpointStateMachineFactory = (scope, ctx) => {
+/** The SluiceJob hook (infra/checkpoints.ts): the task function, its grants, the state machine, at the default timing. */
+export const checkpointStateMachine: CheckpointStateMachineFactory = (scope, ctx) => checkpointStateMachineWith({})(scope, ctx);
+
+/** The hook with its own timing, checked at synth against the job's operatorTimeout (checkpointPlan). */
+export function checkpointStateMachineWith(timing: CheckpointTimingProps): CheckpointStateMachineFactory {
+  return (scope, ctx) => buildCheckpointStateMachine(scope, ctx, { ...timing, operatorTimeoutSeconds: ctx.operatorTimeout.toSeconds() });
+}
+
+function buildCheckpointStateMachine(scope: Construct, ctx: Parameters<CheckpointStateMachineFactory>[1], timing: CheckpointTimingProps): sfn.IStateMachine {
   const job = ctx.plan.job.name;
   const task = ctx.newFunction('Coordinator', ENTRIES.checkpoint);
   ctx.grantCoordinator(task.fn);
@@ -218,7 +267,7 @@ export const checkpointStateMachine: CheckpointStateMachineFactory = (scope, ctx
   const machine = new sfn.StateMachine(scope, 'StateMachine', {
     stateMachineName,
     stateMachineType: sfn.StateMachineType.STANDARD,
-    definitionBody: sfn.DefinitionBody.fromChainable(checkpointDefinition(scope, { task: task.fn })),
+    definitionBody: sfn.DefinitionBody.fromChainable(checkpointDefinition(scope, { ...timing, task: task.fn })),
     logs: { destination: ctx.logGroup, level: sfn.LogLevel.ALL },
     tracingEnabled: true,
   });
@@ -237,4 +286,4 @@ export const checkpointStateMachine: CheckpointStateMachineFactory = (scope, ctx
     true,
   );
   return machine;
-};
+}

@@ -37,6 +37,8 @@ export interface CheckpointContext {
   /** Where the state machine must log its executions (level ALL). */
   readonly logGroup: logs.ILogGroup;
   readonly encryptionKey?: kms.IKey;
+  /** The stage functions' timeout (their queues' visibility timeout is a multiple): epochs must outlast a failed batch. */
+  readonly operatorTimeout: Duration;
   /** The environment the handlers get (SLUICE_BUCKET, ...). */
   readonly environment: Readonly<Record<string, string>>;
   /** A function bundled like the handlers (esbuild, ESM, nodejs22.x, arm64), with its own role and log group. */

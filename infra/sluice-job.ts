@@ -133,6 +133,7 @@ export class SluiceJob extends Construct {
         stageQueues: this.stages.map((s) => s.queue),
         logGroup: this.checkpointLogGroup,
         encryptionKey: p.encryptionKey,
+        operatorTimeout: p.operatorTimeout,
         environment,
         newFunction: (fid, entry, o = {}) => {
           const f = sluiceFunction(scope, fid, {

@@ -23,6 +23,9 @@ export type SourceBinding<T> =
   /** A bounded list held in memory (tests, examples). */
   | { readonly kind: 'items'; readonly items: readonly T[] };
 
+/** What an idle source partition's watermark does: move on with processing time, or stay where its data left it. */
+export type IdleAdvance = 'processing-time' | 'hold';
+
 export interface SourceOptions<T> {
   /**
    * Event time of an event. Default: the processing time at which the source read it.
@@ -47,6 +50,18 @@ export interface SourceOptions<T> {
    * minute. Not checked when a file is bound to the stream (`sluice run --input`).
    */
   readonly maxFutureMs?: number;
+  /**
+   * While a partition of this source is idle (nothing for the watermark's idleTimeoutMs),
+   * `'processing-time'` moves its watermark on with processing time from where its data
+   * left it (watermark + time since its last data), so the last windows fire when every
+   * partition is silent, and a record that then arrives behind it is late; `'hold'` keeps
+   * it there until data comes. Default: `'processing-time'` on ingestion streams
+   * (`job.ingest`), `'hold'` on other sources (a bounded input ends with a final
+   * watermark that fires everything, and a pause while reading it must make nothing late).
+   * Applies only with an idle timeout, and only while the input is live: a file bound to
+   * an ingestion stream (`sluice run --input`) holds.
+   */
+  readonly idleAdvance?: IdleAdvance;
 }
 
 export interface SourceDef<T = unknown> {
@@ -57,6 +72,8 @@ export interface SourceDef<T = unknown> {
   readonly schema?: ZodType<T>;
   /** See SourceOptions.maxFutureMs. */
   readonly maxFutureMs?: number;
+  /** See SourceOptions.idleAdvance (resolved by the job API; absent in a definition built by hand: 'hold'). */
+  readonly idleAdvance?: IdleAdvance;
 }
 
 /** Turn a schema failure into "field: expected ..., received <value> (<type>)" text. */

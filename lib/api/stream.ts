@@ -13,7 +13,7 @@ import type {
   WindowResultFunction,
 } from './functions.ts';
 import { Sinks, type Sink } from './sinks.ts';
-import type { SourceBinding, SourceOptions } from './sources.ts';
+import type { IdleAdvance, SourceBinding, SourceOptions } from './sources.ts';
 import type { StateSpec } from './state.ts';
 import { type Key, type KeySelector, OutputTag, WatermarkStrategies } from './types.ts';
 import type { WindowAssigner } from './windows.ts';
@@ -67,6 +67,7 @@ export class Job {
           watermark: options.watermark ?? WatermarkStrategies.boundedOutOfOrderness(0),
           schema: options.schema,
           maxFutureMs: checkMaxFutureMs(name, binding.kind, options.maxFutureMs),
+          idleAdvance: checkIdleAdvance(name, binding.kind, options.idleAdvance),
         },
       },
       [],
@@ -83,6 +84,12 @@ function checkMaxFutureMs(source: string, kind: string, ms: number | undefined):
   if (kind !== 'ingest') throw new JobDefinitionError(source, 'maxFutureMs only on an ingestion stream (job.ingest)', `a ${kind} source`);
   if (!Number.isSafeInteger(ms) || ms < 0) throw new JobDefinitionError(source, 'maxFutureMs as a non-negative integer of milliseconds', String(ms));
   return ms;
+}
+
+function checkIdleAdvance(source: string, kind: string, advance: unknown): IdleAdvance {
+  if (advance === undefined) return kind === 'ingest' ? 'processing-time' : 'hold';
+  if (advance !== 'processing-time' && advance !== 'hold') throw new JobDefinitionError(source, "idleAdvance as 'processing-time' or 'hold'", JSON.stringify(advance) ?? String(advance));
+  return advance;
 }
 
 /** Shared by the stream classes: adds a node downstream of this stream. */

@@ -16,6 +16,8 @@ import { compile } from '../graph/compile.ts';
 import { AwsAccounting } from './accounting.ts';
 import { DynamoDbAckStore } from './checkpoint-acks.ts';
 import { injectBarriers } from './checkpoint-barriers.ts';
+import { timerWakeUpConfig } from './checkpoint-timers.ts';
+import { sendIdleProbes } from './idle-probes.ts';
 import { CheckpointSteps, type CheckpointStepsOptions } from './checkpoint-steps.ts';
 import type { Carry } from './checkpoint-task.ts';
 import { DynamoDbPointerStore } from './dynamodb-pointers.ts';
@@ -43,6 +45,8 @@ export interface CheckpointHandlerConfig {
   /** Default: the job's queues by name. */
   readonly queues?: QueueResolver;
   readonly accounting?: AwsAccounting;
+  /** Powertools Metrics for `epochsAborted` (functions/checkpoint.ts: namespace Sluice, service = the job). */
+  readonly metrics?: CheckpointStepsOptions['metrics'];
   /** Overrides for tests (clock, fault hooks, sinks). */
   readonly overrides?: Partial<Pick<CheckpointStepsOptions, 'now' | 'hook' | 'sinks' | 'truncateLogs'>>;
 }
@@ -65,6 +69,7 @@ export function createCheckpointHandler(config: CheckpointHandlerConfig): Checkp
   const queues = config.queues ?? new NamedQueues(config.sqs, job, config.queuePrefix, accounting);
   const transport = new SqsTransport({ sqs: config.sqs, job, queues, accounting });
   const acks = new DynamoDbAckStore({ client: config.dynamodb, tableName, job, accounting });
+  const wakeUp = timerWakeUpConfig(plan);
   const blobs = new S3BlobStore({ s3: config.s3, bucket: config.bucket, accounting });
   // The job's transactional sinks (S3 files): prepared before the pointer write, committed after.
   const sinkNodes = plan.job.sinks().flatMap((n) => (n.spec.kind === 'sink' ? [[n.name, n.spec.sink] as const] : []));
@@ -91,6 +96,8 @@ export function createCheckpointHandler(config: CheckpointHandlerConfig): Checkp
     // The operator functions log source input to the same bucket (input-log.ts).
     // Savepoints asked for by `sluice savepoint` (savepoints.ts), with what restoring them checks.
     savepoints: { plan: describePlan(plan) },
+    metrics: config.metrics,
+    timerWakeUp: wakeUp && { ...wakeUp, sendProbes: async (at) => void (await sendIdleProbes(transport, queues, plan, at, 'timers')) },
     truncateLogs: inputLogTruncation(plan, new AwsInputLog(new DynamoDbTable(config.dynamodb, config.inputLogTableName ?? tableName, accounting), blobs)),
     ...config.overrides,
   });

@@ -13,6 +13,8 @@
  *   decide  record the ack items that arrived; commit | abort (deadline) | pending
  *   commit  manifest, stats, pointer compare-and-set, onCommitted, sinks, truncation
  *   abort   abort the timed-out epoch (its number is burned), delete its snapshots
+ *   probe   after a timers wait (idle, but event-time timers pending: checkpoint-timers.ts):
+ *           take the lease, probe every source partition, open an epoch
  *
  * Savepoints (savepoints.ts): open turns a pending request item into a labelled, full
  * epoch at once; after it commits, the truncate follow-up (or the next open, for a
@@ -22,6 +24,7 @@
  * `${job}#c`), manifests and stats in the BlobStore (S3), acks and activity in
  * checkpoint-acks.ts. Same persistence as lib/checkpoint/driver.ts, one step per call.
  */
+import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { fromBytes, toBytes } from '../checkpoint/codec.ts';
 import { abort, createCoordinator, decide, onCommitted, openEpoch, recordAck, requestSavepoint, toRecord } from '../checkpoint/coordinator.ts';
 import { checkpointStats, CoordinatorFencedError, POINTER_NAME, RECORD_NAME, statsKey, type InjectDecision, type TruncateDecision, writeCommitPointer } from '../checkpoint/driver.ts';
@@ -34,6 +37,7 @@ import { resume } from '../checkpoint/resume.ts';
 import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
 import { SluiceError } from '../errors.ts';
 import { finishSavepoint, type PlanDescription, readSavepointRequest, savepointMetaKey } from './savepoints.ts';
+import { type TimerWakeUpConfig, wakeUpWaitSeconds } from './checkpoint-timers.ts';
 import { acquireLease, checkTaskInput, childName, CoordinatorNotStartedError, type Carry, type Limits, LEASE_NAME, type Lease, taskError, updateLease } from './checkpoint-task.ts';
 
 export interface AckSource {
@@ -54,6 +58,13 @@ export interface CheckpointStepsOptions {
   truncateLogs?(d: TruncateDecision): Promise<void>;
   /** The plan as a savepoint records it; set: the steps take savepoints asked for by request item. @default none */
   readonly savepoints?: { readonly plan: PlanDescription };
+  /**
+   * Wake-ups for event-time timers at zero traffic (checkpoint-timers.ts): the wait's
+   * bounds, and the probes into every source partition at `at`. @default none (idle ends)
+   */
+  readonly timerWakeUp?: TimerWakeUpConfig & { sendProbes(at: number): Promise<void> };
+  /** Powertools Metrics (namespace Sluice, service = the job): `epochsAborted` per aborted epoch, which an alarm watches. @default none */
+  readonly metrics?: Pick<Metrics, 'addMetric' | 'publishStoredMetrics'>;
   readonly now?: () => number;
   /** Fault injection for tests: called at named points inside actions. */
   readonly hook?: (point: string) => void | Promise<void>;
@@ -81,7 +92,7 @@ export class CheckpointSteps {
     try {
       const { action, execution, carry, limits } = checkTaskInput(input);
       this.setup = { ...this.o.setup, config: { ...this.o.setup.config, timeoutMs: limits.epochTimeoutMs } };
-      const { error: _done, child: _child, ...rest } = carry;
+      const { error: _done, child: _child, wait: _wait, ...rest } = carry;
       const c: Carry = rest;
       switch (action) {
         case 'resume':
@@ -96,6 +107,8 @@ export class CheckpointSteps {
           return await this.commit(execution, c);
         case 'abort':
           return await this.abortStep(c);
+        case 'probe':
+          return await this.probe(execution, c, limits);
       }
     } catch (e) {
       throw taskError(e);
@@ -119,6 +132,8 @@ export class CheckpointSteps {
     const r = resume({ setup: this.setup, record: rec?.value ?? null, pointer, manifest, acks }, now);
     const s: Loaded = { state: r.state, version: rec?.version ?? 0 };
     await this.apply(s, r, true);
+    // The resume aborts an epoch a crash interrupted (its barriers may never have left).
+    this.countAborted((r.state.counters?.aborted ?? 0) - (rec?.value.counters?.aborted ?? 0));
     // An epoch the resume completed (its pointer had landed) covers the input before it opened.
     const done = s.state.lastCompleted;
     if (f && done?.epoch === f.epoch) await updateLease(this.o.pointers, execution, (l) => ({ ...l, coveredFrom: Math.max(l.coveredFrom, f.openedAt) }));
@@ -126,7 +141,7 @@ export class CheckpointSteps {
     return { ...c, failures, next: inFlight ? 'decide' : 'wait', epoch: inFlight?.epoch ?? s.state.lastCompleted?.epoch ?? 0 };
   }
 
-  async open(execution: string, c: Carry, limits: Limits): Promise<Carry> {
+  async open(execution: string, c: Carry, limits: Limits, probed = false): Promise<Carry> {
     const now = this.now();
     const lease = await acquireLease(this.o.pointers, execution, c.parent, now, limits.leaseMs);
     if (!lease.ok) return { ...c, next: 'end' };
@@ -141,7 +156,8 @@ export class CheckpointSteps {
     if (label !== null) {
       r = requestSavepoint(s.state, now, label);
     } else {
-      const active = await this.active(lease.lease, limits);
+      // Probes just went out: an epoch carries them through (and its acks say what waits next).
+      const active = probed || (await this.active(lease.lease, limits));
       const touched = active ? this.setup.participants.flatMap((p) => p.sources.map((src) => sourcePartitionKey(src, p.partition))) : [];
       r = openEpoch(s.state, now, { touched });
     }
@@ -157,9 +173,21 @@ export class CheckpointSteps {
       await updateLease(this.o.pointers, execution, (l) => ({ ...l, owner: null, until: 0 }));
       const again = await this.o.pointers.read<Lease>(LEASE_NAME);
       if (await this.active(again?.value ?? lease.lease, limits)) return { ...c, next: 'wait' };
-      return { ...c, next: 'end' };
+      const wait = await this.timersWait(s.state);
+      return wait === undefined ? { ...c, next: 'end' } : { ...c, next: 'timers', wait };
     }
     return { ...c, next: 'wait' };
+  }
+
+  /** After a timers wait: probe every source partition, then open an epoch (another execution holding the lease: it ends). */
+  async probe(execution: string, c: Carry, limits: Limits): Promise<Carry> {
+    const w = this.o.timerWakeUp;
+    if (!w) return { ...c, next: 'wait' };
+    const now = this.now();
+    const lease = await acquireLease(this.o.pointers, execution, c.parent, now, limits.leaseMs);
+    if (!lease.ok) return { ...c, next: 'end' };
+    await w.sendProbes(now);
+    return this.open(execution, c, limits, true);
   }
 
   async inject(c: Carry): Promise<Carry> {
@@ -222,6 +250,7 @@ export class CheckpointSteps {
     if (f.committing) return { ...c, next: 'commit', epoch: f.epoch };
     if (this.now() < f.deadline) return { ...c, next: 'decide', epoch: f.epoch };
     await this.apply(s, abort(s.state, 'timeout'), false);
+    this.countAborted(1);
     return { ...c, next: 'wait' };
   }
 
@@ -358,6 +387,20 @@ export class CheckpointSteps {
   private async collectGarbage(s: CoordinatorState): Promise<void> {
     if (s.inFlight || !s.lastCompleted) return;
     await collectGarbage(this.o.blobs, s.job, new Set([...s.history.map((h) => h.epoch), ...s.savepoints.map((p) => p.epoch), s.lastCompleted.epoch]));
+  }
+
+  private countAborted(n: number): void {
+    if (n <= 0 || !this.o.metrics) return;
+    this.o.metrics.addMetric('epochsAborted', MetricUnit.Count, n);
+    this.o.metrics.publishStoredMetrics();
+  }
+
+  /** Seconds to wait for pending event-time timers, from the last committed epoch's acks; undefined: none (or no wake-ups). */
+  private async timersWait(state: CoordinatorState): Promise<number | undefined> {
+    const w = this.o.timerWakeUp;
+    const last = state.lastCompleted;
+    if (!w || !last) return undefined;
+    return wakeUpWaitSeconds(await this.o.acks.get(last.epoch, this.setup.participants), w);
   }
 
   /** Input the last committed epoch may not cover (the ingest path touches at most once per grain). */

@@ -8,11 +8,11 @@
 import { SluiceError } from '../errors.ts';
 import type { PointerStore } from '../checkpoint/storage.ts';
 
-export const ACTIONS = ['resume', 'open', 'inject', 'decide', 'commit', 'abort'] as const;
+export const ACTIONS = ['resume', 'open', 'inject', 'decide', 'commit', 'abort', 'probe'] as const;
 export type Action = (typeof ACTIONS)[number];
 
 /** Where the state machine goes after a task (its Choice states route on it). */
-export type Next = 'wait' | 'inject' | 'decide' | 'pending' | 'commit' | 'abort' | 'continue' | 'end' | 'fail';
+export type Next = 'wait' | 'inject' | 'decide' | 'pending' | 'commit' | 'abort' | 'continue' | 'end' | 'fail' | 'timers';
 
 /** The state carried through an execution (and into its continuation). */
 export interface Carry {
@@ -27,6 +27,8 @@ export interface Carry {
   readonly next: Next;
   /** The epoch in flight or last handled (0: none). */
   readonly epoch: number;
+  /** next = timers: seconds to wait before probing the source partitions (checkpoint-timers.ts). */
+  readonly wait?: number;
   /** next = continue: the continuation's name and input. */
   readonly child?: { readonly name: string; readonly input: Carry };
   /** Set by a Catch (ResultPath $.error): the failure the resume step recovers from. */

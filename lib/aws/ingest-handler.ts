@@ -44,6 +44,7 @@ import { INGEST_METRICS, stageDimension } from './handler-metrics.ts';
 import * as C from './sqs-codec.ts';
 import { NamedQueues, type QueueResolver, queueBacklog } from './sqs-queues.ts';
 import { type OutgoingMessage, SqsTransport } from './sqs-transport.ts';
+import { probeMessage } from './idle-probes.ts';
 
 export interface IngestHandlerConfig {
   readonly job: Job;
@@ -137,9 +138,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     const out: { message: OutgoingMessage; sent: () => void }[] = [];
     for (let p = 0; p < stream.partitions; p++) {
       if (skip.has(p) || now - last[p] < timeout) continue;
-      const body = C.probeBody(stream.def.name, now);
-      const dedupId = C.dedupId(`${plan.job.name}/probe/${name}/${requestKey}`, [`partition ${p}`, `at ${now}`]);
-      out.push({ message: { groupId: String(p), body, bytes: Buffer.byteLength(body), dedupId }, sent: () => (last[p] = now) });
+      out.push({ message: probeMessage(plan.job.name, name, stream.def.name, p, now, requestKey), sent: () => (last[p] = now) });
     }
     return out;
   }

@@ -61,6 +61,8 @@ export interface Ack {
   /** When the partition aligned the barrier, and when it wrote the ack. */
   readonly alignedAt: number;
   readonly ackedAt: number;
+  /** Event-time timers pending at the barrier: the earliest and the partition's watermark (AWS wake-ups). */
+  readonly timers?: { readonly earliest: number; readonly watermark: number };
 }
 
 /** One link of a partition's snapshot chain in a manifest. */

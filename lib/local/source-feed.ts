@@ -457,9 +457,13 @@ export function openSourceFeed(plan: PhysicalPlan, edge: StageEdge, options: Pic
   if (node.spec.kind !== 'source') return undefined;
   const def = node.spec.source;
   const parallelism = plan.stages[edge.toStage].parallelism;
-  const reader = createReader(options.sources?.[def.name] ?? def.binding, def.name, clock);
+  const binding = options.sources?.[def.name] ?? def.binding;
+  const reader = createReader(binding, def.name, clock);
   const logging = options.checkpoints?.logFor(def.name, reader.seek !== undefined);
-  const feed = new SourceFeed(def, reader, new SourcePartitioner(def, edge.id, parallelism, clock), edge.toStage, logging?.log, logging?.logRecords);
+  // Only a live input advances while idle: a bounded one ends with +infinity anyway.
+  const live = binding.kind === 'ingest' || (binding.kind === 'generator' && binding.count === undefined);
+  const partitioner = new SourcePartitioner(def, edge.id, parallelism, clock, live && def.idleAdvance === 'processing-time');
+  const feed = new SourceFeed(def, reader, partitioner, edge.toStage, logging?.log, logging?.logRecords);
   const r = options.restore;
   if (r) {
     const at = r.sources[def.name] ?? { positions: [] };

@@ -9,6 +9,7 @@ import { validateWithSchema, type SourceBinding, type SourceDef } from '../api/s
 import { type Clock, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import { FieldError } from '../errors.ts';
 import { channelId } from '../graph/compile.ts';
+import { extrapolatedWatermark } from '../runtime/idleness.ts';
 import { checkEventTime } from '../transport/ingest-validation.ts';
 import { type Barrier, columnarEnvelope, type Envelope, type RecordColumns, type SourceStamp, stampedOnApplyEnvelope } from '../transport/envelope.ts';
 
@@ -237,6 +238,8 @@ interface PartitionCursor {
   watermark: number;
   lastDataAt: number;
   idle: boolean;
+  /** Idle and advancing: when its last idle envelope went out. */
+  idleAt: number;
   /** Records sent to this partition so far: its log position. */
   records: number;
 }
@@ -267,9 +270,11 @@ export class SourcePartitioner {
     readonly edge: number,
     readonly partitions: number,
     private readonly clock: Clock,
+    /** The source advances while idle (SourceDef.idleAdvance on a live input): idle envelopes go out again every timeout. */
+    private readonly advancesWhileIdle = false,
   ) {
     const now = clock.now();
-    this.cursors = Array.from({ length: partitions }, () => ({ seq: 0, maxTimestamp: MIN_WATERMARK, watermark: MIN_WATERMARK, lastDataAt: now, idle: false, records: 0 }));
+    this.cursors = Array.from({ length: partitions }, () => ({ seq: 0, maxTimestamp: MIN_WATERMARK, watermark: MIN_WATERMARK, lastDataAt: now, idle: false, idleAt: now, records: 0 }));
     this.channels = Array.from({ length: partitions }, (_, p) => channelId(edge, p));
     this.tracksIdleness = def.watermark.idleTimeoutMs !== undefined;
   }
@@ -367,17 +372,26 @@ export class SourcePartitioner {
     this.next = next % this.partitions;
   }
 
-  /** Envelopes marking partitions idle that received nothing for the idle timeout. */
+  /**
+   * Envelopes marking partitions idle that received nothing for the idle timeout. An
+   * advancing source sends them again every timeout while the partition stays idle, each
+   * with the watermark extrapolated to now (runtime/idleness.ts), so event time keeps
+   * moving when every partition is silent.
+   */
   idleEnvelopes(): Envelope[] {
     const timeout = this.def.watermark.idleTimeoutMs;
     if (timeout === undefined) return [];
     const now = this.clock.now();
     const out: Envelope[] = [];
     this.cursors.forEach((c, p) => {
-      if (!c.idle && c.watermark < MAX_WATERMARK && now - c.lastDataAt >= timeout) {
-        c.idle = true;
-        out.push(this.make(p, []));
-      }
+      if (c.watermark >= MAX_WATERMARK) return;
+      const first = !c.idle && now - c.lastDataAt >= timeout;
+      if (!first && !(this.advancesWhileIdle && c.idle && now - c.idleAt >= timeout)) return;
+      c.idle = true;
+      c.idleAt = now;
+      if (!this.advancesWhileIdle) return void out.push(this.make(p, []));
+      const watermark = extrapolatedWatermark(c.watermark, c.lastDataAt, now);
+      out.push({ channel: this.channels[p], edge: this.edge, toPartition: p, seq: ++c.seq, records: [], watermark, idle: true, arrivedAt: now });
     });
     return out;
   }

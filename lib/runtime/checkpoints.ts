@@ -19,6 +19,7 @@ import { channelId, type PhysicalPlan } from '../graph/compile.ts';
 import type { ChannelProgress, PartitionProgress, PartitionScope, StateBackend, TimerEntry, TrackingUpdate } from '../state/backend.ts';
 import type { StateTxn } from '../state/txn.ts';
 import type { Barrier, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import { MAX_WATERMARK } from '../api/types.ts';
 import { buildSnapshot, type DirtyEntity, keyGroupsOf, PresentEntities } from './snapshots.ts';
 
 interface Aligning {
@@ -67,6 +68,8 @@ export interface AlignerHost {
   timerEntities(): DirtyEntity[];
   timersOf(entity: string): TimerEntry[];
   allTimerEntities(): DirtyEntity[];
+  /** The earliest pending event-time timer and the partition's watermark (the ack reports them: checkpoint wake-ups on AWS). */
+  eventTimers(): { readonly earliest: number; readonly watermark: number };
   commit(next: NonNullable<TrackingUpdate['next']>): Promise<void>;
   /** Apply a held envelope (its position is already consumed). */
   take(env: Envelope): Promise<void>;
@@ -159,6 +162,7 @@ export class BarrierAligner {
     const bytes = encodeSnapshot(object);
     const key = snapshotKey(this.scope.job, this.scope.stage, this.scope.partition, b.epoch, bytes);
     await this.store.put(key, bytes);
+    const timers = this.host.eventTimers();
     this.host.push({
       kind: 'ack',
       ack: {
@@ -170,6 +174,8 @@ export class BarrierAligner {
         positions: a.positions,
         alignedAt,
         ackedAt: this.host.now(),
+        // Only a partition with event-time timers pending: what the coordinator may wake up for.
+        ...(timers.earliest < MAX_WATERMARK ? { timers } : {}),
       },
     });
     p.lastBarrier = b.epoch;

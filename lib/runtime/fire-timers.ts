@@ -16,6 +16,13 @@ export function earliestProcessingTime(order: readonly NodeRuntime[]): number {
   return t;
 }
 
+/** The earliest pending event-time timer (MAX_WATERMARK: none), which the checkpoint ack reports. */
+export function earliestEventTime(order: readonly NodeRuntime[]): number {
+  let t = MAX_WATERMARK;
+  for (const n of order) t = Math.min(t, n.timers.event.peekTime());
+  return t;
+}
+
 /** Fire the event-time timers due at watermark `wm`, node by node, each node's onWatermark after its timers. */
 export function fireEventTimers(order: readonly NodeRuntime[], wm: number, at: BatchPosition): void {
   for (const n of order) {

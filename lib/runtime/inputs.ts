@@ -7,6 +7,7 @@ import { KEYED_KINDS } from '../graph/logical.ts';
 import type { ChannelProgress } from '../state/backend.ts';
 import { compareOffsets, type Envelope } from '../transport/envelope.ts';
 import { entityId, type NodeRuntime } from './context.ts';
+import { channelWatermark } from './idleness.ts';
 
 /**
  * Drops envelopes at or below their channel's high-water mark (a redelivery). A gap in a
@@ -86,19 +87,31 @@ export function sourceWatermarkAt(plan: PhysicalPlan, edge: StageEdge, maxTimest
   return maxTimestamp - delay - 1;
 }
 
-/** The minimum over the expected channels, idle ones excluded (all idle: `current` stays). */
+/**
+ * The minimum over the expected channels, idle ones excluded: an idle input never holds
+ * back active ones. All idle: the minimum over the idle channels that had data (their
+ * watermarks move on where their source advances while idle, see idleness.ts), never
+ * below `current`.
+ */
 export function inputWatermark(expected: readonly string[], inputs: Readonly<Record<string, ChannelProgress>>, current: number): number {
   if (expected.length === 0) return MAX_WATERMARK;
   let wm = MAX_WATERMARK;
+  let idleWm = MAX_WATERMARK;
   let active = 0;
   for (const c of expected) {
     const ch = inputs[c];
-    if (ch?.idle) continue;
+    if (ch?.idle) {
+      // An idle channel that never had data has no time to move on from: it holds nothing back.
+      const w = channelWatermark(ch);
+      if (w < idleWm && w !== MIN_WATERMARK) idleWm = w;
+      continue;
+    }
     active++;
     const w = ch ? ch.watermark : MIN_WATERMARK;
     if (w < wm) wm = w;
   }
-  return active === 0 ? current : wm;
+  if (active > 0) return wm;
+  return idleWm === MAX_WATERMARK ? current : Math.max(current, idleWm);
 }
 
 export function allIdle(expected: readonly string[], inputs: Readonly<Record<string, ChannelProgress>>): boolean {

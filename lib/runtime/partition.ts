@@ -33,7 +33,7 @@ import { Outputs } from './outputs.ts';
 import { allTimerEntities, changedTimerEntities, timersOfEntity } from './snapshots.ts';
 import { consumeReplayed, pendingReplayOf } from './replay.ts';
 import { commitBatchOf } from './partition-commit.ts';
-import { earliestProcessingTime, fireEventTimers, fireProcessingTimers } from './fire-timers.ts';
+import { earliestEventTime, earliestProcessingTime, fireEventTimers, fireProcessingTimers } from './fire-timers.ts';
 
 export { entityId };
 export type { BatchResult, OperatorStats, PartitionDeps } from './partition-deps.ts';
@@ -113,6 +113,7 @@ export class PartitionRuntime {
         timerEntities: () => changedTimerEntities(this.order),
         timersOf: (e) => timersOfEntity(this.byName, e),
         allTimerEntities: () => allTimerEntities(this.order),
+        eventTimers: () => ({ earliest: earliestEventTime(this.order), watermark: this.inputWatermark }),
         commit: (next) => this.commitPart(true, next) ?? Promise.resolve(),
         take: (env) => this.take(env, false) ?? Promise.resolve(),
         prefetch: (envs) => (this.deps.backend.needsPrefetch ? this.prefetchFor(envs) : Promise.resolve()),
@@ -278,11 +279,14 @@ export class PartitionRuntime {
     if (wm > ch.watermark) ch.watermark = wm;
     if (source) {
       const spec = target.node.spec;
-      const next = sourceIdlenessAfter(ch, env, spec.kind === 'source' ? spec.source.watermark.idleTimeoutMs : undefined);
+      const src = spec.kind === 'source' ? spec.source : undefined;
+      const next = sourceIdlenessAfter(ch, env, src?.watermark.idleTimeoutMs, src?.idleAdvance === 'processing-time');
       // A probe that changes nothing need not be committed: applied again, it still changes nothing.
-      if (env.probe && next.idle === ch.idle && next.lastDataAt === ch.lastDataAt) this.unchangedProbes.add(env);
+      if (env.probe && next.idle === ch.idle && next.lastDataAt === ch.lastDataAt && next.idleAt === ch.idleAt) this.unchangedProbes.add(env);
       ch.idle = next.idle;
       if (next.lastDataAt !== undefined) ch.lastDataAt = next.lastDataAt;
+      if (next.idleAt !== undefined) ch.idleAt = next.idleAt;
+      else delete ch.idleAt;
     } else ch.idle = env.idle === true;
     this.at.applying = env;
     this.advanceWatermark();

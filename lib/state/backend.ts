@@ -64,6 +64,8 @@ export interface ChannelProgress {
   idle: boolean;
   /** Source channels on AWS: arrival time of the last data, for idle probes (runtime/idleness.ts). */
   lastDataAt?: number;
+  /** Idle source channels whose source advances while idle: arrival time of the latest probe (runtime/idleness.ts). */
+  idleAt?: number;
 }
 
 /** The partition's position, committed atomically with its state and outputs. */

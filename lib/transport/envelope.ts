@@ -70,6 +70,14 @@ export interface BarrierAck {
   readonly positions: Readonly<Record<string, number>>;
   readonly alignedAt: number;
   readonly ackedAt: number;
+  /** A partition with event-time timers pending: the earliest and its watermark at the barrier (AckTimers). */
+  readonly timers?: AckTimers;
+}
+
+/** What a partition's ack says about its event-time timers, for the coordinator's wake-up on AWS. */
+export interface AckTimers {
+  readonly earliest: number;
+  readonly watermark: number;
 }
 
 /** A committed batch for a sink, named for idempotent delivery. */

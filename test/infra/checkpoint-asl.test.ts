@@ -41,7 +41,7 @@ describe('checkpoint state machine definition', () => {
   });
 
   it('retries every task with backoff and catches failures into a resume', () => {
-    for (const name of ['Resume', 'Open', 'Inject', 'Decide', 'Commit', 'Abort']) {
+    for (const name of ['Resume', 'Open', 'Inject', 'Decide', 'Commit', 'Abort', 'Probe']) {
       const t = asl.States[name];
       expect(t.Type).toBe('Task');
       expect(t.Retry[0].ErrorEquals).toEqual(expect.arrayContaining(['Lambda.ServiceException', 'Lambda.TooManyRequestsException', 'Sluice.Retryable']));
@@ -51,6 +51,13 @@ describe('checkpoint state machine definition', () => {
       expect(Object.keys(t.Parameters).sort()).toEqual(['action', 'carry.$', 'execution.$', 'limits']);
     }
     expect(asl.States.Backoff.Next).toBe('Resume');
+    // ExecutionAlreadyExists is matched first and never retried: the successor already started.
+    expect(asl.States.ContinueAsNew.Retry[0]).toEqual({ ErrorEquals: ['StepFunctions.ExecutionAlreadyExistsException'], MaxAttempts: 0 });
+    expect(asl.States.ContinueAsNew.Catch[0]).toMatchObject({ ErrorEquals: ['StepFunctions.ExecutionAlreadyExistsException'], Next: 'Done' });
+    // Idle with event-time timers pending: wait the computed seconds, probe, then on as after Open.
+    expect(asl.States.AfterOpen.Choices).toContainEqual({ Variable: '$.next', StringEquals: 'timers', Next: 'WaitTimers' });
+    expect(asl.States.WaitTimers).toMatchObject({ Type: 'Wait', SecondsPath: '$.wait', Next: 'Probe' });
+    expect(asl.States.Probe.Next).toBe('AfterOpen');
     expect(asl.States.ContinueAsNew).toMatchObject({ Resource: 'arn:aws:states:::states:startExecution', Parameters: { 'StateMachineArn.$': '$$.StateMachine.Id' }, Next: 'Done' });
   });
 
@@ -59,7 +66,9 @@ describe('checkpoint state machine definition', () => {
     expect(plan.eventsPerEpoch.normal).toBe(28);
     expect(plan.limits.maxEpochs).toBe(Math.floor(HISTORY_BUDGET / plan.eventsPerEpoch.worst));
     expect(plan.limits.maxEpochs * plan.eventsPerEpoch.worst).toBeLessThanOrEqual(HISTORY_LIMIT / 2);
-    expect(plan.limits.maxEpochs).toBe(84);
+    expect(plan.limits.epochTimeoutMs).toBe(240_000); // outlasts one failed batch at the default 30 s operator timeout
+    expect(plan.limits.maxEpochs).toBe(26);
+    expect(() => checkpointPlan({ operatorTimeoutSeconds: 30, epochTimeoutSeconds: 60 })).toThrow(/checkpoints.epochTimeoutSeconds: expected at least 224 s/);
     expect(plan.monthlyCostUsd).toBe(8.64);
     // Shorter polls mean more polls per worst epoch, so fewer epochs per execution.
     expect(checkpointPlan({ pollSeconds: 1 }).limits.maxEpochs).toBeLessThan(plan.limits.maxEpochs);

@@ -11,7 +11,8 @@ import { Job } from '../../lib/api/stream.ts';
 import { ManualClock, WatermarkStrategies } from '../../lib/api/types.ts';
 import { Windows } from '../../lib/api/windows.ts';
 import { compile } from '../../lib/graph/compile.ts';
-import { sourceIdlenessAfter } from '../../lib/runtime/idleness.ts';
+import { channelWatermark, extrapolatedWatermark, processingTimeUntil, sourceIdlenessAfter } from '../../lib/runtime/idleness.ts';
+import { inputWatermark } from '../../lib/runtime/inputs.ts';
 import { PartitionRuntime } from '../../lib/runtime/partition.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';
 import type { Envelope, OutboxEntry } from '../../lib/transport/envelope.ts';
@@ -46,6 +47,50 @@ describe('sourceIdlenessAfter (pure)', () => {
   it('keeps the producer\'s own word on envelopes that are not probes (embedded partitioner, end marker)', () => {
     expect(sourceIdlenessAfter(active, { records: [], idle: true }, 1000).idle).toBe(true);
     expect(sourceIdlenessAfter({ idle: true, lastDataAt: 1000 }, { records: [] }, 1000).idle).toBe(false);
+  });
+});
+
+describe('idle watermark extrapolation (pure)', () => {
+  const probe = (arrivedAt: number) => ({ records: [], probe: true as const, arrivedAt });
+
+  it('moves an idle watermark on by the processing time since the last data, never back', () => {
+    expect(extrapolatedWatermark(1499, 1000, 3000)).toBe(3499);
+    expect(extrapolatedWatermark(1499, 1000, 900)).toBe(1499);
+    expect(extrapolatedWatermark(Number.NEGATIVE_INFINITY, 0, 5000)).toBe(Number.NEGATIVE_INFINITY);
+  });
+
+  it('keeps the latest probe time while idle and advancing, and forgets it on data or when holding', () => {
+    const active = { idle: false, lastDataAt: 1000, idleAt: undefined };
+    expect(sourceIdlenessAfter(active, probe(1500), 1000, true)).toEqual({ idle: false, lastDataAt: 1000, idleAt: undefined });
+    const idle = sourceIdlenessAfter(active, probe(2000), 1000, true);
+    expect(idle).toEqual({ idle: true, lastDataAt: 1000, idleAt: 2000 });
+    expect(sourceIdlenessAfter(idle, probe(5000), 1000, true).idleAt).toBe(5000);
+    expect(sourceIdlenessAfter({ ...idle, idleAt: 5000 }, probe(4000), 1000, true).idleAt).toBe(5000); // out of order: the latest stays
+    expect(sourceIdlenessAfter(active, probe(2000), 1000, false)).toEqual({ idle: true, lastDataAt: 1000, idleAt: undefined });
+    expect(sourceIdlenessAfter(idle, { records: [{ value: 1, timestamp: 0 }], arrivedAt: 6000 }, 1000, true)).toEqual({ idle: false, lastDataAt: 6000, idleAt: undefined });
+  });
+
+  it('counts an idle channel at its extrapolated watermark, an active one at its own', () => {
+    expect(channelWatermark({ watermark: 1499, idle: true, lastDataAt: 1000, idleAt: 4000 })).toBe(4499);
+    expect(channelWatermark({ watermark: 1499, idle: true, lastDataAt: 1000, idleAt: undefined })).toBe(1499);
+    expect(channelWatermark({ watermark: 1499, idle: false, lastDataAt: 1000, idleAt: 4000 })).toBe(1499);
+  });
+
+  it('downstream: an idle input never holds back active ones; all idle, the minimum over the idle ones, never below the current', () => {
+    const ch = (watermark: number, idle: boolean) => ({ seq: 1, watermark, idle });
+    expect(inputWatermark(['a', 'b'], { a: ch(5000, true), b: ch(2000, false) }, 0)).toBe(2000);
+    expect(inputWatermark(['a', 'b'], { a: ch(5000, true), b: ch(3000, true) }, 2000)).toBe(3000);
+    expect(inputWatermark(['a', 'b'], { a: { ...ch(1000, true), lastDataAt: 0, idleAt: 9000 }, b: ch(3000, true) }, 2000)).toBe(3000);
+    expect(inputWatermark(['a', 'b'], { a: ch(1000, true), b: ch(1500, true) }, 2000)).toBe(2000);
+    // A channel that never had data (idle at -infinity) holds nothing back.
+    expect(inputWatermark(['a', 'b'], { a: ch(Number.NEGATIVE_INFINITY, true), b: ch(3000, true) }, 2000)).toBe(3000);
+    expect(inputWatermark(['a'], { a: ch(Number.NEGATIVE_INFINITY, true) }, 2000)).toBe(2000);
+  });
+
+  it('says how much processing time an idle partition needs to reach a timer', () => {
+    expect(processingTimeUntil(1499, 1999)).toBe(500);
+    expect(processingTimeUntil(2000, 1999)).toBe(0);
+    expect(processingTimeUntil(Number.NEGATIVE_INFINITY, 1999)).toBe(Number.POSITIVE_INFINITY);
   });
 });
 
@@ -125,6 +170,26 @@ describe('idle probes in the runtime core', () => {
     const second = h.results.slice(3) as { user: string; start: number; n: number }[];
     expect(second.map((r) => r.start)).toEqual(second.map(() => 1000));
     expect(second.reduce((n, r) => n + r.n, 0)).toBe(3); // 1500, 1600, 1800
+  });
+
+  it('lets time move on when every source partition is idle: the last window fires on probes alone', async () => {
+    const h = await harness();
+    await h.clicks(0, 0, 100);
+    await h.clicks(1, 0, 1200);
+    for (const p of [2, 3]) await h.probe(p, 0); // never get data
+    for (const p of [0, 1, 2, 3]) await h.probe(p, 1000);
+    // All idle: 0 at 99 + 1000, 1 at 1199 + 1000; 2 and 3 had no data and hold nothing back. Min 1099.
+    expect(h.keyed.every((k) => k.watermark === 1099)).toBe(true);
+    expect(h.results.map((r) => (r as { start: number }).start)).toEqual([0]);
+    const again = await h.probe(0, 1500);
+    expect(again.result.committed).toBe(true); // the probe moved the extrapolated watermark on
+    expect(h.keyed.every((k) => k.watermark === 1599)).toBe(true);
+    await h.probe(0, 2000);
+    // [1000, 2000) fires once both idle partitions passed 1999 (0 at 2099, 1 at 2199).
+    expect(h.results.map((r) => (r as { start: number }).start)).toEqual([0, 1000]);
+    // Data behind the extrapolated watermark is late: dropped by the window and counted, the window does not fire again.
+    await h.clicks(2, 2100, 1500);
+    expect(h.results).toHaveLength(2);
   });
 
   it('commits the decision: a probe redelivered after a crash decides the same, and a probe that changes nothing commits nothing', async () => {

@@ -28,6 +28,8 @@ export interface CheckpointLoopOptions {
   readonly pollMs: number;
   /** An epoch not fully acknowledged by then is aborted. */
   readonly epochTimeoutMs: number;
+  /** The WaitTimers state's real wait for `seconds` (tests shorten it). @default seconds x 1000 */
+  readonly timersWaitMs?: (seconds: number) => number;
   /** The execution name (lease owner). */
   readonly execution: string;
   readonly now?: () => number;
@@ -40,7 +42,7 @@ export interface CheckpointLoopOptions {
  * Transitions of each task as the state machine runs it (with the Wait and Choice states
  * around it): a normal epoch is open 3 + inject 1 + decide 3 + commit 1 = 8.
  */
-const TRANSITIONS: Record<Action, number> = { resume: 2, open: 3, inject: 1, decide: 3, commit: 1, abort: 1 };
+const TRANSITIONS: Record<Action, number> = { resume: 2, open: 3, inject: 1, decide: 3, commit: 1, abort: 1, probe: 3 };
 
 export class LocalCheckpointLoop {
   private readonly limits: Limits;
@@ -135,6 +137,11 @@ export class LocalCheckpointLoop {
         case 'continue':
           c = { ...c.child!.input };
           action = 'resume';
+          break;
+        case 'timers':
+          // Idle with event-time timers pending: the state machine's WaitTimers, then Probe.
+          await this.sleep(this.finalAt === undefined ? (this.o.timersWaitMs ?? ((s) => s * 1000))(c.wait ?? 1) : this.o.pollMs);
+          action = 'probe';
           break;
         default:
           // The final epoch may have committed already (see finalCovered): then the coordinator opens no other.
