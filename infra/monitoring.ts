@@ -153,7 +153,7 @@ export function createMonitoring(scope: Construct, p: ResolvedProps, stages: rea
       graph(`${name}: DLQ`, [deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: MINUTE, statistic: 'Maximum' })], 5),
     );
     dashboard.addWidgets(
-      graph(`${name}: records in, duplicates dropped`, [ofStage(M.recordsIn, stage.id), ofStage(M.duplicatesDropped, stage.id)], 8),
+      graph(`${name}: records in, duplicates dropped, late dropped`, [ofStage(M.recordsIn, stage.id), ofStage(M.duplicatesDropped, stage.id), ofStage(M.lateDropped, stage.id)], 8),
       graph(`${name}: lag (ms, max)`, [ofStage(M.lag, stage.id, 'Maximum')], 8),
       graph(`${name}: dead letters, failed groups, backoffs, stalls`, [ofStage(M.deadLetters, stage.id), ofStage(M.groupFailures, stage.id), ofStage(M.groupRetries, stage.id), ofStage(M.stalledPartitions, stage.id)], 8),
     );

@@ -30,6 +30,8 @@ export const OPERATOR_METRICS = {
   messages: 'messages',
   recordsIn: 'recordsIn',
   duplicatesDropped: 'duplicatesDropped',
+  /** Records windows and joins dropped as late (no late-data side output); published only when some were. */
+  lateDropped: 'lateDropped',
   deadLetters: 'deadLetters',
   groupFailures: 'groupFailures',
   groupRetries: 'groupRetries',

@@ -289,6 +289,12 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       for (const e of envs) messageOf.set(`${e.channel}#${e.seq}`, i);
     });
     const skip = new Map<string, ParkedFailure>();
+    // Counted per committed batch; published only when some were dropped (a metric costs by the hours it is published).
+    const countLate = (byOperator: Readonly<Record<string, number>>) => {
+      let n = 0;
+      for (const k in byOperator) n += byOperator[k];
+      if (n > 0) metrics?.addMetric(OPERATOR_METRICS.lateDropped, MetricUnit.Count, n);
+    };
     let end = decoded.length;
     let staleRetry = true;
     for (let pass = 0; end > 0 && pass < MAX_PASSES; pass++) {
@@ -306,6 +312,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
           }
           for (const e of chunk) messageOf.set(`${e.channel}#${e.seq}`, 0);
           const replayed = await got.rt.process(chunk, skip.size ? skip : undefined);
+          countLate(replayed.lateDropped);
           await deliver(scope, replayed.outbox);
           if (replayed.outbox.length) await got.rt.outboxDelivered(replayed.version);
         }
@@ -314,6 +321,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         if (result.outbox.length) await got.rt.outboxDelivered(result.version);
         metrics?.addMetric(OPERATOR_METRICS.recordsIn, MetricUnit.Count, result.recordsIn);
         metrics?.addMetric(OPERATOR_METRICS.duplicatesDropped, MetricUnit.Count, result.duplicatesDropped);
+        countLate(result.lateDropped);
         if (skip.size) await attemptsLog.forget(scope, skip.keys()).catch(() => undefined);
         const failed = records.slice(end).map((r) => r.messageId);
         // The messages behind one S3 did not serve back off; an undecodable one goes its way to the DLQ.

@@ -12,7 +12,7 @@ import { EmbeddedRuntime, type RuntimeStats } from '../local/embedded.ts';
 import type { IngestRejections } from '../local/ingest-bounds.ts';
 import { startIngestServer } from '../local/ingest-server.ts';
 import { loadJob, parseParams } from './load-job.ts';
-import { DeadLetterFeed, deadLetterCount } from './dead-letter-report.ts';
+import { DeadLetterFeed, deadLetterCount, lateDroppedCount } from './dead-letter-report.ts';
 import { fmt, validateFlags } from './options.ts';
 import { type CheckpointFlags, openDevRuntime } from './checkpoints.ts';
 import type { Target } from './targets.ts';
@@ -81,7 +81,7 @@ export class LiveTable {
     const stats = this.runtime.stats();
     const dt = this.prev ? (now - this.prev.at) / 1000 : 0;
     const lines = [`-- ${new Date(now).toISOString().slice(11, 19)}  sources ${fmt.int(stats.sourceRecords)} records, queued ${fmt.int(stats.queuedRecords)}` +
-      `, ${describeRejections(stats, this.endpoint?.())}, ${deadLetterCount(stats.deadLetters, stats.deadLetterFile)}`];
+      `, ${describeRejections(stats, this.endpoint?.())}, ${deadLetterCount(stats.deadLetters, stats.deadLetterFile)}, ${lateDroppedCount(stats.lateDropped)}`];
     lines.push(`   ${'operator'.padEnd(24)} ${'records in'.padStart(12)} ${'records/s'.padStart(10)}`);
     for (const [name, n] of Object.entries(stats.recordsIn)) {
       const before = this.prev?.stats.recordsIn[name] ?? 0;
@@ -196,5 +196,5 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   checkpointed?.close();
   const s = runtime.stats();
   for (const line of table.newDeadLetters(s)) log(line);
-  log(`stopped: ${fmt.int(s.sourceRecords)} records ingested, ${describeRejections(s, server.rejections())}, ${deadLetterCount(s.deadLetters, s.deadLetterFile)}`);
+  log(`stopped: ${fmt.int(s.sourceRecords)} records ingested, ${describeRejections(s, server.rejections())}, ${deadLetterCount(s.deadLetters, s.deadLetterFile)}, ${lateDroppedCount(s.lateDropped)}`);
 }

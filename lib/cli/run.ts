@@ -10,7 +10,7 @@ import { JsonLinesFileSink } from '../api/sinks.ts';
 import { ConfigError } from '../errors.ts';
 import { EmbeddedRuntime } from '../local/embedded.ts';
 import { loadJob, parseParams, pickNode } from './load-job.ts';
-import { DEAD_LETTERS_SHOWN, deadLetterCount, describeDeadLetter } from './dead-letter-report.ts';
+import { DEAD_LETTERS_SHOWN, deadLetterCount, describeDeadLetter, lateDroppedCount } from './dead-letter-report.ts';
 import { fmt } from './options.ts';
 import { prepareRunCheckpoints, type RunCheckpointFlags } from './checkpoints.ts';
 import type { Target } from './targets.ts';
@@ -35,6 +35,8 @@ export interface RunSummary {
   recordsOut: number;
   rejectedInputs: number;
   deadLetters: number;
+  /** Records windows and joins dropped as late, per operator (embedded runs; absent where the runtime's metrics count them). */
+  lateDropped?: Record<string, number>;
   durationMs: number;
 }
 
@@ -112,18 +114,24 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
     recordsOut: output.written,
     rejectedInputs: rejected.length,
     deadLetters: dead.length,
+    ...(lateOf(stats) ? { lateDropped: { ...lateOf(stats) } } : {}),
     durationMs,
   };
   const rate = summary.recordsIn / Math.max(durationMs / 1000, 1e-3);
   log(
     `sluice run ${job.name}: ${fmt.int(summary.recordsIn)} records in, ${fmt.int(summary.recordsOut)} out to ${opts.output}, ` +
       `${fmt.int(summary.rejectedInputs)} rejected inputs, ${deadLetterCount(summary.deadLetters, deadFile)}, ` +
+      `${summary.lateDropped ? `${lateDroppedCount(summary.lateDropped)}, ` : ''}` +
       `${fmt.secs(durationMs)}, ${fmt.int(rate)} events/s`,
   );
   localAws?.printCost();
   assembly?.printSummary();
   ckpt?.summary();
   return summary;
+}
+
+function lateOf(stats: object): Readonly<Record<string, number>> | undefined {
+  return (stats as { lateDropped?: Record<string, number> }).lateDropped;
 }
 
 async function requireFile(flag: string, path: string): Promise<void> {

@@ -28,7 +28,7 @@ import type { IngestPressure, IngestTarget, OfferResult } from './ingest-target.
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
 import type { RejectedInput } from './sources.ts';
 import { sourceChunking } from './rounds.ts';
-import { type RuntimeCounters, runtimeStats } from './embedded-stats.ts';
+import { addLateDropped, type RuntimeCounters, runtimeStats } from './embedded-stats.ts';
 import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';
 import { TimeSlicer } from './time-slice.ts';
 import { Arrivals, type IngestView, ingestPressure, ingestStreams, offerIngest, validateIngest } from './embedded-ingest.ts';
@@ -56,7 +56,7 @@ export class EmbeddedRuntime implements IngestTarget {
   /** Scheduling rounds so far (linger.ts counts in rounds). */
   private round = 0;
   private readonly linger: LingerPolicy;
-  private counters: RuntimeCounters = { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0 };
+  private counters: RuntimeCounters = { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0, lateDropped: {} };
   /** Time slicing (`sliceMs`): batch and chunk sizes by the measured cost per record. */
   private readonly slicer: TimeSlicer | undefined;
   /** When the scheduler last let the event loop run (timers, HTTP requests, signals). */
@@ -386,6 +386,7 @@ export class EmbeddedRuntime implements IngestTarget {
       const result = await work;
       if (result.committed) this.counters.commits++;
       this.counters.duplicatesDropped += result.duplicatesDropped;
+      addLateDropped(this.counters, result.lateDropped);
       faults?.maybeCrash('after-commit');
       const delivered = this.deliver(result.outbox, slot);
       if (delivered) await delivered;
