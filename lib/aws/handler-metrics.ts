@@ -48,6 +48,12 @@ export const INGEST_METRICS = {
   wakeUpFailures: 'wakeUpFailures',
 } as const;
 
+/** The checkpoint coordinator's metrics (functions/checkpoint.ts, dimension service only; Count). */
+export const COORDINATOR_METRICS = {
+  /** Epochs aborted (timed out, or interrupted by a crash the resume step repaired): the aborted-epochs alarm's metric. */
+  epochsAborted: 'epochsAborted',
+} as const;
+
 /** Give the invocation's stored metrics the stage dimension (cleared by publishStoredMetrics). */
 export function stageDimension(metrics: Metrics | undefined, stage: number): void {
   metrics?.addDimension(METRIC_DIMENSIONS.stage, String(stage));
