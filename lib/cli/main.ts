@@ -6,6 +6,8 @@
  */
 import { Command, Option } from 'commander';
 import { registerCheckpointCommands } from './checkpoint-commands.ts';
+import { EXIT } from './exit-codes.ts';
+import { errorJson, examples, packageVersion, strictParsing, wantsJson } from './program.ts';
 import { type Target, TARGETS } from './targets.ts';
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
@@ -13,9 +15,10 @@ const collect = (value: string, previous: string[] = []) => [...previous, value]
 async function fail(command: string, err: unknown): Promise<never> {
   const message = err instanceof Error ? err.message : String(err);
   process.stderr.write(`sluice ${command}: ${message}\n`);
+  if (wantsJson()) process.stdout.write(errorJson('error', err) + '\n');
   const { SluiceError } = await import('../errors.ts');
   if (!(err instanceof SluiceError) && process.env.SLUICE_DEBUG) process.stderr.write(`${(err as Error).stack}\n`);
-  process.exit(1);
+  process.exit(EXIT.error);
 }
 
 /** Runs an action; any error becomes a one-line message and exit code 1. */
@@ -54,7 +57,9 @@ function deployOptions(cmd: Command): Command {
 
 const program = new Command('sluice')
   .description('Sluice: Flink-style stream processing, serverless on AWS or in one process')
-  .showHelpAfterError('(add --help for usage)');
+  .version(packageVersion(), '-V, --version', 'print the version')
+  .showHelpAfterError('(add --help for usage)')
+  .addHelpText('after', examples('sluice run examples/nexmark/q5.ts --input events.jsonl --output q5.jsonl', 'sluice dev examples/first-job.ts --port 8080', 'sluice demo --query q8', 'sluice run --help'));
 
 program
   .command('run')
@@ -144,5 +149,34 @@ program
 
 // Checkpoint flags on run and dev; the checkpoints, savepoint and restore commands.
 registerCheckpointCommands(program, action);
+
+/** Each command's --help ends with these (test/cli/help.test.ts checks every command has some). */
+const EXAMPLES: Record<string, string[]> = {
+  run: [
+    'sluice run examples/nexmark/q5.ts --input events.jsonl --output q5.jsonl',
+    'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --param threshold=100 --dead-letters rejected.jsonl',
+    'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --json > summary.json',
+    'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --checkpoint-interval 1000 --resume',
+    'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --target local-aws',
+  ],
+  dev: ['sluice dev examples/first-job.ts --port 8080', 'sluice dev jobs/orders.ts --port 0 --checkpoint-interval 5000', 'sluice dev jobs/orders.ts --resume'],
+  publish: ['sluice publish views views.jsonl --url http://127.0.0.1:8080', 'sluice publish orders orders.jsonl --url https://abc123.execute-api.eu-west-1.amazonaws.com --json'],
+  synth: ['sluice synth jobs/orders.ts', 'sluice synth jobs/orders.ts --output cdk.out --stack-name Orders-Staging --json'],
+  deploy: ['sluice deploy jobs/orders.ts', 'AWS_ENDPOINT_URL=http://localhost:4566 sluice deploy jobs/orders.ts --endpoint functionUrl --removal-policy destroy'],
+  destroy: ['sluice destroy jobs/orders.ts', 'sluice destroy jobs/orders.ts --stack-name Orders-Staging --force'],
+  demo: ['sluice demo', 'sluice demo --query q8 --duration 10 --events-per-second 20000', 'sluice demo --duration 5 --json'],
+  checkpoints: ['sluice checkpoints jobs/orders.ts', 'sluice checkpoints jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice checkpoints jobs/orders.ts --target aws'],
+  savepoint: ['sluice savepoint jobs/orders.ts --label before-upgrade', 'sluice savepoint jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice savepoint jobs/orders.ts --target aws --label v2'],
+  restore: [
+    'sluice restore jobs/orders.ts --from before-upgrade',
+    'sluice restore jobs/orders.ts --from 12 --input orders.jsonl --output alerts.jsonl',
+    'sluice restore jobs/orders.ts --target aws --from before-upgrade',
+  ],
+};
+for (const cmd of program.commands) {
+  const lines = EXAMPLES[cmd.name()];
+  if (lines) cmd.addHelpText('after', examples(...lines));
+}
+strictParsing(program);
 
 await program.parseAsync(process.argv);
