@@ -26,3 +26,9 @@ export function outcomeCode(counts: { rejected: number; deadLetters: number }, p
   if (counts.deadLetters > 0 && !policy.allowDeadLetters) return EXIT.rejects;
   return EXIT.ok;
 }
+
+/** --allow-rejects (and, where records can be dead-lettered, --allow-dead-letters). */
+export function addRejectPolicyOptions<C extends { option(flags: string, description: string): C }>(cmd: C, deadLetters = true): C {
+  cmd.option('--allow-rejects', `exit ${EXIT.ok} even when input was rejected (otherwise ${EXIT.rejects})`);
+  return deadLetters ? cmd.option('--allow-dead-letters', `exit ${EXIT.ok} even when records or timers were dead-lettered (otherwise ${EXIT.rejects})`) : cmd;
+}

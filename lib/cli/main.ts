@@ -6,7 +6,7 @@
  */
 import { Command, Option } from 'commander';
 import { registerCheckpointCommands } from './checkpoint-commands.ts';
-import { EXIT } from './exit-codes.ts';
+import { addRejectPolicyOptions, EXIT, outcomeCode, type RejectPolicy } from './exit-codes.ts';
 import { errorJson, examples, packageVersion, strictParsing, wantsJson } from './program.ts';
 import { type Target, TARGETS } from './targets.ts';
 
@@ -61,7 +61,7 @@ const program = new Command('sluice')
   .showHelpAfterError('(add --help for usage)')
   .addHelpText('after', examples('sluice run examples/nexmark/q5.ts --input events.jsonl --output q5.jsonl', 'sluice dev examples/first-job.ts --port 8080', 'sluice demo --query q8', 'sluice run --help'));
 
-program
+const run = program
   .command('run')
   .description('run a job over a bounded JSON-lines file and write one sink to a JSON-lines file')
   .argument('<job>', 'job module (.ts, .mts, .js or .mjs); default export: a Job or (params) => Job')
@@ -73,14 +73,15 @@ program
   .option('--dead-letters <file>', 'write rejected input lines and dead letters as JSON lines')
   .addOption(targetOption())
   .option('--assembly <dir>', 'assembly: a cloud assembly `sluice synth` wrote (default: synthesize one into a temporary directory)')
-  .option('--stack-name <name>', 'assembly: the stack to run (default: the only one)')
-  .action(
-    action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target; assembly?: string; stackName?: string }) => {
-      await (await import('./run.ts')).runCommand(job, opts);
-    }),
-  );
+  .option('--stack-name <name>', 'assembly: the stack to run (default: the only one)');
+addRejectPolicyOptions(run).action(
+  action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target; assembly?: string; stackName?: string } & RejectPolicy) => {
+    const s = await (await import('./run.ts')).runCommand(job, opts);
+    process.exitCode = outcomeCode({ rejected: s.rejectedInputs, deadLetters: s.deadLetters }, opts);
+  }),
+);
 
-program
+const dev = program
   .command('dev')
   .description('run a job on the embedded runtime with its HTTP ingestion endpoint and a live table')
   .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
@@ -89,15 +90,15 @@ program
   .option('--max-queued <records>', 'answer 429 to a request that would take a stream past this many accepted, unprocessed records', '100000')
   .option('--max-lag <ms>', "answer 429 while a stream's oldest accepted, unprocessed event is this old", '10000')
   .option('--param <key=value>', 'job parameter, repeatable', collect, [])
-  .addOption(new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(['embedded', 'local-aws']).default('embedded'))
-  .action(
-    action('dev', async (job: string, opts: { port: string; host: string; maxQueued: string; maxLag: string; param: string[]; target: Target }) => {
-      await (await import('./dev.ts')).devCommand(job, opts);
-      process.exit(process.exitCode ?? 0);
-    }),
-  );
+  .addOption(new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(['embedded', 'local-aws']).default('embedded'));
+addRejectPolicyOptions(dev).action(
+  action('dev', async (job: string, opts: { port: string; host: string; maxQueued: string; maxLag: string; param: string[]; target: Target } & RejectPolicy) => {
+    const { devCommand, devExitCode } = await import('./dev.ts');
+    process.exit(devExitCode(await devCommand(job, opts), opts));
+  }),
+);
 
-program
+const publish = program
   .command('publish')
   .description('publish a JSON-lines file to an ingestion stream (`sluice dev`, or a deployed endpoint: signed with SigV4 from the AWS credential chain)')
   .argument('<stream>', 'ingestion stream name')
@@ -106,12 +107,13 @@ program
   .option('--batch-size <n>', 'events per request', '500')
   .addOption(new Option('--sign <mode>', 'SigV4: auto (AWS endpoints, or with --service), always, never').choices(['auto', 'always', 'never']).default('auto'))
   .option('--region <region>', 'signing region (default: from the URL, else AWS_REGION)')
-  .option('--service <service>', 'signing service: execute-api (HTTP API) or lambda (Function URL); default: from the URL')
-  .action(
-    action('publish', async (stream: string, file: string, opts: { url: string; batchSize: string; sign: 'auto' | 'always' | 'never'; region?: string; service?: string }) => {
-      await (await import('./publish-command.ts')).publishCommand(stream, file, opts);
-    }),
-  );
+  .option('--service <service>', 'signing service: execute-api (HTTP API) or lambda (Function URL); default: from the URL');
+addRejectPolicyOptions(publish, false).action(
+  action('publish', async (stream: string, file: string, opts: { url: string; batchSize: string; sign: 'auto' | 'always' | 'never'; region?: string; service?: string } & RejectPolicy) => {
+    const r = await (await import('./publish-command.ts')).publishCommand(stream, file, opts);
+    process.exitCode = outcomeCode({ rejected: r.rejected.length, deadLetters: 0 }, opts);
+  }),
+);
 
 deployOptions(program.command('synth').description('synthesize the CloudFormation template and Lambda bundles of a job, offline (cdk-nag on)')).action(
   action('synth', async (job: string, opts: Record<string, unknown>) => {

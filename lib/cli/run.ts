@@ -30,11 +30,20 @@ export interface RunCommandOptions extends RunCheckpointFlags {
   stackName?: string;
 }
 
+/** What `sluice run` ends with (`--json`: this object on stdout). */
 export interface RunSummary {
+  job: string;
+  target: Target;
+  /** The --output file, as given. */
+  output: string;
   recordsIn: number;
   recordsOut: number;
   rejectedInputs: number;
   deadLetters: number;
+  /** Where the runtime parked every dead letter, when it keeps them in a file; else null. */
+  deadLetterFile: string | null;
+  /** The --dead-letters file written, or null. */
+  deadLettersWritten: string | null;
   durationMs: number;
 }
 
@@ -108,11 +117,16 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   }
 
   const summary: RunSummary = {
+    job: job.name,
+    target: opts.target ?? 'embedded',
+    output: opts.output,
     recordsIn: stats.sourceRecords,
     recordsOut: output.written,
     rejectedInputs: rejected.length,
     deadLetters: dead.length,
-    durationMs,
+    deadLetterFile: deadFile ?? null,
+    deadLettersWritten: opts.deadLetters ?? null,
+    durationMs: Math.round(durationMs),
   };
   const rate = summary.recordsIn / Math.max(durationMs / 1000, 1e-3);
   log(
