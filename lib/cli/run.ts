@@ -30,13 +30,22 @@ export interface RunCommandOptions extends RunCheckpointFlags {
   stackName?: string;
 }
 
+/** What `sluice run` ends with (`--json`: this object on stdout). */
 export interface RunSummary {
+  job: string;
+  target: Target;
+  /** The --output file, as given. */
+  output: string;
   recordsIn: number;
   recordsOut: number;
   rejectedInputs: number;
   deadLetters: number;
-  /** Records windows and joins dropped as late, per operator (embedded runs; absent where the runtime's metrics count them). */
-  lateDropped?: Record<string, number>;
+  /** Where the runtime parked every dead letter, when it keeps them in a file; else null. */
+  deadLetterFile: string | null;
+  /** The --dead-letters file written, or null. */
+  deadLettersWritten: string | null;
+  /** Records windows and joins dropped as late, per operator; null where the runtime does not count them (local-aws, assembly: the handlers' lateDropped metric). */
+  lateDropped: Record<string, number> | null;
   durationMs: number;
 }
 
@@ -110,12 +119,17 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   }
 
   const summary: RunSummary = {
+    job: job.name,
+    target: opts.target ?? 'embedded',
+    output: opts.output,
     recordsIn: stats.sourceRecords,
     recordsOut: output.written,
     rejectedInputs: rejected.length,
     deadLetters: dead.length,
-    ...(lateOf(stats) ? { lateDropped: { ...lateOf(stats) } } : {}),
-    durationMs,
+    deadLetterFile: deadFile ?? null,
+    deadLettersWritten: opts.deadLetters ?? null,
+    lateDropped: lateOf(stats) ? { ...lateOf(stats) } : null,
+    durationMs: Math.round(durationMs),
   };
   const rate = summary.recordsIn / Math.max(durationMs / 1000, 1e-3);
   log(
