@@ -49,7 +49,6 @@ const KNOWN_CYCLES: readonly string[] = [
   'lib/api/aws-sinks.ts lib/api/sinks.ts lib/aws/dynamodb-upsert-sink.ts lib/aws/s3-file-sink.ts lib/local/committed-sink.ts',
   'lib/aws/local/assembly/model.ts lib/aws/local/assembly/template.ts',
   'lib/operators/window-combiner.ts lib/operators/window-panes.ts lib/operators/window-session-lazy.ts lib/operators/window-session.ts lib/operators/window.ts',
-  'lib/runtime/chain.ts lib/runtime/checkpoints.ts lib/runtime/combining-sender.ts lib/runtime/context.ts lib/runtime/outputs.ts lib/runtime/snapshots.ts',
 ];
 
 const imports = readImports(process.cwd());

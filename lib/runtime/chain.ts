@@ -14,11 +14,8 @@ import type { StreamRecord } from '../api/types.ts';
 import { UserCodeError } from '../errors.ts';
 import type { PhysicalPlan } from '../graph/compile.ts';
 import { MAIN_PORT } from '../graph/logical.ts';
-import type { NodeRuntime } from './context.ts';
+import type { NodeRuntime, Push } from './context.ts';
 import type { Outputs } from './outputs.ts';
-
-/** Where a value goes: the next node's entry, an output edge, a sink, or several of them. */
-export type Push = (value: unknown, timestamp: number) => void;
 
 const drop: Push = () => {};
 

@@ -16,7 +16,7 @@ import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
 import type { LogicalNode } from '../graph/logical.ts';
 import { InvariantError } from '../errors.ts';
 import { PaneCombiner, type PartialAggregate } from '../operators/window-combiner.ts';
-import type { Push } from './chain.ts';
+import type { Push } from './context.ts';
 import type { ChannelBuffer } from './channel-buffer.ts';
 
 /** The error for user code of `operator` that threw on `value` while this partition applied its input (attributed to the input record or callback). */
