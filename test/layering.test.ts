@@ -26,23 +26,12 @@ const KNOWN_VIOLATIONS: readonly string[] = [
   'lib/aws/restore.ts -> lib/local/committed-sink.ts',
   'lib/aws/s3-file-sink.ts -> lib/local/committed-sink.ts',
   'lib/graph/compile.ts -> lib/operators/window-combiner.ts',
-  'lib/operators/interval-join.ts -> lib/runtime/operator.ts',
-  'lib/operators/keyed-process.ts -> lib/runtime/operator.ts',
-  'lib/operators/registry.ts -> lib/runtime/operator.ts',
-  'lib/operators/stateless.ts -> lib/runtime/operator.ts',
-  'lib/operators/window-join.ts -> lib/runtime/operator.ts',
-  'lib/operators/window-panes.ts -> lib/runtime/operator.ts',
-  'lib/operators/window-session-lazy.ts -> lib/runtime/operator.ts',
-  'lib/operators/window-session.ts -> lib/runtime/operator.ts',
-  'lib/operators/window-state.ts -> lib/runtime/operator.ts',
-  'lib/operators/window.ts -> lib/runtime/operator.ts',
   'lib/runtime/checkpoints.ts -> lib/checkpoint/protocol.ts',
   'lib/runtime/checkpoints.ts -> lib/checkpoint/snapshot.ts',
   'lib/runtime/checkpoints.ts -> lib/checkpoint/storage.ts',
   'lib/runtime/consumed-input.ts -> lib/checkpoint/protocol.ts',
   'lib/runtime/partition-deps.ts -> lib/checkpoint/storage.ts',
   'lib/runtime/snapshots.ts -> lib/checkpoint/snapshot.ts',
-  'lib/state/handles.ts -> lib/runtime/operator.ts',
 ];
 
 const KNOWN_CYCLES: readonly string[] = [

@@ -14,7 +14,7 @@ import type { IntervalJoinContext } from '../api/functions.ts';
 import type { Key, StreamRecord } from '../api/types.ts';
 import { JobDefinitionError } from '../errors.ts';
 import type { NodeSpec } from '../graph/logical.ts';
-import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
+import type { OperatorContext, TimeDomain } from './contract.ts';
 import type { WindowOperator } from './window.ts';
 import { checkTimestamp, decodeTime, encodeTime } from './window-state.ts';
 

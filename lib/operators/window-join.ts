@@ -13,7 +13,7 @@ import type { Collector, WindowInfo } from '../api/functions.ts';
 import type { Key, StreamRecord } from '../api/types.ts';
 import { JobDefinitionError } from '../errors.ts';
 import type { NodeSpec } from '../graph/logical.ts';
-import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
+import type { OperatorContext, TimeDomain } from './contract.ts';
 import type { WindowOperator } from './window.ts';
 import { checkTimestamp, firstWindowStart, fixedWindowsOf, WindowKeyCache } from './window-state.ts';
 

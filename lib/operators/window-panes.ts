@@ -25,7 +25,7 @@
 import type { StreamRecord } from '../api/types.ts';
 import type { TimeWindow } from '../api/windows.ts';
 import { InvariantError } from '../errors.ts';
-import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
+import type { OperatorContext, TimeDomain } from './contract.ts';
 import { cloneValue } from '../state/txn.ts';
 import type { WindowOperator, WindowSpec } from './window.ts';
 import type { PartialAggregate } from './window-combiner.ts';

@@ -27,7 +27,7 @@ import type { Key } from '../api/types.ts';
 import type { TimeWindow, WindowAssigner } from '../api/windows.ts';
 import { InputRejectedError, JobDefinitionError } from '../errors.ts';
 import type { WindowFunctionSpec } from '../graph/logical.ts';
-import type { OperatorContext } from '../runtime/operator.ts';
+import type { OperatorContext } from './contract.ts';
 import { cloneValue } from '../state/txn.ts';
 
 const BIAS = 2 ** 53;

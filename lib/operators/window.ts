@@ -19,7 +19,7 @@
 import type { StreamRecord } from '../api/types.ts';
 import type { TimeWindow } from '../api/windows.ts';
 import type { NodeSpec } from '../graph/logical.ts';
-import type { OperatorContext, StreamOperator, TimeDomain } from '../runtime/operator.ts';
+import type { OperatorContext, StreamOperator, TimeDomain } from './contract.ts';
 import { combinesInput } from './window-combiner.ts';
 import { paneWindowOperator, panesApply } from './window-panes.ts';
 import { sessionWindowOperator } from './window-session.ts';

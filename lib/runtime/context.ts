@@ -6,7 +6,7 @@ import { createOperator } from '../operators/registry.ts';
 import { keyGroupOfString } from '../graph/keygroups.ts';
 import { type LogicalNode, MAIN_PORT } from '../graph/logical.ts';
 import { type EntityEntry, entityId, type OperatorOverlay, type StateTxn } from '../state/txn.ts';
-import type { OperatorContext, StreamOperator, TimeDomain } from './operator.ts';
+import type { OperatorContext, StreamOperator, TimeDomain } from '../operators/contract.ts';
 import { TimerQueue } from './timers.ts';
 import type { KeyHint, TimerHome } from './timer-nodes.ts';
 

@@ -14,7 +14,7 @@ import type { FaultInjector } from '../../lib/local/faults.ts';
 import type { WindowOperator, WindowSpec } from '../../lib/operators/window.ts';
 import { paneWindowOperator } from '../../lib/operators/window-panes.ts';
 import { fixedWindowsOf } from '../../lib/operators/window-state.ts';
-import type { OperatorContext } from '../../lib/runtime/operator.ts';
+import type { OperatorContext } from '../../lib/operators/contract.ts';
 import { oneKey } from '../state/one-key.ts';
 import { type Counted, countRow, type Ev, events, perKey, withTimestamps } from './helpers.ts';
 
