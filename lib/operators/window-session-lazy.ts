@@ -22,8 +22,8 @@
  */
 import type { StreamRecord } from '../api/types.ts';
 import type { OperatorContext, TimeDomain } from './contract.ts';
-import type { WindowOperator, WindowSpec } from './window.ts';
-import { checkTimestamp, recordsField, windowContents } from './window-state.ts';
+import type { WindowSpec } from '../graph/window-plan.ts';
+import { checkTimestamp, recordsField, windowContents, type WindowOperator } from './window-state.ts';
 
 const SESSIONS = 'S';
 

@@ -15,7 +15,8 @@ import type { StageEdge } from '../graph/compile.ts';
 import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
 import type { LogicalNode } from '../graph/logical.ts';
 import { InvariantError } from '../errors.ts';
-import { PaneCombiner, type PartialAggregate } from '../operators/window-combiner.ts';
+import type { PartialAggregate } from '../graph/window-plan.ts';
+import { PaneCombiner } from '../operators/window-combiner.ts';
 import type { Push } from './context.ts';
 import type { ChannelBuffer } from './channel-buffer.ts';
 
