@@ -6,7 +6,7 @@
  * lib/operators/window-combiner.ts, where the conditions are explained). Pure metadata.
  */
 import type { WindowAssigner } from '../api/windows.ts';
-import type { NodeSpec } from './logical.ts';
+import type { NodeSpec } from '../api/logical.ts';
 
 export type WindowSpec = Extract<NodeSpec, { kind: 'window' }>;
 

@@ -13,7 +13,7 @@
 import type { IntervalJoinContext } from '../api/functions.ts';
 import type { Key, StreamRecord } from '../api/types.ts';
 import { JobDefinitionError } from '../errors.ts';
-import type { NodeSpec } from '../graph/logical.ts';
+import type { NodeSpec } from '../api/logical.ts';
 import type { OperatorContext, TimeDomain } from './contract.ts';
 import { checkTimestamp, decodeTime, encodeTime, type WindowOperator } from './window-state.ts';
 

@@ -12,7 +12,7 @@
 import type { Collector, WindowInfo } from '../api/functions.ts';
 import type { Key, StreamRecord } from '../api/types.ts';
 import { JobDefinitionError } from '../errors.ts';
-import type { NodeSpec } from '../graph/logical.ts';
+import type { NodeSpec } from '../api/logical.ts';
 import type { OperatorContext, TimeDomain } from './contract.ts';
 import { fixedWindowsOf } from '../graph/window-plan.ts';
 import { checkTimestamp, firstWindowStart, WindowKeyCache, type WindowOperator } from './window-state.ts';

@@ -26,7 +26,7 @@ import type { Collector, WindowInfo } from '../api/functions.ts';
 import type { Key } from '../api/types.ts';
 import type { TimeWindow } from '../api/windows.ts';
 import { InputRejectedError, JobDefinitionError } from '../errors.ts';
-import type { WindowFunctionSpec } from '../graph/logical.ts';
+import type { WindowFunctionSpec } from '../api/logical.ts';
 import type { FixedWindows } from '../graph/window-plan.ts';
 import type { OperatorContext, StreamOperator } from './contract.ts';
 import { cloneValue } from '../state/txn.ts';

@@ -13,7 +13,7 @@
 import type { StreamRecord } from '../api/types.ts';
 import { UserCodeError } from '../errors.ts';
 import type { PhysicalPlan } from '../graph/compile.ts';
-import { MAIN_PORT } from '../graph/logical.ts';
+import { MAIN_PORT } from '../api/logical.ts';
 import type { NodeRuntime, Push } from './context.ts';
 import type { Outputs } from './outputs.ts';
 

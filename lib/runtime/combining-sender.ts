@@ -13,7 +13,7 @@
 import { type Key, keyToString } from '../api/types.ts';
 import type { StageEdge } from '../graph/compile.ts';
 import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
-import type { LogicalNode } from '../graph/logical.ts';
+import type { LogicalNode } from '../api/logical.ts';
 import { InvariantError } from '../errors.ts';
 import type { PartialAggregate } from '../graph/window-plan.ts';
 import { PaneCombiner } from '../operators/window-combiner.ts';

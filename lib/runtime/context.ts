@@ -4,7 +4,7 @@ import { InvariantError } from '../errors.ts';
 import type { PhysicalPlan, Successor } from '../graph/compile.ts';
 import { createOperator } from '../operators/registry.ts';
 import { keyGroupOfString } from '../graph/keygroups.ts';
-import { type LogicalNode, MAIN_PORT } from '../graph/logical.ts';
+import { type LogicalNode, MAIN_PORT } from '../api/logical.ts';
 import { type EntityEntry, entityId, type OperatorOverlay, type StateTxn } from '../state/txn.ts';
 import type { OperatorContext, StreamOperator, TimeDomain } from '../operators/contract.ts';
 import { TimerQueue } from './timers.ts';

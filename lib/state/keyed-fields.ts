@@ -4,7 +4,7 @@
  * (lib/operators/contract.ts) extends it, so the handles need nothing of the runtime.
  */
 import type { Clock } from '../api/types.ts';
-import type { LogicalNode } from '../graph/logical.ts';
+import type { LogicalNode } from '../api/logical.ts';
 
 export interface KeyedFields {
   readonly node: LogicalNode;
