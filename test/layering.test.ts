@@ -24,12 +24,6 @@ const KNOWN_VIOLATIONS: readonly string[] = [
   'lib/aws/local/runner.ts -> lib/local/sources.ts',
   'lib/aws/restore.ts -> lib/local/committed-sink.ts',
   'lib/aws/s3-file-sink.ts -> lib/local/committed-sink.ts',
-  'lib/runtime/checkpoints.ts -> lib/checkpoint/protocol.ts',
-  'lib/runtime/checkpoints.ts -> lib/checkpoint/snapshot.ts',
-  'lib/runtime/checkpoints.ts -> lib/checkpoint/storage.ts',
-  'lib/runtime/consumed-input.ts -> lib/checkpoint/protocol.ts',
-  'lib/runtime/partition-deps.ts -> lib/checkpoint/storage.ts',
-  'lib/runtime/snapshots.ts -> lib/checkpoint/snapshot.ts',
 ];
 
 const KNOWN_CYCLES: readonly string[] = [
