@@ -37,7 +37,7 @@ import type { Job } from '../api/stream.ts';
 import { type Clock, type Key, keyToString, systemClock } from '../api/types.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
 import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
-import { toIngestRecord } from '../local/sources.ts';
+import { toIngestRecord } from '../transport/sources.ts';
 import * as V from '../transport/ingest-validation.ts';
 import { AwsAccounting } from './accounting.ts';
 import { INGEST_METRICS, stageDimension } from './handler-metrics.ts';

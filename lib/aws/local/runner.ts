@@ -30,7 +30,7 @@ import { type Clock, systemClock } from '../../api/types.ts';
 import { BackPressureError, ConfigError } from '../../errors.ts';
 import { isTransactional } from '../../local/committed-sink.ts';
 import { compile, type PhysicalPlan } from '../../graph/compile.ts';
-import { createReader, type RejectedInput } from '../../local/sources.ts';
+import { createReader, type RejectedInput } from '../../transport/sources.ts';
 import { AwsAccounting } from '../accounting.ts';
 import { createStateTable, DynamoDbStateBackend } from '../dynamodb-state.ts';
 import type { BarrierAck } from '../../transport/envelope.ts';
