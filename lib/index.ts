@@ -47,9 +47,7 @@ export type {
   WindowInfo,
   WindowResultFunction,
 } from './api/functions.ts';
-export { Sinks, IdempotentSink, CollectSink, StdoutSink, JsonLinesFileSink, type Sink, type SinkBatch } from './api/sinks.ts';
-export type { TransactionalSink } from './local/committed-sink.ts';
-export { S3FilesSink, DynamoDbUpsert } from './api/aws-sinks.ts';
+export { Sinks, IdempotentSink, CollectSink, StdoutSink, JsonLinesFileSink, type Sink, type SinkBatch, type TransactionalSink } from './api/sinks.ts';
 export type { SourceOptions, SourceBinding } from './api/sources.ts';
 export { isJob, type JobParams } from './api/job-module.ts';
 export { EmbeddedRuntime, runJob, type EmbeddedOptions, type RuntimeStats } from './local/embedded.ts';

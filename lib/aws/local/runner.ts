@@ -28,7 +28,7 @@ import type { SourceBinding, SourceDef } from '../../api/sources.ts';
 import type { Job } from '../../api/stream.ts';
 import { type Clock, systemClock } from '../../api/types.ts';
 import { BackPressureError, ConfigError } from '../../errors.ts';
-import { isTransactional } from '../../local/committed-sink.ts';
+import { isTransactional } from '../../api/sinks.ts';
 import { compile, type PhysicalPlan } from '../../graph/compile.ts';
 import { createReader, type RejectedInput } from '../../transport/sources.ts';
 import { AwsAccounting } from '../accounting.ts';
