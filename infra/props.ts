@@ -133,7 +133,7 @@ export interface SluiceJobProps {
   readonly encryptionKey?: kms.IKey;
   /**
    * The customer managed key of the buckets and tables the AWS sinks write to that are
-   * not the job's own (`Sinks.s3Files({ bucket })`, `Sinks.dynamodbUpsert({ table })`):
+   * not the job's own (`AwsSinks.s3Files({ bucket })`, `AwsSinks.dynamodbUpsert({ table })`):
    * writers get Encrypt/GenerateDataKey/Decrypt on it, readers Decrypt.
    * @default - none: those buckets and tables use AWS managed keys
    */

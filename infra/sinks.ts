@@ -3,13 +3,13 @@
  * `awsResources`): the stage functions that run a sink write to it, the checkpoint task
  * commits S3 file sinks, readers read them.
  *
- *   Sinks.s3Files      stage: GetObject + PutObject on its prefix (a redelivered object is
+ *   AwsSinks.s3Files   stage: GetObject + PutObject on its prefix (a redelivered object is
  *                      read back and compared), ListBucket; checkpoint task: also delete
  *                      (rollback) and the commit pointer (`${job}#c`, already the
  *                      coordinator's); readers: GetObject + ListBucket, pointer GetItem.
  *                      Prefix: `${job}/sinks/<prefix>` in the snapshot bucket, or
  *                      `<prefix>` in the sink's own bucket (imported by name).
- *   Sinks.dynamodbUpsert  stage: PutItem (conditional) on its table; readers: GetItem,
+ *   AwsSinks.dynamodbUpsert  stage: PutItem (conditional) on its table; readers: GetItem,
  *                      Query, Scan. The table is the user's, imported by name.
  */
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';

@@ -1,6 +1,6 @@
 /** Sluice's public API (`sluice`): write a job with these, run it with `sluice` or on the embedded runtime. */
 export { Job, DataStream, KeyedStream, WindowedStream, JoinedWindow, IntervalJoined, ConnectedStreams, type CoGroupOptions } from './api/stream.ts';
-export type { JobOptions } from './graph/logical.ts';
+export type { JobOptions } from './api/logical.ts';
 export { Windows, type TimeWindow, type WindowAssigner } from './api/windows.ts';
 export {
   WatermarkStrategies,
@@ -47,9 +47,7 @@ export type {
   WindowInfo,
   WindowResultFunction,
 } from './api/functions.ts';
-export { Sinks, IdempotentSink, CollectSink, StdoutSink, JsonLinesFileSink, type Sink, type SinkBatch } from './api/sinks.ts';
-export type { TransactionalSink } from './local/committed-sink.ts';
-export { S3FilesSink, DynamoDbUpsert } from './api/aws-sinks.ts';
+export { Sinks, IdempotentSink, CollectSink, StdoutSink, JsonLinesFileSink, type Sink, type SinkBatch, type TransactionalSink } from './api/sinks.ts';
 export type { SourceOptions, SourceBinding } from './api/sources.ts';
 export { isJob, type JobParams } from './api/job-module.ts';
 export { EmbeddedRuntime, runJob, type EmbeddedOptions, type RuntimeStats } from './local/embedded.ts';

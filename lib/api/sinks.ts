@@ -7,8 +7,6 @@ import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Writable } from 'node:stream';
 import { SluiceError } from '../errors.ts';
-import type { DynamoDbUpsertSinkOptions, S3FileSinkOptions } from '../aws/sink-options.ts';
-import { DynamoDbUpsert, S3FilesSink } from './aws-sinks.ts';
 
 export interface SinkBatch<T> {
   /** The partition that produced the batch (stable across retries). */
@@ -24,6 +22,20 @@ export interface Sink<T> {
   open?(): Promise<void> | void;
   write(batch: SinkBatch<T>): Promise<void> | void;
   close?(): Promise<void> | void;
+}
+
+/** A sink whose output is tied to checkpoints: the checkpoint driver (local or on AWS) prepares
+ * it before the checkpoint's commit point and commits it once the checkpoint committed. */
+export interface TransactionalSink {
+  readonly transactional: true;
+  prepare(epoch: number): void | Promise<void>;
+  commit(epoch: number): void | Promise<void>;
+  /** After a restore of checkpoint `epoch`: finish its commit, then drop everything staged after it. */
+  recover(epoch: number): void | Promise<void>;
+}
+
+export function isTransactional(s: unknown): s is TransactionalSink {
+  return (s as TransactionalSink | null)?.transactional === true;
 }
 
 /** Policy for idempotent sinks: drop batches at or below the producer's high-water mark. */
@@ -173,12 +185,4 @@ export const Sinks = {
   collect: <T>() => new CollectSink<T>(),
   stdout: <T>(format?: (record: T) => string) => new StdoutSink<T>(format),
   jsonLinesFile: <T>(path: string) => new JsonLinesFileSink<T>(path),
-  /**
-   * AWS: JSON-lines objects in S3, visible only once the checkpoint of their epoch
-   * commits (a committed manifest chain; read it with `readCommitted()`). Needs the
-   * checkpoint state machine; bucket defaults to the job's snapshot bucket.
-   */
-  s3Files: <T>(options: S3FileSinkOptions) => new S3FilesSink<T>(options),
-  /** AWS: one DynamoDB item per record key, last write per key wins, idempotent under redelivery. */
-  dynamodbUpsert: <T>(options: DynamoDbUpsertSinkOptions<T>) => new DynamoDbUpsert<T>(options),
 };

@@ -1,6 +1,6 @@
 /** The fluent, typed dataflow API: Job -> DataStream -> KeyedStream -> windows, joins, sinks. */
 import { JobDefinitionError } from '../errors.ts';
-import { JobGraph, MAIN_PORT, type JobOptions, type LogicalInput, type LogicalNode, type NodeSpec, type WindowFunctionSpec } from '../graph/logical.ts';
+import { JobGraph, MAIN_PORT, type JobOptions, type LogicalInput, type LogicalNode, type NodeSpec, type WindowFunctionSpec } from './logical.ts';
 import type {
   AggregateFunction,
   CoGroupFunction,

@@ -11,7 +11,7 @@ import type { Job } from '../api/stream.ts';
 import { participantsOf, planFingerprint } from '../checkpoint/fingerprint.ts';
 import type { CoordinatorSetup } from '../checkpoint/protocol.ts';
 import { ConfigError } from '../errors.ts';
-import { isTransactional, type TransactionalSink } from '../local/committed-sink.ts';
+import { isTransactional, type TransactionalSink } from '../api/sinks.ts';
 import { compile } from '../graph/compile.ts';
 import { AwsAccounting } from './accounting.ts';
 import { DynamoDbAckStore } from './checkpoint-acks.ts';

@@ -113,7 +113,7 @@ export class DynamoDbUpsertSink<T> implements Sink<T>, AwsBindableSink {
 
   private itemOf(record: T, index: number, batch: SinkBatch<T>): Record<string, unknown> {
     const o = this.options;
-    const where = `Sinks.dynamodbUpsert(${o.table}) record ${index} of delivery ${batch.producer}#${batch.seq}`;
+    const where = `AwsSinks.dynamodbUpsert(${o.table}) record ${index} of delivery ${batch.producer}#${batch.seq}`;
     let key: KeyValue | readonly [KeyValue, KeyValue];
     let attrs: Record<string, unknown>;
     try {
@@ -169,7 +169,7 @@ export class DynamoDbUpsertSink<T> implements Sink<T>, AwsBindableSink {
           return;
         }
         this.accounting.record('dynamodb', 'PutItem', { requests: 1, errors: 1 });
-        if (isMarshallError(e)) throw new SinkRecordError(`Sinks.dynamodbUpsert(${table}) item`, 'values DynamoDB can store (finite numbers, no symbols)', (e as Error).message);
+        if (isMarshallError(e)) throw new SinkRecordError(`AwsSinks.dynamodbUpsert(${table}) item`, 'values DynamoDB can store (finite numbers, no symbols)', (e as Error).message);
         const mapped = mapDynamoDbError(e, { operation: 'PutItem', table, write: true });
         if (!mapped.retryable) throw mapped;
         if (attempt >= maxAttempts) {

@@ -41,7 +41,7 @@ import type { SourceDef } from '../api/sources.ts';
 import type { Job } from '../api/stream.ts';
 import { type Clock, type Key, systemClock } from '../api/types.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
-import { toIngestRecord } from '../local/sources.ts';
+import { toIngestRecord } from '../transport/sources.ts';
 import * as I from '../transport/idempotency.ts';
 import * as V from '../transport/ingest-validation.ts';
 import { AwsAccounting } from './accounting.ts';

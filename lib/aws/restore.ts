@@ -59,7 +59,7 @@ import { participantsOf, planFingerprint } from '../checkpoint/fingerprint.ts';
 import { participantKey, sourcePartitionKey, type CommitPointer, type CoordinatorRecord, type Manifest } from '../checkpoint/protocol.ts';
 import { type RestoredPartition, restoreManifest } from '../checkpoint/snapshot.ts';
 import { channelId, channelsInto, compile, type PhysicalPlan } from '../graph/compile.ts';
-import { isTransactional, type TransactionalSink } from '../local/committed-sink.ts';
+import { isTransactional, type TransactionalSink } from '../api/sinks.ts';
 import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { type ChannelProgress, emptyProgress, type PartitionProgress, type PartitionScope } from '../state/backend.ts';
 import { AwsAccounting } from './accounting.ts';

@@ -31,10 +31,9 @@
  */
 import { type _Object, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import type { Sink, SinkBatch } from '../api/sinks.ts';
+import type { Sink, SinkBatch, TransactionalSink } from '../api/sinks.ts';
 import { PointerConflictError } from '../checkpoint/driver-errors.ts';
 import { SluiceError } from '../errors.ts';
-import type { TransactionalSink } from '../local/committed-sink.ts';
 import { AwsAccounting } from './accounting.ts';
 import { DynamoDbPointerStore } from './dynamodb-pointers.ts';
 import { stateTableName } from './naming.ts';

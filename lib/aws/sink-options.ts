@@ -2,8 +2,7 @@
  * Options of the AWS sinks (S3 files committed per epoch, DynamoDB upsert), validated
  * with zod when the job module builds the sink, so a bad option fails at build or synth
  * time with the field, what was expected and what was received. This module loads only
- * zod: the SDK-backed implementations load on first use (lib/api/sinks.ts), so a job that
- * merely imports the API does not pay for the AWS SDK.
+ * zod (and SDK types): the SDK-backed implementations load on first use (sinks.ts).
  *
  * Binding: a sink built in a job module does not know its job, clients or bucket. The
  * operator function and the checkpoint task call `bindAws()` with them before the first
@@ -103,7 +102,7 @@ export interface ResolvedS3FileSinkOptions {
 }
 
 export function parseS3FileSinkOptions(options: unknown): ResolvedS3FileSinkOptions {
-  const o = parse('Sinks.s3Files', s3FilesSchema, options);
+  const o = parse('AwsSinks.s3Files', s3FilesSchema, options);
   return { bucket: o.bucket, prefix: o.prefix.endsWith('/') ? o.prefix : `${o.prefix}/` };
 }
 
@@ -163,12 +162,12 @@ export const PRODUCER_ATTRIBUTE = 'sluice_producer';
 export const SEQ_ATTRIBUTE = 'sluice_seq';
 
 export function parseUpsertOptions<T>(options: DynamoDbUpsertSinkOptions<T>): ResolvedUpsertOptions<T> {
-  const o = parse('Sinks.dynamodbUpsert', upsertSchema, options);
+  const o = parse('AwsSinks.dynamodbUpsert', upsertSchema, options);
   const partitionKey = o.partitionKey ?? 'pk';
   for (const [field, name] of [['partitionKey', partitionKey], ['sortKey', o.sortKey]] as const) {
-    if (name === PRODUCER_ATTRIBUTE || name === SEQ_ATTRIBUTE) throw new ConfigError(`Sinks.dynamodbUpsert.${field}`, `an attribute other than ${PRODUCER_ATTRIBUTE} and ${SEQ_ATTRIBUTE} (the sink's own)`, JSON.stringify(name));
+    if (name === PRODUCER_ATTRIBUTE || name === SEQ_ATTRIBUTE) throw new ConfigError(`AwsSinks.dynamodbUpsert.${field}`, `an attribute other than ${PRODUCER_ATTRIBUTE} and ${SEQ_ATTRIBUTE} (the sink's own)`, JSON.stringify(name));
   }
-  if (o.sortKey !== undefined && o.sortKey === partitionKey) throw new ConfigError('Sinks.dynamodbUpsert.sortKey', 'an attribute other than the partition key', JSON.stringify(o.sortKey));
+  if (o.sortKey !== undefined && o.sortKey === partitionKey) throw new ConfigError('AwsSinks.dynamodbUpsert.sortKey', 'an attribute other than the partition key', JSON.stringify(o.sortKey));
   return {
     table: o.table,
     key: options.key,

@@ -10,7 +10,7 @@
  */
 import { createHash } from 'node:crypto';
 import { channelsInto, type PhysicalPlan } from '../graph/compile.ts';
-import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
+import { KEYED_KINDS, type LogicalNode } from '../api/logical.ts';
 import type { Participant } from './protocol.ts';
 
 export interface StateDescriptorInfo {

@@ -10,7 +10,7 @@ import { importJobModule } from './import-module.ts';
 import { isJob, jobFromModule, type JobParams } from '../api/job-module.ts';
 import type { Job } from '../api/stream.ts';
 import { ConfigError } from '../errors.ts';
-import type { LogicalNode } from '../graph/logical.ts';
+import type { LogicalNode } from '../api/logical.ts';
 
 export { isJob, type JobParams };
 

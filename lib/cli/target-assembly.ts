@@ -12,7 +12,7 @@ import type { Sink } from '../api/sinks.ts';
 import type { Job } from '../api/stream.ts';
 import { AssemblyRun } from '../aws/local/assembly/run.ts';
 import { ConfigError } from '../errors.ts';
-import type { RejectedInput } from '../local/sources.ts';
+import type { RejectedInput } from '../transport/sources.ts';
 import type { DeadLetter } from '../transport/envelope.ts';
 import { synthesize } from './deploy.ts';
 import { fmt } from './options.ts';

@@ -12,7 +12,7 @@ import { startFunctionUrl } from '../aws/local/http-ingest.ts';
 import { asDeadLetter } from '../aws/local/dead-letters.ts';
 import { type LocalAwsRunResult, LocalAwsRuntime } from '../aws/local/runner.ts';
 import { type CostEstimate, formatDollars, type LambdaUsage } from '../aws/prices.ts';
-import type { RejectedInput } from '../local/sources.ts';
+import type { RejectedInput } from '../transport/sources.ts';
 import type { DeadLetter } from '../transport/envelope.ts';
 import type { LocalAwsRunCheckpoints } from './checkpoints.ts';
 import type { DevSummary } from './dev.ts';

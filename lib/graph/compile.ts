@@ -5,8 +5,8 @@
  */
 import { JobDefinitionError } from '../errors.ts';
 import type { KeySelector } from '../api/types.ts';
-import { combinesInput } from '../operators/window-combiner.ts';
-import { KEYED_KINDS, MAIN_PORT, type JobGraph, type LogicalNode } from './logical.ts';
+import { combinesInput } from './window-plan.ts';
+import { KEYED_KINDS, MAIN_PORT, type JobGraph, type LogicalNode } from '../api/logical.ts';
 
 export type EdgeSource = { readonly kind: 'source'; readonly source: string } | { readonly kind: 'stage'; readonly stage: number; readonly node: number; readonly port: string };
 

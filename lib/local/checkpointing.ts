@@ -33,7 +33,7 @@ import { type CoordinatorRecord, type LogRetention, type Manifest, manifestObjec
 import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
 import type { BarrierAck } from '../transport/envelope.ts';
-import type { TransactionalSink } from './committed-sink.ts';
+import type { TransactionalSink } from '../api/sinks.ts';
 import { DeadLetterStore } from './dead-letter-store.ts';
 import type { EmbeddedCheckpointHooks, RestorePlan } from './embedded-options.ts';
 import { EmbeddedRuntime } from './embedded.ts';

@@ -17,7 +17,7 @@
  */
 import { closeSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import type { Sink, SinkBatch } from '../api/sinks.ts';
+import type { Sink, SinkBatch, TransactionalSink } from '../api/sinks.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import { writeFileAtomic } from '../checkpoint/local-storage.ts';
 
@@ -28,19 +28,6 @@ export interface CommittedState {
   readonly records: number;
   /** Length after each committed epoch (the last 256), for restoring an older checkpoint. */
   readonly history: readonly { readonly epoch: number; readonly length: number; readonly records: number }[];
-}
-
-/** A sink whose output is tied to checkpoints: the local driver prepares and commits it. */
-export interface TransactionalSink {
-  readonly transactional: true;
-  prepare(epoch: number): void | Promise<void>;
-  commit(epoch: number): void | Promise<void>;
-  /** After a restore of checkpoint `epoch`: finish its commit, then drop everything staged after it. */
-  recover(epoch: number): void | Promise<void>;
-}
-
-export function isTransactional(s: unknown): s is TransactionalSink {
-  return (s as TransactionalSink | null)?.transactional === true;
 }
 
 const PENDING = /^(\d{12})-(.+)\.jsonl$/;

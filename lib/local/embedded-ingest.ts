@@ -7,7 +7,7 @@ import type { Clock } from '../api/types.ts';
 import type { Envelope } from '../transport/envelope.ts';
 import type { IngestPressure, OfferResult } from './ingest-target.ts';
 import type { FeedHost, SourceFeed } from './source-feed.ts';
-import { IngestBuffer, toIngestRecord } from './sources.ts';
+import { IngestBuffer, toIngestRecord } from '../transport/sources.ts';
 import type { Slot } from './slot.ts';
 import type { TimeSlicer } from './time-slice.ts';
 

@@ -26,7 +26,7 @@ import { OutboxDelivery } from './outbox-delivery.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 import type { IngestPressure, IngestTarget, OfferResult } from './ingest-target.ts';
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
-import type { RejectedInput } from './sources.ts';
+import type { RejectedInput } from '../transport/sources.ts';
 import { sourceChunking } from './rounds.ts';
 import { addLateDropped, type RuntimeCounters, runtimeStats } from './embedded-stats.ts';
 import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';

@@ -8,7 +8,7 @@ import type { SourceDef } from '../api/sources.ts';
 import type { Clock } from '../api/types.ts';
 import { InvariantError } from '../errors.ts';
 import type { RecordColumns } from '../transport/envelope.ts';
-import { type RejectedInput, toRecord } from './sources.ts';
+import { type RejectedInput, toRecord } from '../transport/sources.ts';
 
 /** Whether the extractor gives some event of `values` a finite timestamp (the first, almost always). */
 export function anyStampable(values: readonly unknown[], extract: (event: any) => number): boolean {

@@ -13,10 +13,9 @@
 import type { IntervalJoinContext } from '../api/functions.ts';
 import type { Key, StreamRecord } from '../api/types.ts';
 import { JobDefinitionError } from '../errors.ts';
-import type { NodeSpec } from '../graph/logical.ts';
-import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
-import type { WindowOperator } from './window.ts';
-import { checkTimestamp, decodeTime, encodeTime } from './window-state.ts';
+import type { NodeSpec } from '../api/logical.ts';
+import type { OperatorContext, TimeDomain } from './contract.ts';
+import { checkTimestamp, decodeTime, encodeTime, type WindowOperator } from './window-state.ts';
 
 export function intervalJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec, { kind: 'intervalJoin' }>): WindowOperator {
   const { lowerMs: lower, upperMs: upper, fn } = spec;

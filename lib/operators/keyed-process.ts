@@ -3,7 +3,7 @@ import type { KeyedContext, OnTimerContext, TimerService } from '../api/function
 import type { StateSpec } from '../api/state.ts';
 import type { Key, OutputTag } from '../api/types.ts';
 import { bindStateHandles } from '../state/handles.ts';
-import type { OperatorContext, StreamOperator, TimeDomain } from '../runtime/operator.ts';
+import type { OperatorContext, StreamOperator, TimeDomain } from './contract.ts';
 
 interface KeyedFunctionShape {
   readonly state?: StateSpec;

@@ -1,6 +1,6 @@
 /** Builds the operator instance for a logical node. */
 import { InvariantError } from '../errors.ts';
-import type { OperatorContext, StreamOperator } from '../runtime/operator.ts';
+import type { OperatorContext, StreamOperator } from './contract.ts';
 import { intervalJoinOperator } from './interval-join.ts';
 import { coProcessOperator, keyedProcessOperator } from './keyed-process.ts';
 import { filterOperator, flatMapOperator, mapOperator, passThroughOperator } from './stateless.ts';

@@ -1,6 +1,6 @@
 /** Operators without state: they transform records and pass event time through. */
 import type { StreamRecord } from '../api/types.ts';
-import type { OperatorContext, StreamOperator } from '../runtime/operator.ts';
+import type { OperatorContext, StreamOperator } from './contract.ts';
 
 export function passThroughOperator(ctx: OperatorContext): StreamOperator {
   return { processElement: (r: StreamRecord) => ctx.emit(r.value, r.timestamp) };

@@ -4,8 +4,8 @@
  * records of one (key, pane) in one open channel buffer into one partial accumulator,
  * and the window operator merges each partial into its pane instead of adding records.
  *
- * Where it applies (`combinesInput`, decided by the compiler for the hash edge into the
- * window and by the operator from the same spec, so both sides agree): tumbling and
+ * Where it applies (`combinesInput` in lib/graph/window-plan.ts, decided by the compiler for
+ * the hash edge into the window and by the operator from the same spec, so both sides agree): tumbling and
  * sliding windows on the pane path with an AggregateFunction that has merge(), or a
  * ReduceFunction (its own merge); no allowed lateness; no late side output (a late
  * record must reach it as itself); not switched off with `.preAggregate(false)`.
@@ -22,30 +22,10 @@
  * for a reduce. A function that breaks them can opt out.
  */
 import { InvariantError } from '../errors.ts';
-import type { NodeSpec } from '../graph/logical.ts';
+import { combinesInput, fixedWindowsOf, type WindowSpec } from '../graph/window-plan.ts';
 import { cloneValue } from '../state/txn.ts';
-import type { WindowSpec } from './window.ts';
-import { PaneGeometry, panesApply } from './window-panes.ts';
-import { checkTimestamp, fixedWindowsOf } from './window-state.ts';
-
-/**
- * What crosses a combined edge in place of records: the partial accumulator of `records`
- * records of one key and pane (JSON-able like any window state). Its timestamp is the
- * latest of theirs: a time in the pane, so the receiver finds the same pane, windows and
- * lateness, and the envelope's largest timestamp is unchanged.
- */
-export interface PartialAggregate {
-  partial: unknown;
-  records: number;
-}
-
-/** True when the window operator of `spec` takes partial aggregates from its (hash) input edge. */
-export function combinesInput(spec: NodeSpec): boolean {
-  if (spec.kind !== 'window' || spec.preAggregate === false || spec.lateTag !== undefined) return false;
-  const w = fixedWindowsOf(spec.assigner);
-  if (!w || !panesApply(spec, w)) return false;
-  return spec.fn.kind === 'reduce' || (spec.fn.kind === 'aggregate' && spec.fn.agg.merge !== undefined);
-}
+import { PaneGeometry } from './window-panes.ts';
+import { checkTimestamp } from './window-state.ts';
 
 /** The sender's half: which pane a record falls in, and the partial accumulator of a pane's records. */
 export class PaneCombiner {

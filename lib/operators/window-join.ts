@@ -12,10 +12,10 @@
 import type { Collector, WindowInfo } from '../api/functions.ts';
 import type { Key, StreamRecord } from '../api/types.ts';
 import { JobDefinitionError } from '../errors.ts';
-import type { NodeSpec } from '../graph/logical.ts';
-import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
-import type { WindowOperator } from './window.ts';
-import { checkTimestamp, firstWindowStart, fixedWindowsOf, WindowKeyCache } from './window-state.ts';
+import type { NodeSpec } from '../api/logical.ts';
+import type { OperatorContext, TimeDomain } from './contract.ts';
+import { fixedWindowsOf } from '../graph/window-plan.ts';
+import { checkTimestamp, firstWindowStart, WindowKeyCache, type WindowOperator } from './window-state.ts';
 
 export function windowJoinOperator(ctx: OperatorContext, spec: Extract<NodeSpec, { kind: 'windowJoin' }>): WindowOperator {
   const w = fixedWindowsOf(spec.assigner);

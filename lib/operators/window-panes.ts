@@ -5,7 +5,7 @@
  * only its pane (one accumulator), not each of the size / slide windows it belongs
  * to; a window's result is the merge of its panes when it fires.
  *
- * Used when each window is a single pane (tumbling windows, or a slide that is a
+ * Used (panesApply, lib/graph/window-plan.ts) when each window is a single pane (tumbling windows, or a slide that is a
  * multiple of the size), and for sliding windows of an AggregateFunction with
  * merge(). Same results as the per-window operator (window.ts), including the firing
  * order: one event-time timer per (key, window end), time = end - 1, namespace ''.
@@ -25,25 +25,12 @@
 import type { StreamRecord } from '../api/types.ts';
 import type { TimeWindow } from '../api/windows.ts';
 import { InvariantError } from '../errors.ts';
-import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
+import type { OperatorContext, TimeDomain } from './contract.ts';
 import { cloneValue } from '../state/txn.ts';
-import type { WindowOperator, WindowSpec } from './window.ts';
-import type { PartialAggregate } from './window-combiner.ts';
-import { checkTimestamp, type FixedWindows, floorMod, recordsField, windowContents } from './window-state.ts';
+import { type FixedWindows, gcd, type PartialAggregate, type WindowSpec } from '../graph/window-plan.ts';
+import { checkTimestamp, floorMod, recordsField, type WindowOperator, windowContents } from './window-state.ts';
 
 const PANES = 'P';
-
-function gcd(a: number, b: number): number {
-  while (b !== 0) [a, b] = [b, a % b];
-  return a;
-}
-
-/** True when windows of this spec can be kept as panes (see the file comment). */
-export function panesApply(spec: WindowSpec, w: FixedWindows): boolean {
-  if (spec.allowedLatenessMs !== 0) return false;
-  if (gcd(w.size, w.slide) === w.size) return true;
-  return spec.fn.kind === 'aggregate' && spec.fn.agg.merge !== undefined;
-}
 
 /**
  * Where panes lie: time cut into panes of length g = gcd(size, slide), aligned like the

@@ -21,9 +21,9 @@
  * key's sessions fire by end, as they would with one timer per session.
  */
 import type { StreamRecord } from '../api/types.ts';
-import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
-import type { WindowOperator, WindowSpec } from './window.ts';
-import { checkTimestamp, recordsField, windowContents } from './window-state.ts';
+import type { OperatorContext, TimeDomain } from './contract.ts';
+import type { WindowSpec } from '../graph/window-plan.ts';
+import { checkTimestamp, recordsField, windowContents, type WindowOperator } from './window-state.ts';
 
 const SESSIONS = 'S';
 

@@ -24,9 +24,9 @@
  */
 import type { StreamRecord } from '../api/types.ts';
 import type { TimeWindow } from '../api/windows.ts';
-import type { OperatorContext, TimeDomain } from '../runtime/operator.ts';
-import type { WindowOperator, WindowSpec } from './window.ts';
-import { checkTimestamp, decodeWindowKey, windowContents, windowKey } from './window-state.ts';
+import type { OperatorContext, TimeDomain } from './contract.ts';
+import type { WindowSpec } from '../graph/window-plan.ts';
+import { checkTimestamp, decodeWindowKey, windowContents, windowKey, type WindowOperator } from './window-state.ts';
 import { lazySessionOperator } from './window-session-lazy.ts';
 
 const INDEX = 'I';

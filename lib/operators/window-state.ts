@@ -24,11 +24,23 @@
  */
 import type { Collector, WindowInfo } from '../api/functions.ts';
 import type { Key } from '../api/types.ts';
-import type { TimeWindow, WindowAssigner } from '../api/windows.ts';
+import type { TimeWindow } from '../api/windows.ts';
 import { InputRejectedError, JobDefinitionError } from '../errors.ts';
-import type { WindowFunctionSpec } from '../graph/logical.ts';
-import type { OperatorContext } from '../runtime/operator.ts';
+import type { WindowFunctionSpec } from '../api/logical.ts';
+import type { FixedWindows } from '../graph/window-plan.ts';
+import type { OperatorContext, StreamOperator } from './contract.ts';
 import { cloneValue } from '../state/txn.ts';
+
+
+/** A window or join operator: counts what it drops as late. */
+export interface WindowOperator extends StreamOperator {
+  /**
+   * Records dropped because they were late for every window they belong to and no
+   * late-data side output was set. Counts this operator instance (one partition,
+   * since it was opened): a metric, not state, so a recovery starts it again at 0.
+   */
+  readonly droppedLate: number;
+}
 
 const BIAS = 2 ** 53;
 const TIME_WIDTH = 17;
@@ -68,19 +80,6 @@ export function decodeWindowKey(k: string): TimeWindow {
 /** Event times must be integer milliseconds: window bounds go into fixed-width names. */
 export function checkTimestamp(t: number): void {
   if (!Number.isSafeInteger(t)) throw new InputRejectedError('timestamp', 'an integer number of epoch milliseconds', String(t));
-}
-
-/** Tumbling and sliding windows as (size, slide, offset); tumbling is slide = size. */
-export interface FixedWindows {
-  readonly size: number;
-  readonly slide: number;
-  readonly offset: number;
-}
-
-/** A tumbling or sliding assigner as size, slide and offset (a tumbling window slides by its size); undefined for sessions. */
-export function fixedWindowsOf(a: WindowAssigner): FixedWindows | undefined {
-  if (a.kind === 'session') return undefined;
-  return { size: a.size, slide: a.kind === 'tumbling' ? a.size : a.slide, offset: a.offset };
 }
 
 /**

@@ -18,23 +18,11 @@
  */
 import type { StreamRecord } from '../api/types.ts';
 import type { TimeWindow } from '../api/windows.ts';
-import type { NodeSpec } from '../graph/logical.ts';
-import type { OperatorContext, StreamOperator, TimeDomain } from '../runtime/operator.ts';
-import { combinesInput } from './window-combiner.ts';
-import { paneWindowOperator, panesApply } from './window-panes.ts';
+import { combinesInput, type FixedWindows, fixedWindowsOf, panesApply, type WindowSpec } from '../graph/window-plan.ts';
+import type { OperatorContext, TimeDomain } from './contract.ts';
+import { paneWindowOperator } from './window-panes.ts';
 import { sessionWindowOperator } from './window-session.ts';
-import { checkTimestamp, decodeWindowKey, firstWindowStart, type FixedWindows, fixedWindowsOf, windowContents, WindowKeyCache } from './window-state.ts';
-
-export type WindowSpec = Extract<NodeSpec, { kind: 'window' }>;
-
-export interface WindowOperator extends StreamOperator {
-  /**
-   * Records dropped because they were late for every window they belong to and no
-   * late-data side output was set. Counts this operator instance (one partition,
-   * since it was opened): a metric, not state, so a recovery starts it again at 0.
-   */
-  readonly droppedLate: number;
-}
+import { checkTimestamp, decodeWindowKey, firstWindowStart, windowContents, WindowKeyCache, type WindowOperator } from './window-state.ts';
 
 export function windowOperator(ctx: OperatorContext, spec: WindowSpec): WindowOperator {
   const w = fixedWindowsOf(spec.assigner);

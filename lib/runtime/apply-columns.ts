@@ -15,7 +15,7 @@
  */
 import type { StreamRecord } from '../api/types.ts';
 import { UserCodeError } from '../errors.ts';
-import { KEYED_KINDS } from '../graph/logical.ts';
+import { KEYED_KINDS } from '../api/logical.ts';
 import type { RecordColumns, SourceStamp } from '../transport/envelope.ts';
 import type { NodeRuntime } from './context.ts';
 import { RecordFailedError } from './failures.ts';

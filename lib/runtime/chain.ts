@@ -13,12 +13,9 @@
 import type { StreamRecord } from '../api/types.ts';
 import { UserCodeError } from '../errors.ts';
 import type { PhysicalPlan } from '../graph/compile.ts';
-import { MAIN_PORT } from '../graph/logical.ts';
-import type { NodeRuntime } from './context.ts';
+import { MAIN_PORT } from '../api/logical.ts';
+import type { NodeRuntime, Push } from './context.ts';
 import type { Outputs } from './outputs.ts';
-
-/** Where a value goes: the next node's entry, an output edge, a sink, or several of them. */
-export type Push = (value: unknown, timestamp: number) => void;
 
 const drop: Push = () => {};
 

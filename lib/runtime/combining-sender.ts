@@ -13,10 +13,11 @@
 import { type Key, keyToString } from '../api/types.ts';
 import type { StageEdge } from '../graph/compile.ts';
 import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
-import type { LogicalNode } from '../graph/logical.ts';
+import type { LogicalNode } from '../api/logical.ts';
 import { InvariantError } from '../errors.ts';
-import { PaneCombiner, type PartialAggregate } from '../operators/window-combiner.ts';
-import type { Push } from './chain.ts';
+import type { PartialAggregate } from '../graph/window-plan.ts';
+import { PaneCombiner } from '../operators/window-combiner.ts';
+import type { Push } from './context.ts';
 import type { ChannelBuffer } from './channel-buffer.ts';
 
 /** The error for user code of `operator` that threw on `value` while this partition applied its input (attributed to the input record or callback). */

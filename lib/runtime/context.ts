@@ -4,12 +4,14 @@ import { InvariantError } from '../errors.ts';
 import type { PhysicalPlan, Successor } from '../graph/compile.ts';
 import { createOperator } from '../operators/registry.ts';
 import { keyGroupOfString } from '../graph/keygroups.ts';
-import { type LogicalNode, MAIN_PORT } from '../graph/logical.ts';
+import { type LogicalNode, MAIN_PORT } from '../api/logical.ts';
 import { type EntityEntry, entityId, type OperatorOverlay, type StateTxn } from '../state/txn.ts';
-import type { OperatorContext, StreamOperator, TimeDomain } from './operator.ts';
-import type { Push } from './chain.ts';
+import type { OperatorContext, StreamOperator, TimeDomain } from '../operators/contract.ts';
 import { TimerQueue } from './timers.ts';
 import type { KeyHint, TimerHome } from './timer-nodes.ts';
+
+/** Where a value goes: the next node's entry, an output edge, a sink, or several of them (chain.ts). */
+export type Push = (value: unknown, timestamp: number) => void;
 
 export interface NodeRuntime {
   readonly node: LogicalNode;

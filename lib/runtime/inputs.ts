@@ -3,7 +3,7 @@ import { type Key, keyToString, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord 
 import { InvariantError } from '../errors.ts';
 import type { PhysicalPlan, StageEdge } from '../graph/compile.ts';
 import { keyGroupOfString } from '../graph/keygroups.ts';
-import { KEYED_KINDS } from '../graph/logical.ts';
+import { KEYED_KINDS } from '../api/logical.ts';
 import type { ChannelProgress } from '../state/backend.ts';
 import { compareOffsets, type Envelope } from '../transport/envelope.ts';
 import { entityId, type NodeRuntime } from './context.ts';

@@ -19,7 +19,7 @@ import { channelId, type PhysicalPlan, type StageEdge, type StagePlan } from '..
 import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
 import { columnarEnvelope, type OutboxEntry } from '../transport/envelope.ts';
 import { InvariantError } from '../errors.ts';
-import type { Push } from './chain.ts';
+import type { Push } from './context.ts';
 import { ChannelBuffer } from './channel-buffer.ts';
 import type { MutableProgress } from './checkpoints.ts';
 import { combiningSender, type FailureOf } from './combining-sender.ts';

@@ -15,7 +15,7 @@
 import { type Clock, type Key, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
 import { channelsInto, type StagePlan } from '../graph/compile.ts';
-import { KEYED_KINDS, type LogicalNode } from '../graph/logical.ts';
+import { KEYED_KINDS, type LogicalNode } from '../api/logical.ts';
 import type { ChannelProgress, PartitionScope, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import { columnsOf, type Envelope, type OutboxEntry, pendingStampOf, toPlainEnvelope } from '../transport/envelope.ts';

@@ -1,5 +1,5 @@
 /**
- * Typed state handles over an operator context's raw fields. Policy only (TTL,
+ * Typed state handles over an operator context's raw fields (keyed-fields.ts). Policy only (TTL,
  * field naming); the storage primitives are the backend's.
  * Field layout: value and list states use their name; a map entry uses
  * `${name}\u0002${JSON of the map key}`. With TTL a value or map entry is stored wrapped
@@ -7,7 +7,7 @@
  * its expiry in `${name}\u0002expires` (so an add appends, not rewrites the list).
  */
 import type { ListState, MapState, StateDescriptor, StateSpec, StateHandles, ValueState } from '../api/state.ts';
-import type { OperatorContext } from '../runtime/operator.ts';
+import type { KeyedFields } from './keyed-fields.ts';
 
 interface Expiring {
   readonly v: unknown;
@@ -19,7 +19,7 @@ const MAP_SEP = '\u0002';
 /** TTL wrapper: an expired value reads as absent and is deleted. */
 class TtlCell {
   constructor(
-    private readonly ctx: OperatorContext,
+    private readonly ctx: KeyedFields,
     private readonly ttlMs: number | undefined,
   ) {}
 
@@ -45,7 +45,7 @@ class TtlCell {
   }
 }
 
-function valueHandle<T>(ctx: OperatorContext, name: string, d: StateDescriptor): ValueState<T> {
+function valueHandle<T>(ctx: KeyedFields, name: string, d: StateDescriptor): ValueState<T> {
   const cell = new TtlCell(ctx, d.ttlMs);
   return {
     get: () => cell.read(name) as T | undefined,
@@ -54,7 +54,7 @@ function valueHandle<T>(ctx: OperatorContext, name: string, d: StateDescriptor):
   };
 }
 
-function listHandle<T>(ctx: OperatorContext, name: string, d: StateDescriptor): ListState<T> {
+function listHandle<T>(ctx: KeyedFields, name: string, d: StateDescriptor): ListState<T> {
   const ttl = d.ttlMs;
   // An add appends (the list grows in the batch's overlay and, in memory, in place: no copy
   // of the list per add); with TTL the expiry is a field of its own, refreshed by each write.
@@ -108,7 +108,7 @@ function listHandle<T>(ctx: OperatorContext, name: string, d: StateDescriptor): 
   };
 }
 
-function mapHandle<K extends string | number, V>(ctx: OperatorContext, name: string, d: StateDescriptor): MapState<K, V> {
+function mapHandle<K extends string | number, V>(ctx: KeyedFields, name: string, d: StateDescriptor): MapState<K, V> {
   const cell = new TtlCell(ctx, d.ttlMs);
   const prefix = name + MAP_SEP;
   const field = (k: K) => prefix + JSON.stringify(k);
@@ -135,7 +135,7 @@ function mapHandle<K extends string | number, V>(ctx: OperatorContext, name: str
 }
 
 /** Build the handles a keyed function declared; they follow the context's current key. */
-export function bindStateHandles<S extends StateSpec>(ctx: OperatorContext, spec: S | undefined): StateHandles<S> {
+export function bindStateHandles<S extends StateSpec>(ctx: KeyedFields, spec: S | undefined): StateHandles<S> {
   const out: Record<string, unknown> = {};
   for (const [name, d] of Object.entries(spec ?? {})) {
     if (name.includes('\u0002') || name.startsWith('__')) {

@@ -12,8 +12,8 @@
  * 405 wrong method; 413 body or event count above the limit; 415 content type or a
  * Content-Encoding other than identity; 429 + Retry-After when saturated (nothing enqueued).
  * Every event's nesting is bounded (checkEvent) before the endpoint's own validation walks
- * it; that validation also checks its event time (checkEventTime, lib/local/sources.ts
- * toIngestRecord).
+ * it; that validation also checks its event time (checkEventTime, toIngestRecord in
+ * sources.ts).
  */
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;

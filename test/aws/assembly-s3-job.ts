@@ -1,5 +1,6 @@
 /** A job with an S3 file sink for the assembly tests: the bids of a Nexmark stream, as {auction, price}. */
-import { Job, Sinks, WatermarkStrategies } from '../../lib/index.ts';
+import { AwsSinks } from '../../lib/aws/index.ts';
+import { Job, WatermarkStrategies } from '../../lib/index.ts';
 
 interface Event {
   readonly type: string;
@@ -13,6 +14,6 @@ job
   .ingest<Event>('events', { timestamp: (e) => e.dateTime, watermark: WatermarkStrategies.boundedOutOfOrderness(1000) })
   .filter((e) => e.type === 'bid')
   .map((e) => ({ auction: e.auction, price: e.price }))
-  .sinkTo(Sinks.s3Files({ prefix: 'bids' }), 'files');
+  .sinkTo(AwsSinks.s3Files({ prefix: 'bids' }), 'files');
 
 export default job;

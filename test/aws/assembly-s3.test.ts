@@ -1,6 +1,6 @@
 /**
  * `--target assembly` with a job of one's own (test/aws/assembly-s3-job.ts) whose sink is
- * `Sinks.s3Files`: `sluice synth` bundles it, the bundles run against DynamoDB Local and
+ * `AwsSinks.s3Files`: `sluice synth` bundles it, the bundles run against DynamoDB Local and
  * fauxqs behind the IAM-checking proxy, and the output is what the sink committed, which
  * takes one more checkpoint after the drain (the state machine's epoch run locally).
  */

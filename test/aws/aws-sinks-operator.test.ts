@@ -8,8 +8,8 @@
 import { CreateTableCommand } from '@aws-sdk/client-dynamodb';
 import { DynamoDBDocumentClient, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { S3FilesSink } from '../../lib/api/aws-sinks.ts';
-import { CollectSink, Sinks } from '../../lib/api/sinks.ts';
+import { CollectSink } from '../../lib/api/sinks.ts';
+import { AwsSinks, type S3FilesSink } from '../../lib/aws/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { createStateTable } from '../../lib/aws/dynamodb-state.ts';
@@ -35,7 +35,7 @@ const clicks = CLICKS;
 
 function clickJob(name: string, sinks: 'aws' | { running: CollectSink<Running>; windows: CollectSink<Count> }): Job {
   return sinks === 'aws'
-    ? sharedClickJob(name, { running: Sinks.dynamodbUpsert<Running>({ table: countsTable, key: (r) => r.user, partitionKey: 'user' }), windows: Sinks.s3Files<Count>({ prefix: 'windows' }) })
+    ? sharedClickJob(name, { running: AwsSinks.dynamodbUpsert<Running>({ table: countsTable, key: (r) => r.user, partitionKey: 'user' }), windows: AwsSinks.s3Files<Count>({ prefix: 'windows' }) })
     : sharedClickJob(name, sinks);
 }
 
@@ -96,7 +96,7 @@ describe('AWS sinks behind the operator function', () => {
     const name = unique('park').replace(/-/g, '_').slice(0, 40);
     const build = () => {
       const job = new Job(name, { parallelism: 1 });
-      job.ingest<Click>('clicks').sinkTo(Sinks.dynamodbUpsert<Click>({ table: countsTable, key: (c) => (c.user === 'bad' ? (null as never) : `park-${c.user}`), partitionKey: 'user' }), 'upsert');
+      job.ingest<Click>('clicks').sinkTo(AwsSinks.dynamodbUpsert<Click>({ table: countsTable, key: (c) => (c.user === 'bad' ? (null as never) : `park-${c.user}`), partitionKey: 'user' }), 'upsert');
       return job;
     };
     const job = build();

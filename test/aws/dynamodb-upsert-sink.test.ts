@@ -9,7 +9,7 @@ import { CreateTableCommand, DynamoDBClient, ProvisionedThroughputExceededExcept
 import { DynamoDBDocumentClient, GetCommand, PutCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Sinks } from '../../lib/api/sinks.ts';
+import { AwsSinks } from '../../lib/aws/sinks.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { DynamoDbUpsertSink } from '../../lib/aws/dynamodb-upsert-sink.ts';
 import { DynamoDbThrottledError } from '../../lib/aws/errors.ts';
@@ -68,7 +68,7 @@ describe('DynamoDbUpsertSink', () => {
   });
 
   it('writes composite keys and mapped items through the public API', async () => {
-    const s = Sinks.dynamodbUpsert<{ id: string; at: number; total: number }>({ table: sorted, key: (r) => [r.id, r.at], sortKey: 'sk', item: (r) => ({ total: r.total }) });
+    const s = AwsSinks.dynamodbUpsert<{ id: string; at: number; total: number }>({ table: sorted, key: (r) => [r.id, r.at], sortKey: 'sk', item: (r) => ({ total: r.total }) });
     s.bindAws({ job: 'j', sink: 'totals', dynamodb: clients.dynamodb, tableName: 'unused' });
     await s.write({ producer: '2:0', seq: 1, records: [{ id: 'a', at: 1, total: 10 }, { id: 'a', at: 2, total: 20 }, { id: 'a', at: 1, total: 11 }] });
     const items = (await doc.send(new ScanCommand({ TableName: sorted }))).Items!.sort((x, y) => x.sk - y.sk);
@@ -79,10 +79,10 @@ describe('DynamoDbUpsertSink', () => {
   });
 
   it('rejects bad options at build time and bad records with the field, the expectation and what it got', async () => {
-    expect(() => Sinks.dynamodbUpsert<Count>({ table: 'x', key: (c) => c.user })).toThrow(/Sinks\.dynamodbUpsert\.table: expected a DynamoDB table name.*received "x"/);
-    expect(() => Sinks.dynamodbUpsert<Count>({ table, key: 'user' as never })).toThrow(/Sinks\.dynamodbUpsert\.key: expected a function, received "user"/);
-    expect(() => Sinks.dynamodbUpsert<Count>({ table, key: (c) => c.user, concurrency: 0 })).toThrow(ConfigError);
-    expect(() => Sinks.dynamodbUpsert<Count>({ table, key: (c) => c.user, partitionKey: 'sluice_seq' })).toThrow(/the sink's own/);
+    expect(() => AwsSinks.dynamodbUpsert<Count>({ table: 'x', key: (c) => c.user })).toThrow(/AwsSinks\.dynamodbUpsert\.table: expected a DynamoDB table name.*received "x"/);
+    expect(() => AwsSinks.dynamodbUpsert<Count>({ table, key: 'user' as never })).toThrow(/AwsSinks\.dynamodbUpsert\.key: expected a function, received "user"/);
+    expect(() => AwsSinks.dynamodbUpsert<Count>({ table, key: (c) => c.user, concurrency: 0 })).toThrow(ConfigError);
+    expect(() => AwsSinks.dynamodbUpsert<Count>({ table, key: (c) => c.user, partitionKey: 'sluice_seq' })).toThrow(/the sink's own/);
     // A bad record is reported with its error; the rest of the delivery is written.
     const s = sink({ key: (c) => (c.user === 'bad' ? (undefined as never) : c.user) });
     const err = await s.write(delivery('1:0', 1, { user: 'bad', n: 1 }, { user: 'fine', n: 4 }, { user: 'nan', n: Number.NaN })).catch((e) => e);

@@ -47,7 +47,7 @@ import { createStageQueues, StaticQueues } from '../../lib/aws/sqs-queues.ts';
 import { SqsTransport } from '../../lib/aws/sqs-transport.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
-import { createReader } from '../../lib/local/sources.ts';
+import { createReader } from '../../lib/transport/sources.ts';
 import { generateEvents, serializeEvent } from '../../lib/nexmark/index.ts';
 import { assertExactlyOnce } from '../../lib/testing/checker.ts';
 import { MAX_RECEIVE_COUNT } from '../../infra/stages.ts';

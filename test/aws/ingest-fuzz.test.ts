@@ -18,7 +18,7 @@ import { decodeBody } from '../../lib/aws/sqs-codec.ts';
 import { createStageQueues, StaticQueues, type StageQueues } from '../../lib/aws/sqs-queues.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { type IngestServer, startIngestServer } from '../../lib/local/ingest-server.ts';
-import { toIngestRecord } from '../../lib/local/sources.ts';
+import { toIngestRecord } from '../../lib/transport/sources.ts';
 import { assertExactlyOnce } from '../../lib/testing/checker.ts';
 import { type Answer, build, type Built, FUZZ_SEED, judge, MAX_BODY, MAX_EVENTS, MAX_FUTURE_MS, NOW, type Order, OrderSchema, requestSpec } from '../transport/ingest-cases.ts';
 import { drainQueue, localClients, unique } from './helpers.ts';

@@ -18,7 +18,7 @@ import { decodeBody, probeBody, sourceEnvelope } from '../../lib/aws/sqs-codec.t
 import { createStageQueues, StaticQueues, type StageQueues } from '../../lib/aws/sqs-queues.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { type IngestServer, startIngestServer } from '../../lib/local/ingest-server.ts';
-import { toIngestRecord } from '../../lib/local/sources.ts';
+import { toIngestRecord } from '../../lib/transport/sources.ts';
 import { MAX_EVENT_DEPTH } from '../../lib/transport/ingest-validation.ts';
 import { drainQueue, localClients, unique } from './helpers.ts';
 

@@ -15,7 +15,8 @@ import { join } from 'node:path';
 import { CreateTableCommand } from '@aws-sdk/client-dynamodb';
 import { DynamoDBDocumentClient, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { CollectSink, Sinks } from '../../lib/api/sinks.ts';
+import { CollectSink } from '../../lib/api/sinks.ts';
+import { AwsSinks } from '../../lib/aws/sinks.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { DynamoDbStateBackend } from '../../lib/aws/dynamodb-state.ts';
 import { DynamoDbTable } from '../../lib/aws/dynamodb-table.ts';
@@ -60,7 +61,7 @@ beforeAll(async () => {
 
 /** The job as each "process" builds it: running counts upserted per user, window counts committed per epoch on S3. */
 function job(name: string, countsTable: string) {
-  return clickJob(name, { running: Sinks.dynamodbUpsert<Running>({ table: countsTable, key: (r) => r.user, partitionKey: 'user' }), windows: Sinks.s3Files<Count>({ prefix: 'windows' }) });
+  return clickJob(name, { running: AwsSinks.dynamodbUpsert<Running>({ table: countsTable, key: (r) => r.user, partitionKey: 'user' }), windows: AwsSinks.s3Files<Count>({ prefix: 'windows' }) });
 }
 
 async function countsTableNamed(): Promise<string> {

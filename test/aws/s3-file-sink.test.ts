@@ -8,7 +8,7 @@
  * epoch, with a coordinator crash after the pointer write.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Sinks } from '../../lib/api/sinks.ts';
+import { AwsSinks } from '../../lib/aws/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { createCheckpointHandler } from '../../lib/aws/checkpoint-handler.ts';
@@ -141,11 +141,11 @@ describe('S3FileSink', () => {
   });
 
   it('validates its options and refuses to run unbound', async () => {
-    expect(() => Sinks.s3Files({ prefix: '' })).toThrow(ConfigError);
-    expect(() => Sinks.s3Files({ prefix: '/abs' })).toThrow(/Sinks\.s3Files\.prefix: expected no leading/);
-    expect(() => Sinks.s3Files({ prefix: 'ok', bucket: 'Bad_Bucket' })).toThrow(/Sinks\.s3Files\.bucket: expected an S3 bucket name .* received "Bad_Bucket"/);
-    expect(() => Sinks.s3Files(null as never)).toThrow(/expected an options object, received null/);
-    const unbound = Sinks.s3Files<{ v: string }>({ prefix: 'x' });
+    expect(() => AwsSinks.s3Files({ prefix: '' })).toThrow(ConfigError);
+    expect(() => AwsSinks.s3Files({ prefix: '/abs' })).toThrow(/AwsSinks\.s3Files\.prefix: expected no leading/);
+    expect(() => AwsSinks.s3Files({ prefix: 'ok', bucket: 'Bad_Bucket' })).toThrow(/AwsSinks\.s3Files\.bucket: expected an S3 bucket name .* received "Bad_Bucket"/);
+    expect(() => AwsSinks.s3Files(null as never)).toThrow(/expected an options object, received null/);
+    const unbound = AwsSinks.s3Files<{ v: string }>({ prefix: 'x' });
     await expect(unbound.write(batch('1:0', 1, 0, 'a'))).rejects.toThrow(/not bound to a job/);
   });
 });
@@ -153,7 +153,7 @@ describe('S3FileSink', () => {
 describe('S3FileSink in the checkpoint steps', () => {
   function filesJob(name: string) {
     const job = new Job(name, { parallelism: 2, maxParallelism: 8 });
-    job.ingest<{ v: string }>('in').sinkTo(Sinks.s3Files<{ v: string }>({ prefix: 'committed' }), 'files');
+    job.ingest<{ v: string }>('in').sinkTo(AwsSinks.s3Files<{ v: string }>({ prefix: 'committed' }), 'files');
     return job;
   }
   const limits = { maxEpochs: 50, maxFailures: 5, leaseMs: 60_000, activityGrainMs: 0, epochTimeoutMs: 60_000 };
@@ -187,7 +187,7 @@ describe('S3FileSink in the checkpoint steps', () => {
     // What the operator function writes (another process: its own sink instance, same place).
     const operatorSide = new S3FileSink<{ v: string }>(parseS3FileSinkOptions({ prefix: 'committed' }));
     operatorSide.bindAws({ job: job.name, sink: 'files', s3: clients.s3, dynamodb: clients.dynamodb, bucket, tableName: table });
-    const reader = job.graph.sinks()[0].spec as unknown as { sink: ReturnType<typeof Sinks.s3Files<{ v: string }>> };
+    const reader = job.graph.sinks()[0].spec as unknown as { sink: ReturnType<typeof AwsSinks.s3Files<{ v: string }>> };
 
     let c = await step('resume', INITIAL_CARRY);
     await handler.acks.touch(clock);

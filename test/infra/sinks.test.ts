@@ -8,20 +8,21 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { describe, expect, it } from 'vitest';
-import { Job, Sinks } from '../../lib/index.ts';
+import { AwsSinks } from '../../lib/aws/index.ts';
+import { Job } from '../../lib/index.ts';
 import type { CheckpointStateMachineFactory } from '../../infra/checkpoints.ts';
 import { actions, jobStack, logicalId, nagFindings, roleStatements, type Statement } from './support/stacks.ts';
 
 function sinkJob(): Job {
   const job = new Job('shop', { parallelism: 2 });
   const orders = job.ingest<{ id: string; total: number }>('orders');
-  orders.sinkTo(Sinks.s3Files({ prefix: 'orders' }), 'archive');
-  orders.sinkTo(Sinks.s3Files({ bucket: 'analytics-landing', prefix: 'shop/orders/' }), 'landing');
+  orders.sinkTo(AwsSinks.s3Files({ prefix: 'orders' }), 'archive');
+  orders.sinkTo(AwsSinks.s3Files({ bucket: 'analytics-landing', prefix: 'shop/orders/' }), 'landing');
   orders
     .keyBy((o) => o.id)
     .process<{ id: string; total: number }>({ processElement: (o, ctx) => ctx.emit(o) })
     .name('latest')
-    .sinkTo(Sinks.dynamodbUpsert({ table: 'shop-orders', key: (o: { id: string }) => o.id, partitionKey: 'id' }), 'table');
+    .sinkTo(AwsSinks.dynamodbUpsert({ table: 'shop-orders', key: (o: { id: string }) => o.id, partitionKey: 'id' }), 'table');
   return job;
 }
 

@@ -7,7 +7,7 @@ import { Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { ManualClock, WatermarkStrategies } from '../../lib/api/types.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
-import { createReader, GeneratorBatchError, type PullResult } from '../../lib/local/sources.ts';
+import { createReader, GeneratorBatchError, type PullResult } from '../../lib/transport/sources.ts';
 
 const clock = new ManualClock(0);
 const event = (n: number) => ({ n, t: n % 5 === 4 ? Number.NaN : n * 10 });

@@ -4,7 +4,8 @@ import { z } from 'zod';
 import type { SourceDef } from '../../lib/api/sources.ts';
 import { ManualClock, WatermarkStrategies } from '../../lib/api/types.ts';
 import { type FeedHost, SourceFeed } from '../../lib/local/source-feed.ts';
-import { createReader, type RejectedInput, SourcePartitioner, toRecord } from '../../lib/local/sources.ts';
+import { SourcePartitioner } from '../../lib/local/sources.ts';
+import { createReader, type RejectedInput, toRecord } from '../../lib/transport/sources.ts';
 import { columnsOf, type Envelope } from '../../lib/transport/envelope.ts';
 
 /** An event whose timestamp is fine, missing, not finite, of the wrong type, or whose extractor throws. */

@@ -11,10 +11,10 @@ import { OutputTag } from '../../lib/api/types.ts';
 import { type WindowAssigner, Windows } from '../../lib/api/windows.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import type { FaultInjector } from '../../lib/local/faults.ts';
-import type { WindowOperator, WindowSpec } from '../../lib/operators/window.ts';
+import { fixedWindowsOf, type WindowSpec } from '../../lib/graph/window-plan.ts';
 import { paneWindowOperator } from '../../lib/operators/window-panes.ts';
-import { fixedWindowsOf } from '../../lib/operators/window-state.ts';
-import type { OperatorContext } from '../../lib/runtime/operator.ts';
+import type { WindowOperator } from '../../lib/operators/window-state.ts';
+import type { OperatorContext } from '../../lib/operators/contract.ts';
 import { oneKey } from '../state/one-key.ts';
 import { type Counted, countRow, type Ev, events, perKey, withTimestamps } from './helpers.ts';
 

@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { listState } from '../../lib/api/state.ts';
 import { ManualClock } from '../../lib/api/types.ts';
-import type { OperatorContext } from '../../lib/runtime/operator.ts';
+import type { KeyedFields } from '../../lib/state/keyed-fields.ts';
 import { bindStateHandles } from '../../lib/state/handles.ts';
 import { oneKey } from './one-key.ts';
 
@@ -14,7 +14,7 @@ import { oneKey } from './one-key.ts';
 function open() {
   const { state, commit, stored } = oneKey('op');
   const clock = new ManualClock(0);
-  const ctx = { node: { name: 'op' }, clock, ...state } as unknown as OperatorContext;
+  const ctx = { node: { name: 'op' }, clock, ...state } as unknown as KeyedFields;
   return { ctx, clock, commit, stored };
 }
 

@@ -3,12 +3,12 @@
  * store batch by batch as the runtime commits (by entity): for tests of handles and
  * operators that drive them without a partition.
  */
-import type { OperatorContext } from '../../lib/runtime/operator.ts';
+import type { KeyedFields } from '../../lib/state/keyed-fields.ts';
 import { emptyProgress, type PartitionScope } from '../../lib/state/backend.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';
 import { entityId, StateTxn } from '../../lib/state/txn.ts';
 
-export type KeyState = Pick<OperatorContext, 'stateGet' | 'statePeek' | 'stateSet' | 'stateDelete' | 'stateAppend' | 'stateFields'>;
+export type KeyState = Pick<KeyedFields, 'stateGet' | 'statePeek' | 'stateSet' | 'stateDelete' | 'stateAppend' | 'stateFields'>;
 
 /** Key 'k' (key group 0) of `operator`: its state methods, a commit, and the fields the store holds. */
 export function oneKey(operator: string) {

@@ -20,9 +20,11 @@ export const LAYERS: readonly (readonly Layer[])[] = [
   ['graph'],
   ['transport'],
   ['state'],
-  ['operators'],
+  // The checkpoint protocol, snapshot format and storage interfaces use neither the
+  // operators nor the runtime; the runtime takes part in the protocol (aligns barriers,
+  // writes its snapshot), so both sit below it, side by side.
+  ['operators', 'checkpoint'],
   ['runtime'],
-  ['checkpoint'],
   ['nexmark'],
   ['examples'],
   ['local', 'aws'],

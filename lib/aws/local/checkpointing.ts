@@ -33,7 +33,7 @@ import { writeFileAtomic } from '../../checkpoint/local-storage.ts';
 import type { CommitPointer, Manifest } from '../../checkpoint/protocol.ts';
 import { ConfigError } from '../../errors.ts';
 import type { PhysicalPlan } from '../../graph/compile.ts';
-import type { TransactionalSink } from '../../local/committed-sink.ts';
+import type { TransactionalSink } from '../../api/sinks.ts';
 import type { BarrierAck } from '../../transport/envelope.ts';
 import type { AwsAccounting } from '../accounting.ts';
 import { createCheckpointHandler } from '../checkpoint-handler.ts';

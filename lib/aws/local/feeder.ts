@@ -17,7 +17,7 @@ import type { SourceDef } from '../../api/sources.ts';
 import type { Clock } from '../../api/types.ts';
 import type { PhysicalPlan } from '../../graph/compile.ts';
 import { InvariantError } from '../../errors.ts';
-import { type RejectedInput, type SourceReader, toRecord } from '../../local/sources.ts';
+import { type RejectedInput, type SourceReader, toRecord } from '../../transport/sources.ts';
 import type { AwsAccounting } from '../accounting.ts';
 import type { IngestHandler } from '../ingest-handler.ts';
 import { queueBacklog } from '../sqs-queues.ts';

@@ -6,7 +6,15 @@
  */
 import { AssemblyTemplateError } from './errors.ts';
 import type { IntrinsicResolver } from './intrinsics.ts';
-import type { CfnResource } from './template.ts';
+
+/** A resource of a synthesized template, as template.ts reads it. */
+export interface CfnResource {
+  readonly Type: string;
+  readonly Properties?: Record<string, unknown>;
+  readonly Metadata?: Record<string, unknown>;
+  readonly Condition?: string;
+  readonly DependsOn?: string | string[];
+}
 
 export interface PolicyDocument {
   readonly Version?: string;

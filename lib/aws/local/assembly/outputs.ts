@@ -6,8 +6,8 @@
  *   the function of a stage is the one its queue's event source mapping invokes;
  * - a stdout sink's records are the JSON lines its stage's function wrote to stdout that
  *   are neither log nor metric lines;
- * - `Sinks.dynamodbUpsert`: the items of its table (without the sink's own attributes);
- * - `Sinks.s3Files`: the committed files (readCommittedFiles: pointer and manifest chain).
+ * - `AwsSinks.dynamodbUpsert`: the items of its table (without the sink's own attributes);
+ * - `AwsSinks.s3Files`: the committed files (readCommittedFiles: pointer and manifest chain).
  */
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { S3Client } from '@aws-sdk/client-s3';

@@ -29,7 +29,7 @@ import type { Job } from '../../../api/stream.ts';
 import { systemClock } from '../../../api/types.ts';
 import { ConfigError } from '../../../errors.ts';
 import { compile, type PhysicalPlan } from '../../../graph/compile.ts';
-import { createReader, type RejectedInput } from '../../../local/sources.ts';
+import { createReader, type RejectedInput } from '../../../transport/sources.ts';
 import type { DeadLetter } from '../../../transport/envelope.ts';
 import { AwsAccounting } from '../../accounting.ts';
 import { StaticQueues } from '../../sqs-queues.ts';

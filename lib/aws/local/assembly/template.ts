@@ -13,17 +13,9 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
 import { AssemblyTemplateError } from './errors.ts';
 import { IntrinsicResolver, type Physical } from './intrinsics.ts';
-import { type AssemblyModel, buildModel } from './model.ts';
+import { type AssemblyModel, buildModel, type CfnResource } from './model.ts';
 
 export const LOCAL_ACCOUNT_ID = '000000000000';
-
-export interface CfnResource {
-  readonly Type: string;
-  readonly Properties?: Record<string, unknown>;
-  readonly Metadata?: Record<string, unknown>;
-  readonly Condition?: string;
-  readonly DependsOn?: string | string[];
-}
 
 export interface CfnTemplate {
   readonly Resources: Record<string, CfnResource>;

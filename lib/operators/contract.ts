@@ -3,17 +3,16 @@
  * lives in one partition; the runtime sets the current key before calling it for a
  * keyed record or timer, and routes what it emits (same stage: a direct call; other
  * stages: the outbox). All calls are synchronous; I/O happens around the batch.
+ * The runtime (lib/runtime/context.ts) implements the context.
  */
-import type { Clock, Key, StreamRecord } from '../api/types.ts';
-import type { LogicalNode } from '../graph/logical.ts';
+import type { Key, StreamRecord } from '../api/types.ts';
+import type { KeyedFields } from '../state/keyed-fields.ts';
 
 export type TimeDomain = 'event' | 'processing';
 
-export interface OperatorContext {
-  readonly node: LogicalNode;
+export interface OperatorContext extends KeyedFields {
   readonly partition: number;
   readonly parallelism: number;
-  readonly clock: Clock;
   /** The partition's current input watermark. */
   watermark(): number;
 
@@ -21,25 +20,6 @@ export interface OperatorContext {
   currentKey(): Key;
   /** Switch the current key (operators that fan out over keys, rarely needed). */
   setCurrentKey(key: Key): void;
-
-  /** Raw keyed state of the current key: fields are the operator's own naming. */
-  stateGet(field: string): unknown;
-  /**
-   * The field's value without stateGet's copy, for reading only and only in this batch:
-   * changing it, or anything it holds, would change committed state outside the batch (and
-   * survive its abort), and a list may grow in place at later commits.
-   */
-  statePeek(field: string): unknown;
-  stateSet(field: string, value: unknown): void;
-  stateDelete(field: string): void;
-  /**
-   * Add a value at the end of the list in a field (absent: an empty list); returns the
-   * list's new length. As stateSet(field, [...(stateGet(field) ?? []), value]), without
-   * copying the list per call.
-   */
-  stateAppend(field: string, value: unknown): number;
-  /** Live fields of the current key whose names start with prefix, sorted by name. */
-  stateFields(prefix: string): [string, unknown][];
 
   /** Timers of the current key; registering an existing timer is a no-op. ns separates an operator's uses. */
   registerTimer(domain: TimeDomain, time: number, ns?: string): void;

@@ -1,6 +1,6 @@
 /**
  * The logical job graph the API builds: operators (nodes) and the edges between
- * them. The compiler (compile.ts) turns it into stages. Pure data plus user functions.
+ * them. The compiler (lib/graph/compile.ts) turns it into stages. Pure data plus user functions.
  */
 import type {
   AggregateFunction,
@@ -12,11 +12,11 @@ import type {
   ProcessWindowFunction,
   ReduceFunction,
   WindowResultFunction,
-} from '../api/functions.ts';
-import type { Sink } from '../api/sinks.ts';
-import type { SourceDef } from '../api/sources.ts';
-import type { KeySelector } from '../api/types.ts';
-import type { WindowAssigner } from '../api/windows.ts';
+} from './functions.ts';
+import type { Sink } from './sinks.ts';
+import type { SourceDef } from './sources.ts';
+import type { KeySelector } from './types.ts';
+import type { WindowAssigner } from './windows.ts';
 
 export const MAIN_PORT = 'main';
 

@@ -1,13 +1,13 @@
 /**
- * The AWS sinks as the API hands them out: options validated at once (zod, so a bad
- * option fails when the job module is built, or at synth), the SDK-backed
- * implementation (lib/aws/s3-file-sink.ts, dynamodb-upsert-sink.ts) loaded on first
- * use, so importing the API does not load the AWS SDK.
+ * The AWS sinks as a job module builds them (`AwsSinks` from `sluice/aws`): options
+ * validated at once (zod, so a bad option fails when the job module is built, or at
+ * synth), the SDK-backed implementation (s3-file-sink.ts, dynamodb-upsert-sink.ts)
+ * loaded and built on first use, after the handler has bound the sink.
  */
-import type { DynamoDbUpsertSink } from '../aws/dynamodb-upsert-sink.ts';
-import type { S3FileSink } from '../aws/s3-file-sink.ts';
-import { type AwsBindableSink, type AwsSinkBinding, type AwsSinkResources, type DynamoDbUpsertSinkOptions, parseS3FileSinkOptions, parseUpsertOptions, type S3FileSinkOptions } from '../aws/sink-options.ts';
-import type { Sink, SinkBatch } from './sinks.ts';
+import type { Sink, SinkBatch } from '../api/sinks.ts';
+import type { DynamoDbUpsertSink } from './dynamodb-upsert-sink.ts';
+import type { S3FileSink } from './s3-file-sink.ts';
+import { type AwsBindableSink, type AwsSinkBinding, type AwsSinkResources, type DynamoDbUpsertSinkOptions, parseS3FileSinkOptions, parseUpsertOptions, type S3FileSinkOptions } from './sink-options.ts';
 
 abstract class LazyAwsSink<T, S extends Sink<T> & AwsBindableSink> implements Sink<T>, AwsBindableSink {
   abstract readonly kind: string;
@@ -38,7 +38,7 @@ abstract class LazyAwsSink<T, S extends Sink<T> & AwsBindableSink> implements Si
   }
 }
 
-/** Sinks.s3Files: JSON-lines objects committed per checkpoint epoch (lib/aws/s3-file-sink.ts). */
+/** AwsSinks.s3Files: JSON-lines objects committed per checkpoint epoch (s3-file-sink.ts). */
 export class S3FilesSink<T> extends LazyAwsSink<T, S3FileSink<T>> {
   readonly kind = 's3-files';
   readonly transactional = true;
@@ -51,7 +51,7 @@ export class S3FilesSink<T> extends LazyAwsSink<T, S3FileSink<T>> {
   }
 
   protected async load(): Promise<S3FileSink<T>> {
-    const { S3FileSink } = await import('../aws/s3-file-sink.ts');
+    const { S3FileSink } = await import('./s3-file-sink.ts');
     return new S3FileSink<T>(this.resolved);
   }
 
@@ -73,7 +73,7 @@ export class S3FilesSink<T> extends LazyAwsSink<T, S3FileSink<T>> {
   }
 }
 
-/** Sinks.dynamodbUpsert: one item per record key, idempotent (lib/aws/dynamodb-upsert-sink.ts). */
+/** AwsSinks.dynamodbUpsert: one item per record key, idempotent (dynamodb-upsert-sink.ts). */
 export class DynamoDbUpsert<T> extends LazyAwsSink<T, DynamoDbUpsertSink<T>> {
   readonly kind = 'dynamodb-upsert';
   private readonly resolved: ReturnType<typeof parseUpsertOptions<T>>;
@@ -85,7 +85,19 @@ export class DynamoDbUpsert<T> extends LazyAwsSink<T, DynamoDbUpsertSink<T>> {
   }
 
   protected async load(): Promise<DynamoDbUpsertSink<T>> {
-    const { DynamoDbUpsertSink } = await import('../aws/dynamodb-upsert-sink.ts');
+    const { DynamoDbUpsertSink } = await import('./dynamodb-upsert-sink.ts');
     return new DynamoDbUpsertSink<T>(this.resolved);
   }
 }
+
+/** The AWS sinks; they run on the AWS path (`sluice deploy`, `--target local-aws|assembly`). */
+export const AwsSinks = {
+  /**
+   * JSON-lines objects in S3, visible only once the checkpoint of their epoch commits (a
+   * committed manifest chain; read it with `readCommitted()`). Needs the checkpoint state
+   * machine; bucket defaults to the job's snapshot bucket.
+   */
+  s3Files: <T>(options: S3FileSinkOptions) => new S3FilesSink<T>(options),
+  /** One DynamoDB item per record key, last write per key wins, idempotent under redelivery. */
+  dynamodbUpsert: <T>(options: DynamoDbUpsertSinkOptions<T>) => new DynamoDbUpsert<T>(options),
+};
