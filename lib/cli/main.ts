@@ -22,6 +22,11 @@ async function fail(command: string, err: unknown): Promise<never> {
 function action<A extends unknown[]>(command: string, fn: (...args: A) => Promise<void>) {
   return async (...args: A) => {
     try {
+      // The crash soak's kills (bench/soak.ts): a real SIGKILL at a named fault site.
+      if (process.env.SLUICE_KILL_AT) {
+        const { armKill, parseKillSpec } = await import('../util/fault-sites.ts');
+        armKill(parseKillSpec(process.env.SLUICE_KILL_AT));
+      }
       await fn(...args);
     } catch (err) {
       await fail(command, err);
