@@ -17,6 +17,8 @@ export interface SoakOptions {
   readonly keep?: boolean;
   /** Print a line per seed (default: every 50th and each failure). */
   readonly verbose?: boolean;
+  /** Tests: see SoakEnv.beforeCheck. */
+  readonly beforeCheck?: (output: string) => void;
 }
 
 export interface SoakSummary {
@@ -65,7 +67,7 @@ export async function runSoak(options: SoakOptions, log: (line: string) => void)
     const worker = async () => {
       while (next < end) {
         const seed = next++;
-        const r = await runSeed(seed, options.target, { dir: options.dir, awsEnv: aws?.env, keep: options.keep });
+        const r = await runSeed(seed, options.target, { dir: options.dir, awsEnv: aws?.env, keep: options.keep, beforeCheck: options.beforeCheck });
         results.push(r);
         if (!r.ok) {
           log(`FAIL seed ${seed} (${r.plan.query}, ${options.target}, ${r.killed.length} kill(s)): ${r.error}`);

@@ -38,6 +38,8 @@ export interface SoakEnv {
   readonly awsEnv?: NodeJS.ProcessEnv;
   /** Keep a seed's directory (default: removed when it passed). */
   readonly keep?: boolean;
+  /** Tests: called with the output file before the final check (to show that a damaged output fails). */
+  readonly beforeCheck?: (output: string) => void;
 }
 
 export interface SeedResult {
@@ -196,6 +198,7 @@ export async function runSeed(seed: number, target: SoakTarget, env: SoakEnv): P
         continue;
       }
       if (exit.code !== 0) return fail(`attempt ${attempts} exited with ${exit.signal ?? `code ${exit.code}`}: ${exit.stderr.trim().split('\n').slice(-6).join('\n')}${steps()}`);
+      env.beforeCheck?.(output);
       const rows = readRows(output);
       const comparison = compareOutputs(prep.reference, rows, { orderKey: order, label: `seed ${seed} (${query}, ${target}, killed ${killed.length}x)` });
       if (!comparison.ok) return fail(`${comparison.summary()}${steps()}`, comparison);
