@@ -25,11 +25,24 @@ async function fail(command: string, err: unknown): Promise<never> {
 function action<A extends unknown[]>(command: string, fn: (...args: A) => Promise<void>) {
   return async (...args: A) => {
     try {
+      // The crash soak's kills (bench/soak.ts): a real SIGKILL at a named fault site.
+      if (process.env.SLUICE_KILL_AT || process.env.SLUICE_FAULT_COUNTS) await armFaultSites(process.env);
       await fn(...args);
     } catch (err) {
       await fail(command, err);
     }
   };
+}
+
+/** SLUICE_KILL_AT=<point>#<n>: SIGKILL at that crossing; SLUICE_FAULT_COUNTS=<file>: each point's crossings, written at exit. */
+async function armFaultSites(env: NodeJS.ProcessEnv): Promise<void> {
+  const sites = await import('../util/fault-sites.ts');
+  if (env.SLUICE_KILL_AT) sites.armKill(sites.parseKillSpec(env.SLUICE_KILL_AT));
+  const file = env.SLUICE_FAULT_COUNTS;
+  if (!file) return;
+  const { writeFileSync } = await import('node:fs');
+  sites.countCrossings(true);
+  process.on('exit', () => writeFileSync(file, JSON.stringify(Object.fromEntries(sites.faultCrossings()))));
 }
 
 function targetOption(): Option {

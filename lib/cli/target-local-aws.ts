@@ -8,6 +8,7 @@ import type { Sink } from '../api/sinks.ts';
 import type { SourceBinding } from '../api/sources.ts';
 import type { Job } from '../api/stream.ts';
 import { type LocalAwsEnvironment, openLocalAws } from '../aws/local/endpoints.ts';
+import { crossFaultSites } from '../aws/local/fault-sites.ts';
 import { startFunctionUrl } from '../aws/local/http-ingest.ts';
 import { asDeadLetter } from '../aws/local/dead-letters.ts';
 import { type LocalAwsRunResult, LocalAwsRuntime } from '../aws/local/runner.ts';
@@ -24,6 +25,7 @@ type Log = (line: string) => void;
 async function open(log: Log): Promise<LocalAwsEnvironment> {
   log('local-aws: resolving endpoints (starting DynamoDB Local and/or fauxqs where none is configured)...');
   const env = await openLocalAws();
+  crossFaultSites(env.clients);
   log(`local-aws: DynamoDB ${env.dynamodb.origin}; SQS ${env.sqs.origin}; S3 ${env.s3.origin}`);
   return env;
 }

@@ -16,6 +16,7 @@ import type { Key } from '../api/types.ts';
 import { writeFileAtomic } from '../checkpoint/local-storage.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import { type DeadLetter, jobDeadLetterId } from '../transport/envelope.ts';
+import { faultSite } from '../util/fault-sites.ts';
 
 /** A dead letter with where it was parked: its stage partition, its key, its epoch. */
 export interface StoredDeadLetter extends DeadLetter {
@@ -92,6 +93,7 @@ export class DeadLetterStore {
     const key = d.record?.key ?? d.timer?.key;
     const stored: StoredDeadLetter = { id, stage: origin.stage, partition: origin.partition, ...(key !== undefined ? { key } : {}), epoch, ...d };
     if (this.path !== undefined) {
+      faultSite('dead-letter.append');
       this.fd ??= openSync(this.path, 'a');
       writeSync(this.fd, line(stored));
       if (this.durable) fsyncSync(this.fd);

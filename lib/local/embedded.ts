@@ -32,6 +32,7 @@ import { addLateDropped, type RuntimeCounters, runtimeStats } from './embedded-s
 import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';
 import { TimeSlicer } from './time-slice.ts';
 import { Arrivals, type IngestView, ingestPressure, ingestStreams, offerIngest, validateIngest } from './embedded-ingest.ts';
+import { faultSite } from '../util/fault-sites.ts';
 
 export type { EmbeddedCheckpointHooks, EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 export { chunkedRounds } from './rounds.ts';
@@ -286,7 +287,10 @@ export class EmbeddedRuntime implements IngestTarget {
       rejected: (r) => this.rejectedInputs.push(r),
       accepted: (n) => {
         this.counters.sourceRecords += n;
-        if (n) this.options.onSourceRecords?.(this.counters.sourceRecords);
+        if (n) {
+          faultSite('source.read');
+          this.options.onSourceRecords?.(this.counters.sourceRecords);
+        }
       },
     };
   }
@@ -387,11 +391,14 @@ export class EmbeddedRuntime implements IngestTarget {
       if (result.committed) this.counters.commits++;
       this.counters.duplicatesDropped += result.duplicatesDropped;
       addLateDropped(this.counters, result.lateDropped);
+      faultSite('batch.commit.after');
       faults?.maybeCrash('after-commit');
       const delivered = this.deliver(result.outbox, slot);
       if (delivered) await delivered;
+      faultSite('outbox.delivered');
       faults?.maybeCrash('after-deliver');
       if (result.outbox.length) await slot.runtime.outboxDelivered(result.version);
+      faultSite('outbox.cleared');
       faults?.maybeCrash('before-ack');
       ackFrom(slot, envelopes);
       // Parked for good; a timer registered again later must fire.
@@ -428,7 +435,10 @@ export class EmbeddedRuntime implements IngestTarget {
       partition,
       backend: this.backend,
       clock: this.clock,
-      beforeCommit: this.options.faults ? () => this.options.faults!.maybeCrash('before-commit') : undefined,
+      beforeCommit: () => {
+        faultSite('batch.commit.before');
+        this.options.faults?.maybeCrash('before-commit');
+      },
       checkpointStore: this.options.checkpoints?.store,
     });
   }
