@@ -19,5 +19,8 @@ export async function publishCommand(stream: string, file: string, opts: Publish
   out(`published ${file} to "${stream}": ${fmt.int(result.accepted)} accepted, ${fmt.int(result.rejected.length)} rejected`);
   for (const r of result.rejected.slice(0, 10)) out(`  line ${r.line}: ${r.error}`);
   if (result.rejected.length > 10) out(`  ... and ${fmt.int(result.rejected.length - 10)} more`);
+  // A resend after a lost answer that the endpoint had already taken: counted once, with its first answer.
+  for (const r of result.replayed.slice(0, 10)) out(`  lines ${r.lines}: already accepted (a replay of Idempotency-Key ${r.idempotencyKey}; its first answer, nothing enqueued twice)`);
+  if (result.replayed.length > 10) out(`  ... and ${fmt.int(result.replayed.length - 10)} more replayed batches`);
   return result;
 }

@@ -9,9 +9,10 @@
  *   (`<id>.lambda-url.<region>.on.aws`) are signed with SigV4 (sigv4.ts, loaded
  *   only then), with the default credential chain's credentials.
  * - Every batch carries an Idempotency-Key, the same on each resend of that batch:
- *   the AWS ingest function derives its SQS deduplication ids from it, so a batch
- *   sent again after an unknown outcome (a 5xx) is not enqueued twice. (The
- *   embedded endpoint answers 202 or nothing-enqueued and ignores the key.)
+ *   both endpoints remember it, so a batch sent again after an unknown outcome (a 5xx)
+ *   is not enqueued twice; an answer the endpoint gives again for a batch it already
+ *   took (`replay: true`) is counted as that batch's and reported. A 409 (the key held
+ *   by another body, or a resend too late to be deduplicated) fails the publish.
  * - 429 (nothing enqueued) is retried after Retry-After (seconds or an HTTP date),
  *   5xx after Retry-After or an exponential backoff, at most `retries` times per batch.
  */
@@ -73,6 +74,8 @@ export interface PublishResult {
   accepted: number;
   /** Rejected events by 1-based file line, in file order: malformed JSON, or refused by the server. */
   rejected: { line: number; error: string }[];
+  /** Batches the endpoint had already taken (a resend after a lost answer): its first answer came back, nothing was enqueued again. */
+  replayed: { lines: string; idempotencyKey: string }[];
 }
 
 const OptionsSchema = z.object({
@@ -176,7 +179,7 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
   const signer = scope ? await (await import('./sigv4.ts')).createRequestSigner(scope) : undefined;
   const run = randomUUID();
 
-  const result: PublishResult = { sent: 0, accepted: 0, rejected: [] };
+  const result: PublishResult = { sent: 0, accepted: 0, rejected: [], replayed: [] };
   const bar = opts.progress ? await progressBar(opts.stream) : undefined;
   bar?.start(totalBytes, 0, { accepted: 0, rejected: 0 });
 
@@ -196,6 +199,7 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
           throw new InvariantError(`server answered accepted ${accepted} + rejected ${rejected.length} for a batch of ${batch.length} events (lines ${span(batch)})`);
         }
         result.accepted += accepted;
+        if (reply.body.replay === true) result.replayed.push({ lines: span(batch), idempotencyKey: key });
         for (const r of rejected) {
           const source = batch[r.index];
           if (!source) throw new InvariantError(`server rejected index ${r.index}, but the batch has ${batch.length} events (lines ${span(batch)})`);
@@ -242,6 +246,10 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
           result.rejected.push({ line: batch[0]!.line, error: messageOf(reply.body, 'event too large') });
         }
         return;
+      }
+      if (reply.status === 409) {
+        // Not retried: the same key gets the same answer.
+        throw new PublishRefusedError(409, `POST ${endpoint.href} refused lines ${span(batch)} with Idempotency-Key ${key} (HTTP 409 ${String(reply.body.error ?? 'conflict')}): ${messageOf(reply.body, 'no message')}; ${notAccepted()}`);
       }
       if (reply.status === 404 && Array.isArray(reply.body.knownStreams)) {
         const known = (reply.body.knownStreams as string[]).map((s) => `"${s}"`).join(', ') || '(none)';

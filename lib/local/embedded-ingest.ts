@@ -5,7 +5,9 @@
  */
 import type { Clock } from '../api/types.ts';
 import type { Envelope } from '../transport/envelope.ts';
-import type { IngestPressure, OfferResult } from './ingest-target.ts';
+import type { LogAppend } from './input-log.ts';
+import { type KeyedOffer, KeyMemory } from './ingest-keys.ts';
+import type { IngestPressure, OfferResult, Recalled } from './ingest-target.ts';
 import type { FeedHost, SourceFeed } from './source-feed.ts';
 import { IngestBuffer, toIngestRecord } from '../transport/sources.ts';
 import type { Slot } from './slot.ts';
@@ -71,20 +73,51 @@ function queuedOf(v: IngestView, src: SourceFeed): number {
   return buffer.size + src.backlog + v.slots[src.stage].reduce((n, s) => n + s.queuedRecords, 0);
 }
 
-export function offerIngest(v: IngestView, stream: string, events: readonly unknown[]): OfferResult {
+/** Per view: each ingestion source's Idempotency-Keys, read back from its log when first asked. */
+const memories = new WeakMap<IngestView, Map<SourceFeed, KeyMemory>>();
+
+function keysOf(v: IngestView, src: SourceFeed): KeyMemory {
+  let all = memories.get(v);
+  if (!all) memories.set(v, (all = new Map()));
+  let m = all.get(src);
+  if (!m) all.set(src, (m = new KeyMemory(src.def.name, src.logRecords ? src.log : undefined).load(v.clock.now())));
+  return m;
+}
+
+/** What the sources remember of an Idempotency-Key (a key names one request, whatever its stream). */
+export function recallIngestKey(v: IngestView, key: string): Recalled {
+  const now = v.clock.now();
+  for (const src of v.sources) {
+    if (!(src.reader instanceof IngestBuffer)) continue;
+    const e = keysOf(v, src).get(key, now);
+    if (e) return { remembered: e, now };
+  }
+  return { remembered: undefined, now };
+}
+
+export function offerIngest(v: IngestView, stream: string, events: readonly unknown[], keyed?: KeyedOffer): OfferResult {
   const src = ingestSource(v, stream);
   if (!src) return { ok: false, retryAfterMs: 1000 };
   // The hard bound of the queues themselves (the endpoint's own bounds come first, ingest-server.ts).
   if (queuedOf(v, src) + events.length > v.queueCapacity * src.partitioner.partitions) return { ok: false, retryAfterMs: 1000 };
   src.arrived(events.length, v.clock.now());
+  const keys = keyed && keysOf(v, src);
   if (!src.logRecords) {
     (src.reader as IngestBuffer).push(events);
+    keys?.remember(keyed!);
     v.wake();
     return { ok: true };
   }
+  // Only with nothing waiting for an fsync: the file rewritten then holds every line the log may keep.
+  if (keys && src.settledLog) keys.compactIfStale();
+  let line: LogAppend | undefined;
+  const append = keys && ((records: readonly LogAppend[]) => (line = keys.append(keyed!, records)));
   // A logged source takes the events now, during a replay too: they are in the log before
   // the request is answered, and they go out only once the log's fsync has them (accepted means durable).
-  const durable = src.accept(events, undefined, v.hosts[v.sources.indexOf(src)]);
+  const durable = src.accept(events, undefined, v.hosts[v.sources.indexOf(src)], false, append);
+  // Remembered at once (a second request with the key waits for this one at the endpoint); forgotten if the fsync fails.
+  if (keys) keys.remember(keyed!, line);
+  if (keys && durable) durable.catch(() => keys.forget(keyed!.key, keyed!.fingerprint));
   v.wake();
   return durable ? { ok: true, durable } : { ok: true };
 }

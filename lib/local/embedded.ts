@@ -24,14 +24,15 @@ import { type Barrier, type Envelope, type OutboxEntry, recordCount } from '../t
 import type { StoredDeadLetter } from './dead-letter-store.ts';
 import { OutboxDelivery } from './outbox-delivery.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
-import type { IngestPressure, IngestTarget, OfferResult } from './ingest-target.ts';
+import type { IngestPressure, IngestTarget, OfferResult, Recalled } from './ingest-target.ts';
+import type { KeyedOffer } from './ingest-keys.ts';
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
 import type { RejectedInput } from '../transport/sources.ts';
 import { sourceChunking } from './rounds.ts';
 import { addLateDropped, type RuntimeCounters, runtimeStats } from './embedded-stats.ts';
 import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';
 import { TimeSlicer } from './time-slice.ts';
-import { Arrivals, type IngestView, ingestPressure, ingestStreams, offerIngest, validateIngest } from './embedded-ingest.ts';
+import { Arrivals, type IngestView, ingestPressure, ingestStreams, offerIngest, recallIngestKey, validateIngest } from './embedded-ingest.ts';
 import { faultSite } from '../util/fault-sites.ts';
 
 export type { EmbeddedCheckpointHooks, EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
@@ -457,8 +458,12 @@ export class EmbeddedRuntime implements IngestTarget {
     return validateIngest(this.ingest, stream, event);
   }
 
-  offer(stream: string, events: readonly unknown[]): OfferResult {
-    return offerIngest(this.ingest, stream, events);
+  offer(stream: string, events: readonly unknown[], keyed?: KeyedOffer): OfferResult {
+    return offerIngest(this.ingest, stream, events, keyed);
+  }
+
+  recall(key: string): Recalled {
+    return recallIngestKey(this.ingest, key);
   }
 
   pressure(stream: string): IngestPressure | undefined {

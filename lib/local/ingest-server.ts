@@ -8,6 +8,12 @@
  * events atomically; any other status means nothing was enqueued; overload is
  * a 429 with Retry-After (the target's own limit, or the bounds set here: ingest-bounds.ts);
  * bodies are read with a hard byte cap. What it refuses is counted (stats()).
+ *
+ * Idempotency-Key (with a target that remembers keys: the embedded runtime, durably in
+ * its input log): a key reused with another body or stream is a 409, nothing enqueued;
+ * the same body again gets the first answer with `replay: true` and
+ * `Idempotent-Replayed: true`, nothing enqueued. A request waits for one in flight with
+ * its key. A request that enqueued nothing (4xx, 429) is not remembered.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -31,6 +37,8 @@ import {
   tooLargeAnswer,
   validateEvents,
 } from '../transport/ingest-validation.ts';
+import { bodyFingerprint, checkKey, decide, remembered } from '../transport/idempotency.ts';
+import type { KeyedOffer } from './ingest-keys.ts';
 import type { IngestTarget } from './ingest-target.ts';
 import { type IngestRejections, overBounds, RejectionCounter } from './ingest-bounds.ts';
 
@@ -111,8 +119,9 @@ function describe(value: unknown): string {
 export async function startIngestServer(target: IngestTarget, options: IngestServerOptions = {}): Promise<IngestServer> {
   const opts = parseOptions(options);
   const counter = new RejectionCounter();
+  const inFlight = new Map<string, Promise<unknown>>();
   const server = createServer((req, res) => {
-    handle(target, opts, counter, req, res).catch((err: unknown) => {
+    handle(target, opts, counter, inFlight, req, res).catch((err: unknown) => {
       // A throwing target means we cannot know the batch was enqueued: never 2xx.
       const message = err instanceof Error ? err.message : String(err);
       if (!res.headersSent) send(res, 500, { error: 'internal', message: `ingestion failed: ${message}` });
@@ -144,7 +153,7 @@ export async function startIngestServer(target: IngestTarget, options: IngestSer
   };
 }
 
-async function handle(target: IngestTarget, opts: ResolvedOptions, counter: RejectionCounter, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function handle(target: IngestTarget, opts: ResolvedOptions, counter: RejectionCounter, inFlight: Map<string, Promise<unknown>>, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const path = new URL(req.url ?? '/', 'http://localhost').pathname;
   const route = matchRoute(req.method ?? 'GET', path);
   if (route.kind === 'answer') return reply(res, route.answer);
@@ -158,6 +167,10 @@ async function handle(target: IngestTarget, opts: ResolvedOptions, counter: Reje
   if (isAnswer(format)) return unread(format);
   const encoded = checkContentEncoding(req.headers['content-encoding']);
   if (encoded) return unread(encoded);
+  const rawKey = req.headers['idempotency-key'];
+  const key = Array.isArray(rawKey) ? rawKey.join(', ') : rawKey;
+  const badKey = key === undefined ? undefined : checkKey(key);
+  if (badKey) return unread(badKey);
 
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > opts.maxBodyBytes) return (counter.add(413), tooLarge(res, bodyLimitMessage(opts.maxBodyBytes, declared)));
@@ -166,6 +179,28 @@ async function handle(target: IngestTarget, opts: ResolvedOptions, counter: Reje
 
   const parsed = parseBody(body, format, opts.maxEventsPerRequest);
   if (isAnswer(parsed)) return parsed.status === 413 ? (counter.add(413), tooLarge(res, String(parsed.body.message))) : unread(parsed);
+  if (key === undefined || !target.recall) return accept(target, opts, counter, stream, parsed.events, res);
+  // One request per key at a time: a second waits for the first's outcome, then is decided against it.
+  for (let busy = inFlight.get(key); busy; busy = inFlight.get(key)) await busy.catch(() => undefined);
+  const fingerprint = bodyFingerprint(stream, body);
+  const recalled = target.recall(key);
+  const now = recalled.now;
+  const decision = decide(key, recalled.remembered, fingerprint, now, { stream });
+  if (decision.kind === 'replay') return reply(res, decision.answer);
+  // (Only answered requests are remembered here: never a resend.)
+  if (decision.kind === 'conflict' || decision.kind === 'unresolved') return (counter.add(409, parsed.events.length), reply(res, decision.answer));
+  const run = accept(target, opts, counter, stream, parsed.events, res, { key, fingerprint, at: now });
+  inFlight.set(key, run);
+  try {
+    await run;
+  } finally {
+    inFlight.delete(key);
+  }
+}
+
+/** Validate, check the bounds, offer; the 202 once the target has the events (durably, for a logging one). */
+async function accept(target: IngestTarget, opts: ResolvedOptions, counter: RejectionCounter, stream: string, events: readonly unknown[], res: ServerResponse, keyed?: Omit<KeyedOffer, 'answer'>): Promise<void> {
+  const parsed = { events };
   const checked = validateEvents(parsed.events, (event) => target.validate(stream, event));
   if (isAnswer(checked)) return (counter.add(checked.status, parsed.events.length), reply(res, checked));
 
@@ -177,12 +212,13 @@ async function handle(target: IngestTarget, opts: ResolvedOptions, counter: Reje
   };
   const over = overBounds(stream, checked.valid.length, target.pressure?.(stream), opts);
   if (over) return refuse(over);
-  const offered = target.offer(stream, checked.valid.map((v) => v.event));
+  const answer = acceptedAnswer(checked.valid.length, parsed.events.length, checked.rejected);
+  const offered = target.offer(stream, checked.valid.map((v) => v.event), keyed && { ...keyed, answer: remembered(answer) });
   if (!offered.ok) return refuse(saturatedAnswer(stream, offered.retryAfterMs));
   // Accepted means durable: the 202 waits until a logging target has the events on disk (a failure is a 500, never a 2xx).
   if ('durable' in offered && offered.durable) await offered.durable;
   counter.add(400, checked.rejected.length);
-  reply(res, acceptedAnswer(checked.valid.length, parsed.events.length, checked.rejected));
+  reply(res, answer);
 }
 
 /**

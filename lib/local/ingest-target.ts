@@ -3,12 +3,20 @@
  * Keeping it this narrow lets the server be tested with a fake and lets the
  * runtime own durability: the server answers 202 only after `offer` said ok.
  */
+import type { Remembered } from '../transport/idempotency.ts';
+import type { KeyedOffer } from './ingest-keys.ts';
 
 /** Result of offering a batch: accepted as a whole, or refused as a whole with a retry delay. */
 export type OfferResult =
   /** `durable`: resolves once the events are on disk; the answer waits for it (a rejection means they may not be). */
   | { ok: true; durable?: Promise<void> }
   | { ok: false; retryAfterMs: number };
+
+/** What the target remembers of an Idempotency-Key, and its clock's time. */
+export interface Recalled {
+  readonly remembered: (Remembered & { readonly stream: string }) | undefined;
+  readonly now: number;
+}
 
 /** How far behind a stream's processing is: what the endpoint's bounds (429) are checked against. */
 export interface IngestPressure {
@@ -26,7 +34,12 @@ export interface IngestTarget {
   /** Validate one event for a stream; return an error message (which field, expected, received) or undefined. */
   validate(stream: string, event: unknown): string | undefined;
   /** Enqueue valid events atomically (all or none). Returns accepted, or saturated with a retry delay. Never partially enqueues; throws when it enqueued nothing for another reason. */
-  offer(stream: string, events: readonly unknown[]): OfferResult;
+  offer(stream: string, events: readonly unknown[], keyed?: KeyedOffer): OfferResult;
+  /**
+   * Optional: what is remembered of an Idempotency-Key. A target with it remembers `keyed`
+   * offers, durably with their events when they are logged; without it, keys are ignored.
+   */
+  recall?(key: string): Recalled;
   /** Optional: the stream's queue and lag, for the endpoint's bounds (absent: only `offer` refuses). */
   pressure?(stream: string): IngestPressure | undefined;
 }

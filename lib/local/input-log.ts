@@ -6,6 +6,8 @@
  *                                             position is start + its line index
  *   log/<source>/barriers.jsonl               per injected barrier: epoch, the reader's
  *                                             cursor, the round-robin partition, positions
+ *   log/<source>/keys.jsonl                   Idempotency-Keys of the endpoint's requests
+ *                                             (ingest-keys.ts), appended with their records
  *
  * A restore replays what a non-replayable source (the ingestion endpoint) accepted after
  * the checkpoint's positions; a replayable one (a file: its line numbers are the
@@ -125,6 +127,8 @@ interface OpenSegment {
 }
 
 const SEGMENT = /^(\d{12})\.jsonl$/;
+/** The "partition" of appends to keys.jsonl: written, fsynced and cut back with the records of the same batch. */
+export const KEYS_PARTITION = -1;
 
 export class SourceLog {
   private readonly dir: string;
@@ -158,6 +162,27 @@ export class SourceLog {
 
   private partitionDir(p: number): string {
     return join(this.dir, `p${p}`);
+  }
+
+  /** The Idempotency-Keys file (appends to KEYS_PARTITION). */
+  get keysFile(): string {
+    return join(this.dir, 'keys.jsonl');
+  }
+
+  /** Replace keys.jsonl whole (compaction; with nothing appended since waiting for its fsync). */
+  rewriteKeys(text: string): void {
+    const open = this.open.get(KEYS_PARTITION);
+    if (open) {
+      this.open.delete(KEYS_PARTITION);
+      this.closeFd(open.fd);
+    }
+    writeFileAtomic(this.keysFile, text, this.durableWrites);
+  }
+
+  /** The position after partition p's last whole logged record (0 when none is logged). */
+  endOf(p: number): number {
+    const last = this.segments(p).at(-1);
+    return last ? last.start + SourceLog.records(last.file).length : 0;
   }
 
   /** Append records sent to partition p, the first at position `start`. */
@@ -201,8 +226,8 @@ export class SourceLog {
   private segmentFor(p: number, start: number): OpenSegment {
     const open = this.open.get(p);
     if (open) return open;
-    const dir = this.partitionDir(p);
-    const path = join(dir, `${String(start).padStart(12, '0')}.jsonl`);
+    const dir = p === KEYS_PARTITION ? this.dir : this.partitionDir(p);
+    const path = p === KEYS_PARTITION ? this.keysFile : join(dir, `${String(start).padStart(12, '0')}.jsonl`);
     const dirExisted = existsSync(dir);
     const existed = dirExisted && existsSync(path);
     const fd = openMakingDir(path, 'a');
@@ -213,7 +238,7 @@ export class SourceLog {
     }
     // A new file (and partition directory) survives a power loss only once its directory is fsynced too.
     if (!existed) this.newDirs.add(dir);
-    if (!dirExisted) this.newDirs.add(this.dir);
+    if (!dirExisted && dir !== this.dir) this.newDirs.add(this.dir);
     const seg = { fd, size, synced: size };
     this.open.set(p, seg);
     return seg;

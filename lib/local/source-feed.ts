@@ -15,6 +15,9 @@ import { anyStampable, stampColumns, UNSTORED, withTimestamps } from './stamp-co
 import { channelId, type PhysicalPlan, type StageEdge } from '../graph/compile.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
 
+/** The log line of a keyed request, given its records' appends (written in the same batch, first). */
+export type KeyAppend = (records: readonly LogAppend[]) => LogAppend;
+
 export interface FeedHost {
   readonly clock: Clock;
   /** Records per chunk (read at every chunk: time slicing may change it). */
@@ -152,8 +155,8 @@ export class SourceFeed {
    * `owned`: `events` is this call's to keep (a reader's fresh array): a single chunk
    * becomes the envelope's values column as it is, without a copy.
    */
-  accept(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost, owned = false): Promise<void> | undefined {
-    if (this.logRecords) return this.acceptLogged(events, positions, host);
+  accept(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost, owned = false, keyed?: KeyAppend): Promise<void> | undefined {
+    if (this.logRecords) return this.acceptLogged(events, positions, host, keyed);
     const batch = host.batchSize;
     const marked = this.arrivals.length > 0;
     const total = events.length;
@@ -211,7 +214,7 @@ export class SourceFeed {
    * the job. During a replay they are logged after the replayed records and queued
    * behind them.
    */
-  private acceptLogged(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost): Promise<void> | undefined {
+  private acceptLogged(events: readonly unknown[], positions: readonly string[] | undefined, host: FeedHost, keyed?: KeyAppend): Promise<void> | undefined {
     const batch = host.batchSize;
     const total = events.length;
     const rejected = (r: RejectedInput) => host.rejected(r);
@@ -245,7 +248,8 @@ export class SourceFeed {
       heads[p] += c.values.length;
       return { p, at, text: encodeRecords(c.timestamps, c.values) };
     });
-    this.log!.appendAll(appends);
+    // An Idempotency-Key's line goes first: written without its records, it is dropped when read back (ingest-keys.ts).
+    this.log!.appendAll(keyed ? [keyed(appends), ...appends] : appends);
     const entry: PendingAccept = { host, chunks, arrivals, appends, heads, next: (first + chunks.length) % parts, replaying, done: deferred() };
     if (!this.log!.fsyncs) {
       this.release(entry);
@@ -389,6 +393,11 @@ export class SourceFeed {
     for (const r of this.replay.values()) n += r.records.length - r.i;
     for (const e of this.pending) for (const c of e.chunks) n += c.values.length;
     return n;
+  }
+
+  /** Whether no logged request waits for an fsync. */
+  get settledLog(): boolean {
+    return this.pending.length === 0;
   }
 
   /** Whether restored input is still waiting to be replayed. */

@@ -15,6 +15,7 @@ import { Hash } from '@smithy/core/serde';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { awsEndpointOf, parseRetryAfter, PublishRefusedError, publishFile, signingScopeFor } from '../../lib/cli/publish.ts';
+import { publishCommand } from '../../lib/cli/publish-command.ts';
 import { NodeSha256 } from '../../lib/cli/sigv4.ts';
 import { BackPressureError, ConfigError } from '../../lib/errors.ts';
 import { ROOT } from './helpers.ts';
@@ -195,7 +196,7 @@ describe('SigV4', () => {
     const events = ids(7);
     const file = await jsonl(events);
     const result = await publishFile({ url: `${endpoint.url}/`, stream: 'page views', file, batchSize: 3, sign: 'always', region: 'eu-west-1', service: 'execute-api' });
-    expect(result).toEqual({ sent: 7, accepted: 7, rejected: [] });
+    expect(result).toEqual({ sent: 7, accepted: 7, rejected: [], replayed: [] });
     expect(endpoint.received).toHaveLength(3);
     expect(endpoint.enqueued).toEqual(events);
     for (const r of endpoint.received) {
@@ -285,7 +286,7 @@ describe('retries', () => {
     const events = ids(6);
     const file = await jsonl(events);
     const result = await publishFile({ url: endpoint.url, stream: 's', file, batchSize: 2, sign: 'always', region: 'us-east-1', service: 'execute-api' });
-    expect(result).toEqual({ sent: 6, accepted: 6, rejected: [] });
+    expect(result).toEqual({ sent: 6, accepted: 6, rejected: [], replayed: [] });
     expect(refused).toBe(2);
     expect(endpoint.received.map((r) => r.body)).toEqual(['{"id":0}\n{"id":1}\n', '{"id":2}\n{"id":3}\n', '{"id":2}\n{"id":3}\n', '{"id":2}\n{"id":3}\n', '{"id":4}\n{"id":5}\n']);
     const k = keys();
@@ -308,10 +309,40 @@ describe('retries', () => {
     const events = ids(3);
     const file = await jsonl(events);
     const result = await publishFile({ url: endpoint.url, stream: 's', file, retryBaseMs: 1 });
-    expect(result).toEqual({ sent: 3, accepted: 3, rejected: [] });
+    expect(result).toEqual({ sent: 3, accepted: 3, rejected: [], replayed: [] });
     expect(endpoint.received).toHaveLength(3);
     expect(new Set(keys()).size).toBe(1);
     expect(endpoint.enqueued).toEqual(events);
+  });
+
+  it('reports a batch answered as a replay (its first answer lost): counted once, named with its key', async () => {
+    let first: Answer | undefined;
+    endpoint.answer = (r, n) => {
+      if (n === 1) {
+        first = endpoint.accept(r); // taken; the answer is lost on the way back
+        return { status: 502, body: { message: 'Internal Server Error' } };
+      }
+      return { status: 202, headers: { 'idempotent-replayed': 'true' }, body: { ...(first!.body as object), replay: true } };
+    };
+    const file = await jsonl(ids(3));
+    const out: string[] = [];
+    const saved = process.exitCode;
+    await publishCommand('s', file, { url: endpoint.url, batchSize: '10', sign: 'never' }, (l) => out.push(l));
+    expect(process.exitCode).toBe(saved);
+    expect(out[0]).toBe(`published ${file} to "s": 3 accepted, 0 rejected`);
+    expect(out[1]).toMatch(/^ {2}lines 1-3: already accepted \(a replay of Idempotency-Key [0-9a-f-]{36}:1-3; its first answer, nothing enqueued twice\)$/);
+    expect(endpoint.enqueued).toEqual(ids(3));
+  });
+
+  it('fails on a 409 at once, with the endpoint\'s explanation, the lines and the key', async () => {
+    endpoint.answer = () => ({ status: 409, body: { error: 'idempotency_outcome_unknown', message: 'the first request with Idempotency-Key "k" has no recorded outcome' } });
+    const file = await jsonl(ids(2));
+    const publishing = publishFile({ url: endpoint.url, stream: 's', file, retries: 3, retryBaseMs: 1 });
+    await expect(publishing).rejects.toThrow(PublishRefusedError);
+    await expect(publishing).rejects.toThrow(
+      /refused lines 1-2 with Idempotency-Key [0-9a-f-]{36}:1-2 \(HTTP 409 idempotency_outcome_unknown\): the first request with Idempotency-Key "k" has no recorded outcome; lines 1-2 were not accepted \(0 events/,
+    );
+    expect(endpoint.received).toHaveLength(1);
   });
 
   it('gives up after `retries` 5xx answers, naming the lines and the key', async () => {
