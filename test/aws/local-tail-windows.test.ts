@@ -38,12 +38,12 @@ interface Count {
 
 const IDLE_TIMEOUT_MS = 1000;
 
-function tailJob(name: string) {
+function tailJob(name: string, windowMs = 1000) {
   const job = new Job(name, { parallelism: 2, maxParallelism: 16 });
   job
     .ingest<Click>('clicks', { timestamp: (c) => c.ts, watermark: WatermarkStrategies.boundedOutOfOrderness(0, { idleTimeoutMs: IDLE_TIMEOUT_MS }), parallelism: 2 })
     .keyBy((c) => c.user)
-    .window(Windows.tumbling(1000))
+    .window(Windows.tumbling(windowMs))
     .process<Count>((els, { key, window }, out) => out.emit({ user: key as string, start: window.start, n: els.length }))
     .sinkTo(Sinks.collect(), 'out');
   return job;
@@ -120,6 +120,27 @@ describe('tail windows at zero traffic on local AWS', () => {
       expect((await runtime.ingest!(apiEvent([{ user: 'u0', ts: 9000 }]))).statusCode).toBe(202);
       await until('an epoch after the wake-up', () => loop.committed.length > before.committed, state);
       expect(await runtime.deadLetters()).toEqual([]);
+    } finally {
+      await runtime.stop();
+    }
+  }, 120_000);
+
+  it('input that arrives while the coordinator waits for a timer far ahead is checkpointed at once, as a new execution would (the lease is free)', async () => {
+    // Two-hour windows: the timer is about 2 h of event time ahead, so the coordinator waits the longest wait, 1 h.
+    const sink = new CollectSink<Count>();
+    const runtime = new LocalAwsRuntime(tailJob('tail-far', 7_200_000), { env, runId: unique('far').slice(-20).replace(/^[^a-z]+/, 'r'), sinks: { out: sink as Sink<any> }, checkpoints: { dir: join(dir, 'far'), intervalMs: 100, start: 'fresh' } });
+    await runtime.start();
+    const loop = runtime.checkpointing!.loop;
+    const state = () => loop.describe();
+    try {
+      for (const r of REQUESTS) expect((await runtime.ingest!(apiEvent(r))).statusCode).toBe(202);
+      await until('the timers wait', () => loop.describe().includes('waiting after timers'), state);
+      const committed = loop.committed.length;
+      expect((await runtime.ingest!(apiEvent([{ user: 'u1', ts: 5000 }]))).statusCode).toBe(202);
+      await until('an epoch for the new input', () => loop.committed.length > committed, state);
+      // Its acks still report the timer: back to waiting; the window is far from due.
+      await until('the timers wait again', () => loop.describe().includes('waiting after timers'), state);
+      expect(sink.records).toEqual([]);
     } finally {
       await runtime.stop();
     }

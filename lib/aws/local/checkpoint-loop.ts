@@ -110,13 +110,15 @@ export class LocalCheckpointLoop {
     return `checkpoint loop ${this.ended ? 'ended' : this.current}; committed ${this.committed.length} (last ${this.committed.at(-1) ?? '-'}), aborted ${this.aborted.length}${final}${failed}`;
   }
 
-  private sleep(ms: number): Promise<void> {
+  /** `untilInput`: input also ends it (the lease is free during a timers wait). */
+  private sleep(ms: number, untilInput = false): Promise<void> {
     return new Promise((resolve) => {
       const t = setTimeout(resolve, ms);
       this.wake = () => {
         clearTimeout(t);
         resolve();
       };
+      if (untilInput) this.wakeEnded = this.wake;
     });
   }
 
@@ -149,8 +151,13 @@ export class LocalCheckpointLoop {
           break;
         case 'timers':
           // Idle with event-time timers pending: the state machine's WaitTimers, then Probe.
-          await this.sleep(this.finalAt === undefined ? (this.o.timersWaitMs ?? ((s) => s * 1000))(c.wait ?? 1) : this.o.pollMs);
-          action = 'probe';
+          // The lease is free meanwhile: input starts a new execution (resume), as on AWS.
+          if (this.inputs === inputsAtStep) await this.sleep(this.finalAt === undefined ? (this.o.timersWaitMs ?? ((s) => s * 1000))(c.wait ?? 1) : this.o.pollMs, true);
+          this.wakeEnded = undefined;
+          if (this.inputs !== inputsAtStep && this.finalAt === undefined) {
+            c = { ...INITIAL_CARRY, failures: c.failures };
+            action = 'resume';
+          } else action = 'probe';
           break;
         default:
           // The final epoch may have committed already (see finalCovered): then the coordinator opens no other.
