@@ -5,11 +5,15 @@
  * states route it, with its Wait states as timers:
  *
  *   resume -> wait interval -> open -> inject -> wait poll -> decide -> commit | abort | (pending: poll again)
+ *   idle, event-time timers pending: wait the seconds open returned -> probe -> (as after open)
  *   a failing step -> wait poll -> resume (the Catch -> Backoff -> Resume path)
  *
- * Where the state machine ends at zero traffic ('end'), this loop sleeps an interval and
- * opens again: in one process nothing has to be woken up. It keeps one execution name,
- * so a process restarted after a crash takes its own lease back at once.
+ * Where the state machine's execution ends at zero traffic ('end'), this loop runs
+ * nothing until input is touched (onInput, what the ingest function's wake-up does on
+ * AWS), a nudge or finish(); then it resumes, as a new execution would. So a quiet job
+ * costs no steps here either, and the accounted transitions are the deployment's. It
+ * keeps one execution name, so a process restarted after a crash takes its own lease
+ * back at once.
  */
 import { POINTER_NAME } from '../../checkpoint/driver.ts';
 import type { CommitPointer } from '../../checkpoint/protocol.ts';
@@ -49,6 +53,10 @@ export class LocalCheckpointLoop {
   private running = false;
   private loop?: Promise<void>;
   private wake?: () => void;
+  /** Ends the wait of an ended execution (input, a nudge, finish, stop). */
+  private wakeEnded?: () => void;
+  /** Input touches so far: one during a step that then ended means the step may not have seen it. */
+  private inputs = 0;
   /** finish(): the activity time the final epoch must cover (touched after the drain). */
   private finalAt: number | undefined;
   private finalEpoch = 0;
@@ -102,18 +110,21 @@ export class LocalCheckpointLoop {
     return `checkpoint loop ${this.ended ? 'ended' : this.current}; committed ${this.committed.length} (last ${this.committed.at(-1) ?? '-'}), aborted ${this.aborted.length}${final}${failed}`;
   }
 
-  private sleep(ms: number): Promise<void> {
+  /** `untilInput`: input also ends it (the lease is free during a timers wait). */
+  private sleep(ms: number, untilInput = false): Promise<void> {
     return new Promise((resolve) => {
       const t = setTimeout(resolve, ms);
       this.wake = () => {
         clearTimeout(t);
         resolve();
       };
+      if (untilInput) this.wakeEnded = this.wake;
     });
   }
 
   private async run(first: Carry): Promise<void> {
     let c = first;
+    let inputsAtStep = this.inputs;
     while (this.running) {
       let action: Action;
       this.current = `waiting after ${c.next} (epoch ${c.epoch})`;
@@ -140,12 +151,28 @@ export class LocalCheckpointLoop {
           break;
         case 'timers':
           // Idle with event-time timers pending: the state machine's WaitTimers, then Probe.
-          await this.sleep(this.finalAt === undefined ? (this.o.timersWaitMs ?? ((s) => s * 1000))(c.wait ?? 1) : this.o.pollMs);
-          action = 'probe';
+          // The lease is free meanwhile: input starts a new execution (resume), as on AWS.
+          if (this.inputs === inputsAtStep) await this.sleep(this.finalAt === undefined ? (this.o.timersWaitMs ?? ((s) => s * 1000))(c.wait ?? 1) : this.o.pollMs, true);
+          this.wakeEnded = undefined;
+          if (this.inputs !== inputsAtStep && this.finalAt === undefined) {
+            c = { ...INITIAL_CARRY, failures: c.failures };
+            action = 'resume';
+          } else action = 'probe';
           break;
         default:
           // The final epoch may have committed already (see finalCovered): then the coordinator opens no other.
           if (this.finalAt !== undefined && (await this.finalCovered())) return this.finalReached();
+          if (c.next === 'end' && this.finalAt === undefined) {
+            // The execution ended (no input, no timers): nothing runs until something wakes the coordinator.
+            this.current = 'ended at zero traffic: waiting for input';
+            if (this.inputs === inputsAtStep) await new Promise<void>((resolve) => (this.wakeEnded = resolve));
+            this.wakeEnded = undefined;
+            if (!this.running) return;
+            // A wake-up's new execution: resume (the lease is free), then an interval before its open.
+            c = { ...INITIAL_CARRY, failures: c.failures };
+            action = 'resume';
+            break;
+          }
           // wait, end: the next epoch after an interval (sooner when the final one is asked for).
           // Interval 0: no periodic epochs, only the final one.
           if (this.finalAt === undefined && this.o.intervalMs <= 0) await new Promise<void>((resolve) => (this.wake = resolve));
@@ -154,6 +181,7 @@ export class LocalCheckpointLoop {
       }
       if (!this.running) return;
       const openedAt = this.now();
+      inputsAtStep = this.inputs;
       this.current = `in step ${action} (epoch ${c.epoch})`;
       try {
         const before = c;
@@ -214,22 +242,33 @@ export class LocalCheckpointLoop {
     this.finalAt = activityAt;
     if (!this.loop) throw new InvariantError('the checkpoint loop finished before it was started');
     if (this.ended) this.finalDone?.();
-    this.wake?.();
+    this.wakeAll();
     await done;
     await this.loop;
     if (this.failure) throw this.failure;
     if (!this.reachedFinal) throw new InvariantError('the checkpoint loop was stopped before its final epoch committed');
   }
 
-  /** Open the next epoch now rather than after the interval (a savepoint request arrived). */
+  /** Open the next epoch now rather than after the interval (a savepoint request arrived); an ended execution resumes. */
   nudge(): void {
-    this.wake?.();
+    this.wakeAll();
+  }
+
+  /** Input was touched (the activity item): an ended execution resumes, as the ingest function's wake-up starts one on AWS. */
+  onInput(): void {
+    this.inputs++;
+    this.wakeEnded?.();
   }
 
   /** Stop without a final epoch (idempotent). */
   async stop(): Promise<void> {
     this.running = false;
-    this.wake?.();
+    this.wakeAll();
     await this.loop;
+  }
+
+  private wakeAll(): void {
+    this.wake?.();
+    this.wakeEnded?.();
   }
 }

@@ -181,9 +181,10 @@ export class LocalAwsCheckpointing {
     return this.handler.acks.put(acks);
   }
 
-  /** Input was sent (at `at`, default now): the coordinator's open step looks for it. */
-  touch(at = Date.now()): Promise<void> {
-    return this.handler.acks.touch(at);
+  /** Input was sent (at `at`, default now): the coordinator's open step looks for it, and an ended loop resumes. */
+  async touch(at = Date.now()): Promise<void> {
+    await this.handler.acks.touch(at);
+    this.loop.onInput();
   }
 
   /** Per partition of a source fed again: the records its partitions already consumed (the feeder skips them). */

@@ -178,7 +178,9 @@ export class LocalAwsRuntime {
     for (const s of this.sinks.values()) await s.open?.();
     this.transport = new SqsTransport({ sqs: clients.sqs, job: this.plan.job.name, queues, accounting: this.accounting, blobs, maxMessageBytes: o.maxMessageBytes });
     const idempotency = new DynamoDbIdempotencyStore({ client: clients.dynamodb, tableName: this.tableName, job: this.plan.job.name, accounting: this.accounting });
-    this.ingest = createIngestHandler({ job: this.job, sqs: clients.sqs, queues, clock: this.clock, accounting: this.accounting, maxMessageBytes: o.maxMessageBytes, idempotency });
+    // With checkpoints, accepted events wake the coordinator, as CoordinatorWakeUp does on AWS (the activity item; an ended loop resumes).
+    const wakeUp = o.checkpoints ? { onInput: () => this.checkpointing!.touch() } : undefined;
+    this.ingest = createIngestHandler({ job: this.job, sqs: clients.sqs, queues, clock: this.clock, accounting: this.accounting, maxMessageBytes: o.maxMessageBytes, idempotency, wakeUp });
     // One set of transactional sinks (the CLI's output file, the job's S3 file sinks), committed with the checkpoints.
     const transactional = [...new Set([...(o.checkpoints?.sinks ?? []), ...[...this.sinks.values()].flatMap((x) => (isTransactional(x) ? [x] : []))])];
     const cp = o.checkpoints ? await LocalAwsCheckpointing.create(this.job, this.plan, this.options.env, this.identity!, o.checkpoints, { queues, sinks: transactional, refedSourceStages: this.refedSourceStages(), overhead: this.overhead }, this.accounting) : undefined;
