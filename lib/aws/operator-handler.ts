@@ -30,8 +30,9 @@
  *   its dead letter is committed).
  * - A timer or watermark callback throws (its location names the operator, the timer or
  *   watermark, and the envelope whose watermark fired it): the same, counted per callback,
- *   from that envelope's message; a processing-time timer (no envelope) fails the whole
- *   group until it is parked. A parked timer counts as consumed.
+ *   from that envelope's message; a processing-time timer (no envelope), and a record of
+ *   an envelope held behind a barrier (from the committed progress, not a message), fail
+ *   the whole group until parked. A parked timer counts as consumed.
  * - A stale cached runtime (another container moved the partition on) fails with
  *   CommitConflictError or a sequence InvariantError: reopen and retry once.
  * - Anything else (throttling, timeouts, a stale runtime that fails again, a spilled
@@ -347,10 +348,12 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         runtimes.delete(`${stage}/${partition}`);
         if (e instanceof RecordFailedError && e.location) {
           // A record, or a callback fired by an envelope's watermark: its message. A
-          // processing-time timer fires at the end of any batch: the group as a whole.
+          // processing-time timer fires at the end of any batch, and an envelope held
+          // behind a barrier comes from the partition's committed progress (applied when
+          // the barrier aligns, in whichever message completes it): the group as a whole.
           const at = failedEnvelope(e.location);
-          const idx = at ? messageOf.get(`${at.channel}#${at.seq}`) : 0;
-          if (idx !== undefined && idx < end) {
+          const idx = (at && messageOf.get(`${at.channel}#${at.seq}`)) ?? 0;
+          if (idx < end) {
             const id = locationId(e.location);
             const cause = e.cause instanceof Error ? e.cause : e;
             const failure = { error: e.message, operator: e.operator, ...(cause.stack ? { stack: cause.stack } : {}) };

@@ -2,8 +2,8 @@
  * A job whose user code throws on a seeded subset of its input, and that input: the
  * dead-letter tests of both runtimes (test/local/poison-records.test.ts,
  * test/aws/poison-records.test.ts) and the local-AWS kill test
- * (test/aws/poison-kill.test.ts, whose job module re-exports poisonJob), and what each
- * checks of the dead letters.
+ * (test/aws/poison-kill.test.ts, whose job module re-exports poisonJob; so no vitest
+ * here: poison-letters.ts checks the letters).
  *
  * Poison: amount 42 makes the map on the source stage throw ("check", a source channel,
  * so on AWS the letter carries the SQS offset); amount 13 makes the keyed process behind
@@ -17,8 +17,6 @@ import { mapState, valueState } from '../../lib/api/state.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { WatermarkStrategies } from '../../lib/api/types.ts';
 import { Rng } from '../../lib/nexmark/random.ts';
-import { canonicalJson } from '../../lib/testing/checker.ts';
-import { expect } from 'vitest';
 
 export interface Pay {
   readonly id: number;
@@ -84,25 +82,3 @@ export function poisonJob(p: { parallelism?: number } = {}): Job {
     .sinkTo(Sinks.stdout(), 'out');
   return job;
 }
-
-/** Each poison event has exactly one letter, from the operator that refuses it, with its record, error and attempts; no other letters. */
-export function expectOneLetterPerPoison(events: readonly Pay[], letters: readonly { operator: string; record?: { value: unknown }; error: string; attempts: number }[], label: string, maxAttempts = 3): void {
-  const poison = events.filter((e) => poisonOperator(e) !== undefined);
-  expect(poison.length, `${label}: the input has poison records`).toBeGreaterThan(20);
-  const byValue = new Map<string, number>();
-  for (const d of letters) {
-    expect(d.record, `${label}: a record letter`).toBeDefined();
-    const v = d.record!.value as Pay;
-    expect(d.operator, `${label}: letter of event ${v.id}`).toBe(poisonOperator(v));
-    expect(d.error).toContain(`refuses amount ${v.amount} of event ${v.id}`);
-    expect(d.attempts, `${label}: attempts of event ${v.id}`).toBe(maxAttempts);
-    const k = canonicalJson(v);
-    byValue.set(k, (byValue.get(k) ?? 0) + 1);
-  }
-  const missing = poison.filter((e) => !byValue.has(canonicalJson(e)));
-  expect(missing, `${label}: poison records without a dead letter`).toEqual([]);
-  const twice = [...byValue].filter(([, n]) => n > 1).map(([k]) => k);
-  expect(twice, `${label}: poison records with more than one dead letter`).toEqual([]);
-  expect(letters.length, `${label}: letters of records that are not poison`).toBe(poison.length);
-}
-

@@ -15,7 +15,8 @@ import { localAwsAt } from '../../lib/aws/local/endpoints.ts';
 import { LocalAwsRuntime } from '../../lib/aws/local/runner.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { assertExactlyOnce } from '../../lib/testing/checker.ts';
-import { expectOneLetterPerPoison, poisonEvents, poisonJob, poisonOperator, writeEvents } from './poison-jobs.ts';
+import { poisonEvents, poisonJob, poisonOperator, writeEvents } from './poison-jobs.ts';
+import { expectOneLetterPerPoison } from './poison-letters.ts';
 
 const env = localAwsAt({ dynamodb: inject('dynamodbEndpoint'), sqs: inject('fauxqsEndpoint'), s3: inject('fauxqsEndpoint') }, inject('awsRegion'), inject('awsCredentials'));
 afterAll(() => env.close());

@@ -16,7 +16,8 @@ import { openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
 import { DeadLetterStore, type StoredDeadLetter } from '../../lib/local/dead-letter-store.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { assertExactlyOnce } from '../../lib/testing/checker.ts';
-import { expectOneLetterPerPoison, type Pay, poisonEvents, poisonJob, poisonOperator } from '../aws/poison-jobs.ts';
+import { type Pay, poisonEvents, poisonJob, poisonOperator } from '../aws/poison-jobs.ts';
+import { expectOneLetterPerPoison } from '../aws/poison-letters.ts';
 
 const N = 4000;
 
