@@ -44,4 +44,5 @@ const summary = await runSoak(options, (line) => console.log(line));
 if (!values.keep) rmSync(dir, { recursive: true, force: true });
 else console.log(`kept: ${dir}`);
 console.log(`${summary.passed} passed, ${summary.failed} failed`);
-process.exit(summary.failed ? 1 : 0);
+// exitCode, not exit(): stdout to a pipe is written asynchronously.
+process.exitCode = summary.failed ? 1 : 0;

@@ -32,6 +32,9 @@ export interface SeedPlan {
 /** Inputs per target: a few, so their references and crossing counts are computed once. */
 export const INPUTS = { embedded: { variants: 3, events: 12_000 }, 'local-aws': { variants: 2, events: 600 } } as const;
 
+/** Checkpoint interval of the child runs: short, so that kills fall between many epochs. */
+export const INTERVAL_MS = { embedded: 5, 'local-aws': 200 } as const;
+
 /** Crossings of each point in an uninterrupted checkpointed run of the seed's job and input (what `nth` is drawn from). */
 export type Census = ReadonlyMap<string, number>;
 
@@ -62,7 +65,7 @@ export function planSeed(seed: number, target: SoakTarget, counts: Census): Seed
     else if (r < 0.7) kills.push({ kind: 'any', nth: 1 + int(Math.max(1, anyTotal)) });
     else kills.push({ kind: 'timer', ms: target === 'embedded' ? 200 + int(1200) : 2000 + int(15_000) });
   }
-  return { seed, target, query, inputSeed, events: INPUTS[target].events, checkpointIntervalMs: target === 'embedded' ? 5 : 200, kills };
+  return { seed, target, query, inputSeed, events: INPUTS[target].events, checkpointIntervalMs: INTERVAL_MS[target], kills };
 }
 
 export function describeKill(k: Kill): string {

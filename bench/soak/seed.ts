@@ -8,14 +8,14 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Sinks, type Sink } from '../../lib/api/sinks.ts';
 import { loadJob } from '../../lib/cli/load-job.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { generateEvent, serializeEvent } from '../../lib/nexmark/index.ts';
 import { type Comparison, compareOutputs } from '../../lib/testing/checker.ts';
-import { type Census, describeKill, INPUTS, type Kill, killKind, pickJob, planSeed, type Query, type SeedPlan, type SoakTarget } from './plan.ts';
+import { type Census, describeKill, INPUTS, INTERVAL_MS, type Kill, killKind, pickJob, planSeed, type Query, type SeedPlan, type SoakTarget } from './plan.ts';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -54,14 +54,6 @@ export interface SeedResult {
   readonly repro: string;
   readonly durationMs: number;
 }
-
-interface Prepared {
-  readonly input: string;
-  readonly reference: unknown[];
-  readonly census: Census;
-}
-
-const prepared = new Map<string, Promise<Prepared>>();
 
 function childEnv(env: SoakEnv, extra: Record<string, string>): NodeJS.ProcessEnv {
   const base: NodeJS.ProcessEnv = { ...process.env, ...(env.awsEnv ?? {}), ...extra };
@@ -125,36 +117,57 @@ const runArgs = (plan: SeedPlan, input: string, output: string, ck: string) => [
   ...(plan.target === 'local-aws' ? ['--target', 'local-aws'] : []),
 ];
 
-/** The input file, the reference output and the crossing counts of one job and input, made once. */
-function prepare(env: SoakEnv, target: SoakTarget, query: Query, inputSeed: number): Promise<Prepared> {
-  const key = `${target}/${query}/${inputSeed}`;
-  let p = prepared.get(key);
+const inputs = new Map<string, string>();
+const references = new Map<string, Promise<unknown[]>>();
+const censuses = new Map<string, Promise<Census>>();
+
+/** A Nexmark input file of the target's size, written once per variant. */
+function inputFile(env: SoakEnv, target: SoakTarget, inputSeed: number): string {
+  const events = INPUTS[target].events;
+  const file = join(env.dir, 'inputs', `nexmark-${inputSeed}-${events}.jsonl`);
+  if (!inputs.has(file)) {
+    mkdirSync(dirname(file), { recursive: true });
+    const lines: string[] = [];
+    for (let n = 0; n < events; n++) lines.push(serializeEvent(generateEvent(n, { seed: 1000 + inputSeed, ratePerSec: 1000 })));
+    writeFileSync(file, lines.join('\n') + '\n');
+    inputs.set(file, file);
+  }
+  return file;
+}
+
+/** The uninterrupted in-process run's output (the embedded runtime, no checkpoints): what every seed is checked against. */
+function reference(query: Query, input: string): Promise<unknown[]> {
+  const key = `${query}/${input}`;
+  let p = references.get(key);
   if (!p) {
     p = (async () => {
-      const events = INPUTS[target].events;
-      const inputs = join(env.dir, 'inputs');
-      mkdirSync(inputs, { recursive: true });
-      const input = join(inputs, `nexmark-${inputSeed}-${events}.jsonl`);
-      if (!existsSync(input)) {
-        const lines: string[] = [];
-        for (let n = 0; n < events; n++) lines.push(serializeEvent(generateEvent(n, { seed: 1000 + inputSeed, ratePerSec: 1000 })));
-        writeFileSync(input, lines.join('\n') + '\n');
-      }
       const out = Sinks.collect<unknown>();
       const job = await loadJob(resolve(ROOT, JOBS[query]), {});
       await new EmbeddedRuntime(job, { sources: { events: { kind: 'file', path: input } }, sinks: { results: out as Sink<any> } }).run();
-      // Each point's crossings in an uninterrupted checkpointed child run: what a kill's nth is drawn from.
-      const scratch = join(env.dir, `census-${target}-${query}-${inputSeed}`);
+      return out.records;
+    })();
+    references.set(key, p);
+  }
+  return p;
+}
+
+/** Each point's crossings in one uninterrupted checkpointed child run of the job (input variant 0): what a kill's nth is drawn from. */
+function census(env: SoakEnv, target: SoakTarget, query: Query): Promise<Census> {
+  const key = `${target}/${query}`;
+  let p = censuses.get(key);
+  if (!p) {
+    p = (async () => {
+      const scratch = join(env.dir, `census-${target}-${query}`);
       const counts = join(scratch, 'counts.json');
       mkdirSync(scratch, { recursive: true });
-      const plan = { seed: 0, target, query, inputSeed, events, checkpointIntervalMs: target === 'embedded' ? 5 : 200, kills: [] };
-      const exit = await runChild(runArgs(plan, input, join(scratch, 'out.jsonl'), join(scratch, 'ck')), childEnv(env, { SLUICE_FAULT_COUNTS: counts }));
+      const plan = { seed: 0, target, query, inputSeed: 0, events: INPUTS[target].events, checkpointIntervalMs: INTERVAL_MS[target], kills: [] };
+      const exit = await runChild(runArgs(plan, inputFile(env, target, 0), join(scratch, 'out.jsonl'), join(scratch, 'ck')), childEnv(env, { SLUICE_FAULT_COUNTS: counts }));
       if (exit.code !== 0) throw new Error(`soak: the census run of ${query} (${target}) failed: ${exit.stderr}`);
-      const census = new Map(Object.entries(JSON.parse(readFileSync(counts, 'utf8')) as Record<string, number>));
+      const counted = new Map(Object.entries(JSON.parse(readFileSync(counts, 'utf8')) as Record<string, number>));
       rmSync(scratch, { recursive: true, force: true });
-      return { input, reference: out.records, census };
+      return counted;
     })();
-    prepared.set(key, p);
+    censuses.set(key, p);
   }
   return p;
 }
@@ -174,8 +187,9 @@ export async function runSeed(seed: number, target: SoakTarget, env: SoakEnv): P
   const dir = join(env.dir, `seed-${target}-${seed}`);
   const fail = (error: string, comparison?: Comparison): SeedResult => ({ plan, ok: false, killed, attempts, comparison, records: comparison?.counts.actual ?? 0, error, repro, durationMs: performance.now() - t0 });
   try {
-    const prep = await prepare(env, target, query, inputSeed);
-    plan = planSeed(seed, target, prep.census);
+    const input = inputFile(env, target, inputSeed);
+    const prep = { input, reference: await reference(query, input) };
+    plan = planSeed(seed, target, await census(env, target, query));
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir, { recursive: true });
     const output = join(dir, 'out.jsonl');
