@@ -238,8 +238,45 @@ export async function openDevRuntime(
   };
 }
 
+/** What `sluice savepoint` ends with (`--json`: this object on stdout). */
+export interface SavepointResult {
+  target: 'embedded' | 'local-aws' | 'aws';
+  job: string;
+  label: string;
+  epoch: number;
+  bytes: number;
+  /** Its directory (embedded), or its bucket and prefix. */
+  location: string;
+  /** The command that restores it, with the flags that found it. */
+  restore: string;
+}
+
+/** Flags of `savepoint` that `restore` needs again to find the same savepoint. */
+const FINDING_FLAGS = [
+  ['target', '--target'],
+  ['checkpointDir', '--checkpoint-dir'],
+  ['table', '--table'],
+  ['bucket', '--bucket'],
+  ['stateMachine', '--state-machine'],
+  ['queuePrefix', '--queue-prefix'],
+] as const;
+
+const shellWord = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
+
+/** `sluice restore <job> [--target T] [--checkpoint-dir D] [--param k=v]... --from <label>`. */
+export function restoreHint(jobPath: string, label: string, flags: { param?: readonly string[] } & Partial<Record<(typeof FINDING_FLAGS)[number][0], string>>): string {
+  const words = ['sluice', 'restore', jobPath];
+  for (const [key, flag] of FINDING_FLAGS) {
+    const v = flags[key];
+    if (v !== undefined && !(key === 'target' && v === 'embedded')) words.push(flag, v);
+  }
+  for (const p of flags.param ?? []) words.push('--param', p);
+  words.push('--from', label);
+  return words.map(shellWord).join(' ');
+}
+
 /** `sluice savepoint <job>`: ask the running `sluice dev` of this job for a savepoint and wait for it. */
-export async function savepointCommand(jobPath: string, opts: { label?: string; checkpointDir?: string; param?: string[]; timeout?: string }, log: Log): Promise<void> {
+export async function savepointCommand(jobPath: string, opts: { label?: string; checkpointDir?: string; param?: string[]; timeout?: string }, log: Log): Promise<SavepointResult> {
   const job = await loadJob(jobPath, parseParams(opts.param));
   const dir = opts.checkpointDir ?? defaultCheckpointDir(job.name);
   let pid: number;
@@ -264,8 +301,11 @@ export async function savepointCommand(jobPath: string, opts: { label?: string; 
     await new Promise((r) => setTimeout(r, 50));
   }
   const m = JSON.parse(readFileSync(meta, 'utf8')) as SavepointMeta;
-  log(`savepoint "${label}" of job "${m.job}": epoch ${m.epoch}, ${fmt.int(m.bytes)} bytes, in ${resolve(dir, 'savepoints', label)}`);
-  log(`restore: sluice restore ${jobPath} --from ${label}`);
+  const location = resolve(dir, 'savepoints', label);
+  log(`savepoint "${label}" of job "${m.job}": epoch ${m.epoch}, ${fmt.int(m.bytes)} bytes, in ${location}`);
+  const restore = restoreHint(jobPath, label, opts);
+  log(`restore: ${restore}`);
+  return { target: 'embedded', job: m.job, label, epoch: m.epoch, bytes: m.bytes, location, restore };
 }
 
 export interface CheckpointListing {
