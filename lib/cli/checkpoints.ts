@@ -24,6 +24,7 @@ import type { EmbeddedRuntime } from '../local/embedded.ts';
 import type { SavepointMeta } from '../local/restore.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { fmt } from './options.ts';
+import { checkResumable, checkRestoreSource, recordPlan } from './restore-checks.ts';
 
 type Log = (line: string) => void;
 
@@ -64,7 +65,6 @@ function checkpointOptions(job: Job, flags: CheckpointFlags, defaultIntervalMs: 
   };
 }
 
-/** `sluice run` with checkpoints: the transactional output sink and a runtime factory, or undefined when off. */
 /** What a checkpointed run read: `input.json` in the checkpoint directory, checked by --resume. */
 interface InputFingerprint {
   readonly path: string;
@@ -109,6 +109,13 @@ async function checkInput(dir: string, input: string, resuming: boolean): Promis
   );
 }
 
+/** Refusals that name what was looked at: see restore-checks.ts. */
+async function checkStart(job: Job, ck: CheckpointingOptions): Promise<void> {
+  if (ck.start === 'resume') await checkResumable(ck.dir, job);
+  else if (typeof ck.start === 'object') checkRestoreSource(ck.dir, ck.start.from, await listCheckpoints(job.name, ck.dir));
+}
+
+/** `sluice run` with checkpoints: the transactional output sink and a runtime factory, or undefined when off. */
 export async function prepareRunCheckpoints(
   job: Job,
   sinkName: string,
@@ -130,6 +137,7 @@ export async function prepareRunCheckpoints(
   }
   const ck = checkpointOptions(job, opts, undefined);
   if (!ck) return undefined;
+  if (opts.target !== 'local-aws') await checkStart(job, ck);
   if (opts.input !== undefined) await checkInput(ck.dir, opts.input, ck.start === 'resume');
   const sink = new CommittedFileSink<unknown>(opts.output, join(ck.dir, 'sinks', sinkName), ck.durable);
   if (opts.target === 'local-aws') return localAwsCheckpoints(sink, ck, crashAfter, log);
@@ -145,6 +153,7 @@ export async function prepareRunCheckpoints(
               if (n >= crashAfter) process.exit(137);
             };
       const opened = await openCheckpointedRuntime(job, { ...bindings, onSourceRecords }, { ...ck, sinks: [sink] });
+      recordPlan(ck.dir, job);
       checkpoints = opened.checkpoints;
       if (opened.checkpoints.restoredEpoch) log(`restored checkpoint ${opened.checkpoints.restoredEpoch} from ${ck.dir}${typeof ck.start === 'object' ? ` (--from ${ck.start.from})` : ''}`);
       else if (opened.checkpoints.resumed === 'start') log(`no checkpoint to resume in ${ck.dir}; starting from the beginning of --input`);
@@ -204,7 +213,9 @@ export async function openDevRuntime(
 ): Promise<{ runtime: EmbeddedRuntime; finalCheckpoint: () => Promise<number | null>; close: () => void } | undefined> {
   const ck = checkpointOptions(job, flags, 10_000);
   if (!ck) return undefined;
+  await checkStart(job, ck);
   const { runtime, checkpoints } = await openCheckpointedRuntime(job, embedded, ck);
+  recordPlan(ck.dir, job);
   const info = join(ck.dir, 'dev.json');
   writeFileAtomic(info, JSON.stringify({ pid: process.pid, job: job.name, startedAt: Date.now() }));
   const requests = join(ck.dir, 'savepoint-requests');
@@ -296,7 +307,7 @@ export async function savepointCommand(jobPath: string, opts: { label?: string; 
   const meta = join(dir, 'savepoints', label, 'meta.json');
   while (!existsSync(meta)) {
     const err = join(requests, `${label}.error`);
-    if (existsSync(err)) throw new ConfigError('savepoint', 'a savepoint', `an error: ${readFileSync(err, 'utf8')}`);
+    if (existsSync(err)) throw new Error(`the dev process (pid ${pid}) could not write savepoint "${label}": ${readFileSync(err, 'utf8')}`);
     if (Date.now() > deadline) throw new ConfigError('--timeout', 'the savepoint to complete in time (is input arriving slowly? the savepoint waits for the epoch in flight)', `nothing after ${opts.timeout ?? 120_000} ms`);
     await new Promise((r) => setTimeout(r, 50));
   }
