@@ -7,6 +7,7 @@
 import { type Command, Option } from 'commander';
 import { ConfigError } from '../errors.ts';
 import { addRejectPolicyOptions, outcomeCode, type RejectPolicy } from './exit-codes.ts';
+import { JSON_FLAG, printJson } from './program.ts';
 
 type Action = <A extends unknown[]>(command: string, fn: (...args: A) => Promise<void>) => (...args: A) => Promise<void>;
 
@@ -90,11 +91,12 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
     .option('--label <label>', 'savepoint name (default sp-<time>)')
     .option('--checkpoint-dir <dir>', 'default .sluice/<job>/')
     .option('--param <key=value>', 'job parameter, repeatable', collect, [])
-    .option('--timeout <ms>', 'how long to wait', '120000');
+    .option('--timeout <ms>', 'how long to wait', '120000')
+    .option(...JSON_FLAG);
   addTargetOptions(savepoint).action(
-    action('savepoint', async (job: string, opts: { label?: string; checkpointDir?: string; param: string[]; timeout: string } & AwsFlags) => {
-      if (opts.target === 'embedded') await (await embeddedCommands()).savepointCommand(job, opts, err);
-      else await (await awsCommands()).savepointAwsCommand(job, { ...opts, target: opts.target }, err);
+    action('savepoint', async (job: string, opts: { label?: string; checkpointDir?: string; param: string[]; timeout: string; json?: boolean } & AwsFlags) => {
+      const r = opts.target === 'embedded' ? await (await embeddedCommands()).savepointCommand(job, opts, err) : await (await awsCommands()).savepointAwsCommand(job, { ...opts, target: opts.target }, err);
+      if (opts.json) printJson(r);
     }),
   );
 
@@ -110,22 +112,27 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
     .option('--dead-letters <file>', 'write rejected input lines and dead letters as JSON lines')
     .option('--port <port>', 'dev: ingestion endpoint port', '8080')
     .option('--host <host>', 'dev: interface to listen on', '127.0.0.1')
-    .option('--param <key=value>', 'job parameter, repeatable', collect, []);
+    .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+    .option('--json', 'print the result as one JSON object on stdout: the `run` shape with --input, the `dev` shape at the stop otherwise, or what was restored (local-aws, aws)');
   addRejectPolicyOptions(addTargetOptions(addDevCheckpointOptions(restore))).action(
-    action('restore', async (job: string, opts: { from: string; input?: string; output?: string; param: string[]; port: string; host: string } & AwsFlags & RejectPolicy) => {
+    action('restore', async (job: string, opts: { from: string; input?: string; output?: string; param: string[]; port: string; host: string; json?: boolean } & AwsFlags & RejectPolicy) => {
       if (opts.target !== 'embedded') {
         if (opts.input !== undefined || opts.output !== undefined) throw new ConfigError(opts.input !== undefined ? '--input' : '--output', `no --input/--output with --target ${opts.target} (the job restores in place and keeps consuming its queues)`, 'given');
-        await (await awsCommands()).restoreAwsCommand(job, { ...opts, target: opts.target }, err);
+        const r = await (await awsCommands()).restoreAwsCommand(job, { ...opts, target: opts.target }, err);
+        if (opts.json) printJson(r);
         return;
       }
       if (opts.input !== undefined || opts.output !== undefined) {
         if (opts.input === undefined || opts.output === undefined) throw new ConfigError(opts.input === undefined ? '--input' : '--output', '--input and --output together (a bounded run), or neither (dev)', 'only one of them');
         const s = await (await import('./run.ts')).runCommand(job, { ...opts, target: 'embedded', input: opts.input, output: opts.output, checkpointInterval: (opts as { checkpointInterval?: string }).checkpointInterval ?? '0' });
+        if (opts.json) printJson(s);
         process.exitCode = outcomeCode({ rejected: s.rejectedInputs, deadLetters: s.deadLetters }, opts);
         return;
       }
       const { devCommand, devExitCode } = await import('./dev.ts');
-      process.exit(devExitCode(await devCommand(job, { ...opts, target: 'embedded' }), opts));
+      const s = await devCommand(job, { ...opts, target: 'embedded' });
+      if (opts.json) printJson(s);
+      process.exit(devExitCode(s, opts));
     }),
   );
 }

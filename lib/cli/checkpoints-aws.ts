@@ -31,7 +31,7 @@ import { defaultCheckpointDir } from '../local/checkpointing.ts';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadJob, parseParams } from './load-job.ts';
-import { printCheckpointList } from './checkpoints.ts';
+import { printCheckpointList, restoreHint, type SavepointResult } from './checkpoints.ts';
 import { fmt } from './options.ts';
 
 type Log = (line: string) => void;
@@ -157,10 +157,10 @@ export async function checkpointsAwsCommand(jobPath: string, flags: AwsTargetFla
 }
 
 /** Record the request, wake the coordinator, wait until the savepoint's meta object exists. */
-export async function savepointAwsCommand(jobPath: string, flags: AwsTargetFlags & { label?: string; timeout?: string; pollMs?: number }, log: Log): Promise<void> {
+export async function savepointAwsCommand(jobPath: string, flags: AwsTargetFlags & { label?: string; timeout?: string; pollMs?: number }, log: Log): Promise<SavepointResult> {
   const timeout = Number(flags.timeout ?? 300_000);
   if (!Number.isSafeInteger(timeout) || timeout < 1) throw new ConfigError('--timeout', 'an integer >= 1 (ms)', JSON.stringify(flags.timeout));
-  await withTarget(jobPath, flags, async (r) => {
+  return withTarget(jobPath, flags, async (r) => {
     const label = flags.label ?? `sp-${new Date().toISOString().replace(/[:.]/g, '-')}`;
     const { created } = await requestSavepoint(at(r), label, Date.now());
     log(`savepoint "${label}" ${created ? 'requested' : 'was already requested'} in ${r.where}; ${await r.wake()}`);
@@ -175,8 +175,11 @@ export async function savepointAwsCommand(jobPath: string, flags: AwsTargetFlags
       if (Date.now() > deadline) throw new ConfigError('--timeout', `savepoint "${label}" written within ${timeout} ms (it waits for the epoch in flight; the request stays recorded and is taken later)`, 'not written yet');
       await new Promise((res) => setTimeout(res, flags.pollMs ?? 250));
     }
-    log(`savepoint "${label}" of job "${meta.job}": epoch ${meta.epoch}, ${fmt.int(meta.bytes)} bytes in ${meta.objects} objects, under ${r.plan.job.name}/savepoints/${label}/`);
-    log(`restore: sluice restore ${jobPath} --target ${flags.target} --from ${label}`);
+    const location = `${r.where}: ${r.plan.job.name}/savepoints/${label}/`;
+    log(`savepoint "${label}" of job "${meta.job}": epoch ${meta.epoch}, ${fmt.int(meta.bytes)} bytes in ${meta.objects} objects, in ${location}`);
+    const restore = restoreHint(jobPath, label, flags);
+    log(`restore: ${restore}`);
+    return { target: flags.target, job: meta.job, label, epoch: meta.epoch, bytes: meta.bytes, location, restore };
   });
 }
 
@@ -186,8 +189,22 @@ export async function savepointAwsCommand(jobPath: string, flags: AwsTargetFlags
  * around the install (lib/aws/job-control.ts); a local-AWS run must not be running, and
  * continues from it with `sluice run ... --resume`.
  */
-export async function restoreAwsCommand(jobPath: string, flags: AwsTargetFlags & { from: string }, log: Log): Promise<void> {
-  await withTarget(jobPath, flags, async (r) => {
+/** What `sluice restore --target local-aws|aws --json` prints. */
+export interface AwsRestoreResult {
+  target: 'local-aws' | 'aws';
+  job: string;
+  /** "checkpoint 12" or "savepoint \"v2\"". */
+  restored: string;
+  /** The epoch of the checkpoint or savepoint. */
+  epoch: number;
+  /** The epoch the job continues from. */
+  restoreEpoch: number;
+  /** Whether the job's plan changed since (state names and kinds were checked compatible). */
+  plan: 'same' | 'changed';
+}
+
+export async function restoreAwsCommand(jobPath: string, flags: AwsTargetFlags & { from: string }, log: Log): Promise<AwsRestoreResult> {
+  return withTarget(jobPath, flags, async (r) => {
     const point: AwsRestorePoint = await loadRestorePoint(at(r), flags.from);
     const fit = savepointFit(point, r.plan);
     const checked = `${point.what} (epoch ${point.manifest.epoch}) fits job "${r.plan.job.name}" ${fit === 'same' ? 'as it is (same plan)' : 'after its change (state names and kinds compatible)'}`;
@@ -218,12 +235,13 @@ export async function restoreAwsCommand(jobPath: string, flags: AwsTargetFlags &
     if (!r.deployed) {
       const result = await install();
       log(`restored ${point.what}: restore epoch ${result.restoreEpoch}; continue with: sluice run ${jobPath} --target local-aws --checkpoint-dir ${flags.checkpointDir ?? defaultCheckpointDir(r.plan.job.name)} --resume ...`);
-      return;
+      return { target: flags.target, job: r.plan.job.name, restored: point.what, epoch: point.manifest.epoch, restoreEpoch: result.restoreEpoch, plan: fit };
     }
     const d = r.deployed;
     const port = new AwsJobControlPort({ lambda: await r.clients.lambda(), sqs: r.clients.sqs, sfn: r.clients.sfn, stateMachineArn: d.stateMachineArn });
     const control = new JobControl({ job: d.job, port, pointers: r.pointers, queues: d.queues, owner: restoreLeaseOwner(Date.now()), log });
     const result = await whileStopped(control, () => install());
     log(`restored ${point.what} in job "${d.job}": restore epoch ${result.restoreEpoch}, ${Object.keys(result.versions).length} partitions, ${Object.values(result.sources).reduce((n, s) => n + s.replayed, 0)} logged records to replay; consumers and coordinator running again`);
+    return { target: flags.target, job: r.plan.job.name, restored: point.what, epoch: point.manifest.epoch, restoreEpoch: result.restoreEpoch, plan: fit };
   });
 }

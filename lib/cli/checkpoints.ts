@@ -24,6 +24,7 @@ import type { EmbeddedRuntime } from '../local/embedded.ts';
 import type { SavepointMeta } from '../local/restore.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { fmt } from './options.ts';
+import { checkResumable, checkRestoreSource, recordPlan } from './restore-checks.ts';
 
 type Log = (line: string) => void;
 
@@ -64,7 +65,6 @@ function checkpointOptions(job: Job, flags: CheckpointFlags, defaultIntervalMs: 
   };
 }
 
-/** `sluice run` with checkpoints: the transactional output sink and a runtime factory, or undefined when off. */
 /** What a checkpointed run read: `input.json` in the checkpoint directory, checked by --resume. */
 interface InputFingerprint {
   readonly path: string;
@@ -109,6 +109,13 @@ async function checkInput(dir: string, input: string, resuming: boolean): Promis
   );
 }
 
+/** Refusals that name what was looked at: see restore-checks.ts. */
+async function checkStart(job: Job, ck: CheckpointingOptions): Promise<void> {
+  if (ck.start === 'resume') await checkResumable(ck.dir, job);
+  else if (typeof ck.start === 'object') checkRestoreSource(ck.dir, ck.start.from, await listCheckpoints(job.name, ck.dir));
+}
+
+/** `sluice run` with checkpoints: the transactional output sink and a runtime factory, or undefined when off. */
 export async function prepareRunCheckpoints(
   job: Job,
   sinkName: string,
@@ -130,6 +137,7 @@ export async function prepareRunCheckpoints(
   }
   const ck = checkpointOptions(job, opts, undefined);
   if (!ck) return undefined;
+  if (opts.target !== 'local-aws') await checkStart(job, ck);
   if (opts.input !== undefined) await checkInput(ck.dir, opts.input, ck.start === 'resume');
   const sink = new CommittedFileSink<unknown>(opts.output, join(ck.dir, 'sinks', sinkName), ck.durable);
   if (opts.target === 'local-aws') return localAwsCheckpoints(sink, ck, crashAfter, log);
@@ -145,6 +153,7 @@ export async function prepareRunCheckpoints(
               if (n >= crashAfter) process.exit(137);
             };
       const opened = await openCheckpointedRuntime(job, { ...bindings, onSourceRecords }, { ...ck, sinks: [sink] });
+      recordPlan(ck.dir, job);
       checkpoints = opened.checkpoints;
       if (opened.checkpoints.restoredEpoch) log(`restored checkpoint ${opened.checkpoints.restoredEpoch} from ${ck.dir}${typeof ck.start === 'object' ? ` (--from ${ck.start.from})` : ''}`);
       else if (opened.checkpoints.resumed === 'start') log(`no checkpoint to resume in ${ck.dir}; starting from the beginning of --input`);
@@ -204,7 +213,9 @@ export async function openDevRuntime(
 ): Promise<{ runtime: EmbeddedRuntime; finalCheckpoint: () => Promise<number | null>; close: () => void } | undefined> {
   const ck = checkpointOptions(job, flags, 10_000);
   if (!ck) return undefined;
+  await checkStart(job, ck);
   const { runtime, checkpoints } = await openCheckpointedRuntime(job, embedded, ck);
+  recordPlan(ck.dir, job);
   const info = join(ck.dir, 'dev.json');
   writeFileAtomic(info, JSON.stringify({ pid: process.pid, job: job.name, startedAt: Date.now() }));
   const requests = join(ck.dir, 'savepoint-requests');
@@ -238,8 +249,45 @@ export async function openDevRuntime(
   };
 }
 
+/** What `sluice savepoint` ends with (`--json`: this object on stdout). */
+export interface SavepointResult {
+  target: 'embedded' | 'local-aws' | 'aws';
+  job: string;
+  label: string;
+  epoch: number;
+  bytes: number;
+  /** Its directory (embedded), or its bucket and prefix. */
+  location: string;
+  /** The command that restores it, with the flags that found it. */
+  restore: string;
+}
+
+/** Flags of `savepoint` that `restore` needs again to find the same savepoint. */
+const FINDING_FLAGS = [
+  ['target', '--target'],
+  ['checkpointDir', '--checkpoint-dir'],
+  ['table', '--table'],
+  ['bucket', '--bucket'],
+  ['stateMachine', '--state-machine'],
+  ['queuePrefix', '--queue-prefix'],
+] as const;
+
+const shellWord = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
+
+/** `sluice restore <job> [--target T] [--checkpoint-dir D] [--param k=v]... --from <label>`. */
+export function restoreHint(jobPath: string, label: string, flags: { param?: readonly string[] } & Partial<Record<(typeof FINDING_FLAGS)[number][0], string>>): string {
+  const words = ['sluice', 'restore', jobPath];
+  for (const [key, flag] of FINDING_FLAGS) {
+    const v = flags[key];
+    if (v !== undefined && !(key === 'target' && v === 'embedded')) words.push(flag, v);
+  }
+  for (const p of flags.param ?? []) words.push('--param', p);
+  words.push('--from', label);
+  return words.map(shellWord).join(' ');
+}
+
 /** `sluice savepoint <job>`: ask the running `sluice dev` of this job for a savepoint and wait for it. */
-export async function savepointCommand(jobPath: string, opts: { label?: string; checkpointDir?: string; param?: string[]; timeout?: string }, log: Log): Promise<void> {
+export async function savepointCommand(jobPath: string, opts: { label?: string; checkpointDir?: string; param?: string[]; timeout?: string }, log: Log): Promise<SavepointResult> {
   const job = await loadJob(jobPath, parseParams(opts.param));
   const dir = opts.checkpointDir ?? defaultCheckpointDir(job.name);
   let pid: number;
@@ -259,13 +307,16 @@ export async function savepointCommand(jobPath: string, opts: { label?: string; 
   const meta = join(dir, 'savepoints', label, 'meta.json');
   while (!existsSync(meta)) {
     const err = join(requests, `${label}.error`);
-    if (existsSync(err)) throw new ConfigError('savepoint', 'a savepoint', `an error: ${readFileSync(err, 'utf8')}`);
+    if (existsSync(err)) throw new Error(`the dev process (pid ${pid}) could not write savepoint "${label}": ${readFileSync(err, 'utf8')}`);
     if (Date.now() > deadline) throw new ConfigError('--timeout', 'the savepoint to complete in time (is input arriving slowly? the savepoint waits for the epoch in flight)', `nothing after ${opts.timeout ?? 120_000} ms`);
     await new Promise((r) => setTimeout(r, 50));
   }
   const m = JSON.parse(readFileSync(meta, 'utf8')) as SavepointMeta;
-  log(`savepoint "${label}" of job "${m.job}": epoch ${m.epoch}, ${fmt.int(m.bytes)} bytes, in ${resolve(dir, 'savepoints', label)}`);
-  log(`restore: sluice restore ${jobPath} --from ${label}`);
+  const location = resolve(dir, 'savepoints', label);
+  log(`savepoint "${label}" of job "${m.job}": epoch ${m.epoch}, ${fmt.int(m.bytes)} bytes, in ${location}`);
+  const restore = restoreHint(jobPath, label, opts);
+  log(`restore: ${restore}`);
+  return { target: 'embedded', job: m.job, label, epoch: m.epoch, bytes: m.bytes, location, restore };
 }
 
 export interface CheckpointListing {

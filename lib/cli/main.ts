@@ -7,7 +7,7 @@
 import { Command, Option } from 'commander';
 import { registerCheckpointCommands } from './checkpoint-commands.ts';
 import { addRejectPolicyOptions, EXIT, outcomeCode, type RejectPolicy } from './exit-codes.ts';
-import { errorJson, examples, packageVersion, strictParsing, wantsJson } from './program.ts';
+import { errorJson, examples, JSON_FLAG, packageVersion, printJson, strictParsing, wantsJson } from './program.ts';
 import { type Target, TARGETS } from './targets.ts';
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
@@ -86,10 +86,12 @@ const run = program
   .option('--dead-letters <file>', 'write rejected input lines and dead letters as JSON lines')
   .addOption(targetOption())
   .option('--assembly <dir>', 'assembly: a cloud assembly `sluice synth` wrote (default: synthesize one into a temporary directory)')
-  .option('--stack-name <name>', 'assembly: the stack to run (default: the only one)');
+  .option('--stack-name <name>', 'assembly: the stack to run (default: the only one)')
+  .option(...JSON_FLAG);
 addRejectPolicyOptions(run).action(
-  action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target; assembly?: string; stackName?: string } & RejectPolicy) => {
+  action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target; assembly?: string; stackName?: string; json?: boolean } & RejectPolicy) => {
     const s = await (await import('./run.ts')).runCommand(job, opts);
+    if (opts.json) printJson(s);
     process.exitCode = outcomeCode({ rejected: s.rejectedInputs, deadLetters: s.deadLetters }, opts);
   }),
 );
@@ -103,11 +105,14 @@ const dev = program
   .option('--max-queued <records>', 'answer 429 to a request that would take a stream past this many accepted, unprocessed records', '100000')
   .option('--max-lag <ms>', "answer 429 while a stream's oldest accepted, unprocessed event is this old", '10000')
   .option('--param <key=value>', 'job parameter, repeatable', collect, [])
-  .addOption(new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(['embedded', 'local-aws']).default('embedded'));
+  .addOption(new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(['embedded', 'local-aws']).default('embedded'))
+  .option('--json', "at the stop, print the summary as one JSON object, the last line on stdout (the job's stdout sinks write there too)");
 addRejectPolicyOptions(dev).action(
-  action('dev', async (job: string, opts: { port: string; host: string; maxQueued: string; maxLag: string; param: string[]; target: Target } & RejectPolicy) => {
+  action('dev', async (job: string, opts: { port: string; host: string; maxQueued: string; maxLag: string; param: string[]; target: Target; json?: boolean } & RejectPolicy) => {
     const { devCommand, devExitCode } = await import('./dev.ts');
-    process.exit(devExitCode(await devCommand(job, opts), opts));
+    const s = await devCommand(job, opts);
+    if (opts.json) printJson(s);
+    process.exit(devExitCode(s, opts));
   }),
 );
 
@@ -120,19 +125,24 @@ const publish = program
   .option('--batch-size <n>', 'events per request', '500')
   .addOption(new Option('--sign <mode>', 'SigV4: auto (AWS endpoints, or with --service), always, never').choices(['auto', 'always', 'never']).default('auto'))
   .option('--region <region>', 'signing region (default: from the URL, else AWS_REGION)')
-  .option('--service <service>', 'signing service: execute-api (HTTP API) or lambda (Function URL); default: from the URL');
+  .option('--service <service>', 'signing service: execute-api (HTTP API) or lambda (Function URL); default: from the URL')
+  .option(...JSON_FLAG);
 addRejectPolicyOptions(publish, false).action(
-  action('publish', async (stream: string, file: string, opts: { url: string; batchSize: string; sign: 'auto' | 'always' | 'never'; region?: string; service?: string } & RejectPolicy) => {
+  action('publish', async (stream: string, file: string, opts: { url: string; batchSize: string; sign: 'auto' | 'always' | 'never'; region?: string; service?: string; json?: boolean } & RejectPolicy) => {
     const r = await (await import('./publish-command.ts')).publishCommand(stream, file, opts);
+    if (opts.json) printJson({ stream, file, url: opts.url, sent: r.sent, accepted: r.accepted, rejected: r.rejected });
     process.exitCode = outcomeCode({ rejected: r.rejected.length, deadLetters: 0 }, opts);
   }),
 );
 
-deployOptions(program.command('synth').description('synthesize the CloudFormation template and Lambda bundles of a job, offline (cdk-nag on)')).action(
-  action('synth', async (job: string, opts: Record<string, unknown>) => {
-    await (await import('./deploy.ts')).synthCommand(job, opts);
-  }),
-);
+deployOptions(program.command('synth').description('synthesize the CloudFormation template and Lambda bundles of a job, offline (cdk-nag on)'))
+  .option(...JSON_FLAG)
+  .action(
+    action('synth', async (job: string, opts: Record<string, unknown>) => {
+      const s = await (await import('./deploy.ts')).synthCommand(job, opts);
+      if (opts.json) printJson({ job: s.job.name, stackName: s.stackName, outdir: s.outdir, templateFile: s.templateFile, functions: s.functions, streams: s.streams });
+    }),
+  );
 
 deployOptions(program.command('deploy').description('deploy a job to AWS (or LocalStack, with AWS_ENDPOINT_URL) with the AWS CDK CLI, then print its endpoint, table, bucket, DLQs and dashboard'))
   .addOption(new Option('--require-approval <level>', "the CDK CLI's approval of security changes").choices(['never', 'any-change', 'broadening']).default('broadening'))
@@ -152,13 +162,15 @@ deployOptions(program.command('destroy').description("delete a job's stack (the 
 
 program
   .command('demo')
-  .description('Nexmark Q5 on the embedded runtime, fed by the Nexmark generator (what `npm start` runs)')
+  .description('a Nexmark query (default Q5) on the embedded runtime, fed by the Nexmark generator (what `npm start` runs)')
   .option('--duration <seconds>', 'how long to run', '20')
   .option('--events-per-second <n>', 'generator rate', '50000')
-  .addOption(new Option('--query <name>', 'Nexmark query').default('q5'))
+  .addOption(new Option('--query <name>', 'Nexmark query of examples/nexmark: q0, q1, q2, q3, q4, q5, q7, q8 or q11').default('q5'))
+  .option('--json', 'print the summary as one JSON object on stdout (the results then go to stderr)')
   .action(
-    action('demo', async (opts: { duration: string; eventsPerSecond: string; query: string }) => {
-      await (await import('./demo.ts')).demoCommand(opts);
+    action('demo', async (opts: { duration: string; eventsPerSecond: string; query: string; json?: boolean }) => {
+      const s = await (await import('./demo.ts')).demoCommand(opts);
+      if (opts.json) printJson(s);
     }),
   );
 

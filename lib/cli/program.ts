@@ -41,6 +41,14 @@ export function errorJson(kind: 'usage' | 'error', err: unknown): string {
   return JSON.stringify({ error });
 }
 
+/** A command's --json result: one line of JSON on stdout (README, "The CLI": the shapes). */
+export function printJson(value: unknown): void {
+  process.stdout.write(JSON.stringify(value) + '\n');
+}
+
+/** The --json flag, on every command that prints a result. */
+export const JSON_FLAG = ['--json', 'print the result as one JSON object on stdout (the human-readable report stays on stderr)'] as const;
+
 function allCommands(cmd: Command): Command[] {
   return [cmd, ...cmd.commands.flatMap(allCommands)];
 }

@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventsFile } from '../aws/checkpoint-jobs.ts';
+import { EXIT } from '../../lib/cli/exit-codes.ts';
 import { ROOT, sluice } from './helpers.ts';
 
 // The counts job of the checkpoint tests under its own name; --param kind=map changes a state's kind.
@@ -65,6 +66,22 @@ describe('sluice run --checkpoint-interval --crash-after / --resume', () => {
     expect(list.stdout).toMatch(/^\s+\d+\s+\d{4}-\d\d-\d\dT\S+\s+\d+ ms\s+[\d.]+ [KM]?B\s+[\d.]+ [KM]?B\s+[\d,]+\s+latest$/m);
     const json = JSON.parse((await sluice(['checkpoints', job, '--checkpoint-dir', ck, '--json'])).stdout) as { checkpoints: { epoch: number; bytes: number; durationMs: number }[] };
     expect(json.checkpoints.length).toBeGreaterThan(0);
+    expect(Object.keys(json)).toEqual(['checkpoints', 'savepoints']);
+    expect(Object.keys(json.checkpoints[0]).sort()).toEqual(expect.arrayContaining(['epoch', 'completedAt', 'durationMs', 'bytes', 'restoreBytes', 'entities', 'latest']));
+
+    // A changed job is refused by --resume, naming what changed, and the directory is left as it was.
+    const changed = await sluice([...args, '--resume', '--param', 'parallelism=3']);
+    expect(changed.code).toBe(EXIT.error);
+    expect(changed.stderr).toContain(`--resume: expected the job as its checkpoints in ${ck} were taken`);
+    expect(changed.stderr).toContain('received a changed job: stage "events" parallelism 2 -> 3; stage "per-user" parallelism 2 -> 3\n');
+    expect(changed.stderr).not.toMatch(/fingerprint/);
+    const after = JSON.parse((await sluice(['checkpoints', job, '--checkpoint-dir', ck, '--json'])).stdout) as typeof json;
+    expect(after.checkpoints.map((c) => c.epoch)).toEqual(json.checkpoints.map((c) => c.epoch));
+
+    // An epoch that is not retained: where it looked and what is there.
+    const missing = await sluice(['restore', job, '--from', '999999', '--checkpoint-dir', ck, '--input', input, '--output', join(dir, 'never.jsonl')]);
+    expect(missing.code).toBe(EXIT.error);
+    expect(missing.stderr).toContain(`(in ${ck}: retained checkpoints ${json.checkpoints.map((c) => c.epoch).join(', ')}; savepoints (none); another directory: --checkpoint-dir), received epoch 999999: no such retained checkpoint in ${ck}`);
   });
 
   it('lists nothing for a directory without checkpoints', async () => {
@@ -96,11 +113,16 @@ describe('sluice savepoint / restore', () => {
     try {
       const small = join(dir, 'small.jsonl');
       await writeFile(small, (await readFile(input, 'utf8')).split('\n').slice(0, 3000).join('\n') + '\n');
-      const pub = await sluice(['publish', 'events', small, '--url', dev.url]);
+      const pub = await sluice(['publish', 'events', small, '--url', dev.url, '--json']);
       expect(pub.code, pub.stderr).toBe(0);
-      const sp = await sluice(['savepoint', job, '--checkpoint-dir', ck, '--label', 'before-change']);
+      expect(JSON.parse(pub.stdout)).toEqual({ stream: 'events', file: small, url: dev.url, sent: 3000, accepted: 3000, rejected: [] });
+      const sp = await sluice(['savepoint', job, '--checkpoint-dir', ck, '--label', 'before-change', '--json']);
       expect(sp.code, sp.stderr).toBe(0);
       expect(sp.stderr).toMatch(/savepoint "before-change" of job "cli-counts": epoch \d+/);
+      // The restore hint carries the flags that found the savepoint.
+      const restoreHint = `sluice restore ${job} --checkpoint-dir ${ck} --from before-change`;
+      expect(sp.stderr).toContain(`restore: ${restoreHint}\n`);
+      expect(JSON.parse(sp.stdout)).toEqual({ target: 'embedded', job: 'cli-counts', label: 'before-change', epoch: expect.any(Number), bytes: expect.any(Number), location: join(ck, 'savepoints', 'before-change'), restore: restoreHint });
     } finally {
       dev.child.kill('SIGINT');
       await new Promise((r) => dev.child.once('close', r));
@@ -121,10 +143,16 @@ describe('sluice savepoint / restore', () => {
     const totals = async (f: string) => (await sorted(f)).split('\n').filter((l) => l.includes('"total"')).join('\n');
 
     for (const extra of [[], ['--param', 'parallelism=3']]) {
-      const r = await sluice(['restore', job, '--from', 'before-change', '--checkpoint-dir', ck, '--input', tail, '--output', rest, ...extra]);
+      const r = await sluice(['restore', job, '--from', 'before-change', '--checkpoint-dir', ck, '--input', tail, '--output', rest, '--json', ...extra]);
       expect(r.code, r.stderr).toBe(0);
       expect(await totals(rest)).toBe(await totals(ref));
+      expect(JSON.parse(r.stdout)).toMatchObject({ job: 'cli-counts', target: 'embedded', output: rest, recordsIn: 3000, rejectedInputs: 0, deadLetters: 0 });
     }
+
+    // A label that is no savepoint: where it looked and the savepoints there.
+    const unknown = await sluice(['restore', job, '--from', 'before-chnage', '--checkpoint-dir', ck, '--input', tail, '--output', rest]);
+    expect(unknown.code).toBe(EXIT.error);
+    expect(unknown.stderr).toMatch(/savepoints "before-change"; another directory: --checkpoint-dir\), received "before-chnage": no savepoint of that label in \S+savepoints, and no savepoint directory/);
 
     const bad = await sluice(['restore', job, '--from', 'before-change', '--checkpoint-dir', ck, '--input', tail, '--output', rest, '--param', 'kind=map']);
     expect(bad.code).toBe(1);

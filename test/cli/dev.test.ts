@@ -22,7 +22,7 @@ describe('sluice dev + sluice publish', () => {
     ];
     writeFileSync(file, views.map((v) => JSON.stringify(v)).join('\n') + '\n{"page": 1}\n');
 
-    const dev = spawn(process.execPath, ['bin/sluice.js', 'dev', 'examples/first-job.ts', '--port', '0'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const dev = spawn(process.execPath, ['bin/sluice.js', 'dev', 'examples/first-job.ts', '--port', '0', '--json', '--checkpoint-dir', join(dir, 'ck')], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     dev.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
@@ -30,14 +30,16 @@ describe('sluice dev + sluice publish', () => {
     const exited = new Promise<number | null>((resolve) => dev.on('close', resolve));
     try {
       const [, url] = await waitFor(() => stderr, /ingestion endpoint (http:\/\/127\.0\.0\.1:\d+)/, 30_000);
-      const published = await sluice(['publish', 'views', file, '--url', url]);
+      const published = await sluice(['publish', 'views', file, '--url', url, '--json']);
       expect(published.code).toBe(EXIT.rejects); // one line was rejected, and publish says so
-      expect(published.stdout + published.stderr).toMatch(/5 accepted/);
-      expect(published.stdout + published.stderr).toMatch(/line 6/);
+      expect(published.stderr).toMatch(/5 accepted/);
+      expect(published.stderr).toMatch(/line 6/);
+      expect(JSON.parse(published.stdout)).toEqual({ stream: 'views', file, url, sent: 6, accepted: 5, rejected: [{ line: 6, error: expect.stringMatching(/time|page/) }] });
       // Watermark = 130 s - 5 s - 1 ms: the window [0, 60 s) has closed, [60 s, 120 s) too.
       // The windows close in two partitions, whose sink writes reach stdout separately: wait for all three rows.
       await waitFor(() => stdout, /^(?:.*\n){3}/, 15_000);
       const lines = stdout.trim().split('\n').map((l) => JSON.parse(l));
+      lines.length = 3;
       expect(lines).toEqual(
         expect.arrayContaining([
           { page: '/a', windowStart: 0, views: 2 },
@@ -53,5 +55,8 @@ describe('sluice dev + sluice publish', () => {
     // The endpoint rejected line 6 (in a 202): counted in the live view and the summary.
     expect(stderr).toMatch(/rejected 1|1 rejected \(1 invalid\)/);
     expect(stderr).toMatch(/stopped: 5 records ingested, 1 rejected \(1 invalid\)/);
+    // --json: the summary is the last line on stdout, after the job's own stdout sink.
+    const summary = JSON.parse(stdout.trim().split('\n').at(-1)!);
+    expect(summary).toEqual({ job: 'page-views', target: 'embedded', url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/), recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0, deadLetterFile: join(dir, 'ck', 'dead-letters.jsonl'), finalCheckpoint: expect.any(Number), failed: false });
   }, 60_000);
 });

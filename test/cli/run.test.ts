@@ -109,9 +109,14 @@ describe('sluice run examples/nexmark/q5.ts', () => {
     expect(written).toHaveLength(2);
     expect(written.every((w) => w.kind === 'rejected')).toBe(true);
     // The same run, allowed: exit 0, and the same report.
-    const allowed = await sluice(['run', 'examples/nexmark/q5.ts', '--input', bad, '--output', join(dir, 'bad-out.jsonl'), '--allow-rejects']);
+    const allowed = await sluice(['run', 'examples/nexmark/q5.ts', '--input', bad, '--output', join(dir, 'bad-out.jsonl'), '--allow-rejects', '--json']);
     expect(allowed.code, allowed.stderr).toBe(EXIT.ok);
     expect(allowed.stderr).toMatch(/200 records in, \d+ out.*2 rejected inputs/);
+    // --json: the summary, alone on stdout, in its documented shape.
+    const summary = JSON.parse(allowed.stdout);
+    expect(Object.keys(summary)).toEqual(['job', 'target', 'output', 'recordsIn', 'recordsOut', 'rejectedInputs', 'deadLetters', 'deadLetterFile', 'deadLettersWritten', 'durationMs']);
+    const out = (await readFile(join(dir, 'bad-out.jsonl'), 'utf8')).trim().split('\n');
+    expect(summary).toEqual({ job: 'nexmark-q5', target: 'embedded', output: join(dir, 'bad-out.jsonl'), recordsIn: 200, recordsOut: out.length, rejectedInputs: 2, deadLetters: 0, deadLetterFile: null, deadLettersWritten: null, durationMs: expect.any(Number) });
   });
 });
 
@@ -124,7 +129,15 @@ describe('sluice run argument errors', () => {
   ];
   it.each(cases)('%s: exit 1 naming the flag', async (_name, args, message) => {
     const r = await sluice(args);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(EXIT.error);
     expect(r.stderr).toMatch(message);
+  });
+
+  it('with --json, the error as JSON on stdout: which flag, what was expected, what was received', async () => {
+    const r = await sluice(['run', 'examples/nexmark/q5.ts', '--input', '/nonexistent/events.jsonl', '--output', '/tmp/o.jsonl', '--json']);
+    expect(r.code).toBe(EXIT.error);
+    expect(JSON.parse(r.stdout)).toEqual({
+      error: { kind: 'error', code: 'CONFIG', message: expect.stringContaining('--input: expected'), field: '--input', expected: 'a readable JSON-lines file', received: '"/nonexistent/events.jsonl" (ENOENT)' },
+    });
   });
 });
