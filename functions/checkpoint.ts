@@ -9,6 +9,7 @@ import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { handlerClientConfig } from '../lib/aws/clients.ts';
 import { type CheckpointHandler, createCheckpointHandler } from '../lib/aws/checkpoint-handler.ts';
+import { METRICS_NAMESPACE } from '../lib/aws/handler-metrics.ts';
 import { deployment, job } from './job.ts';
 
 let built: CheckpointHandler | undefined;
@@ -22,5 +23,5 @@ export const handler = (event: unknown) =>
     bucket: deployment.bucket,
     queuePrefix: deployment.queuePrefix,
     tableName: deployment.table,
-    metrics: new Metrics({ namespace: 'Sluice', serviceName: job.name }),
+    metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: job.name }),
   }))(event);

@@ -2,7 +2,8 @@
  * Lambda entry of the ingestion endpoint (HTTP API v2 or Function URL):
  * POST /streams/<name>/events -> the source stage's SQS FIFO queue.
  * With checkpoints deployed, accepted input wakes the coordinator's state machine.
- * Logic: lib/aws/ingest-handler.ts, lib/aws/checkpoint-wakeup.ts.
+ * Idempotency-Keys are claimed in the state table.
+ * Logic: lib/aws/ingest-handler.ts, lib/aws/idempotency-store.ts, lib/aws/checkpoint-wakeup.ts.
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { SFNClient } from '@aws-sdk/client-sfn';
@@ -16,16 +17,17 @@ import { DynamoDbAckStore } from '../lib/aws/checkpoint-acks.ts';
 import { DEFAULT_ACTIVITY_GRAIN_MS } from '../lib/aws/checkpoint-task.ts';
 import { CoordinatorWakeUp } from '../lib/aws/checkpoint-wakeup.ts';
 import { DynamoDbPointerStore } from '../lib/aws/dynamodb-pointers.ts';
+import { DynamoDbIdempotencyStore } from '../lib/aws/idempotency-store.ts';
 import { createIngestHandler } from '../lib/aws/ingest-handler.ts';
 import { NamedQueues } from '../lib/aws/sqs-queues.ts';
 import { deployment, job } from './job.ts';
 
 const sqs = new SQSClient(handlerClientConfig());
 const accounting = new AwsAccounting();
+const client = new DynamoDBClient(handlerClientConfig());
+const tableName = deployment.table;
 
 function wakeUp(stateMachineArn: string): CoordinatorWakeUp {
-  const client = new DynamoDBClient(handlerClientConfig());
-  const tableName = deployment.table;
   return new CoordinatorWakeUp({
     job: job.name,
     sfn: new SFNClient(handlerClientConfig()),
@@ -43,6 +45,7 @@ export const handler = createIngestHandler({
   sqs,
   accounting,
   queues: new NamedQueues(sqs, job.name, deployment.queuePrefix),
+  idempotency: new DynamoDbIdempotencyStore({ client, tableName, job: job.name, accounting }),
   wakeUp: deployment.stateMachineArn ? wakeUp(deployment.stateMachineArn) : undefined,
   logger: new Logger({ serviceName: `sluice-${job.name}-ingest` }),
   metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: job.name }),

@@ -14,12 +14,21 @@
  * Cost: a normal epoch is 8 transitions (WaitInterval, Open, AfterOpen, Inject,
  * WaitForAcks, Decide, AfterDecide, Commit); each further poll for acks adds 3. At the
  * default 60 s interval a busy job pays at most 43,200 epochs x 8 x $0.000025 = $8.64 a
- * month; an idle one nothing (see checkpointPlan()).
+ * month (checkpointPlan().monthlyCostUsd). A job with no input and no event-time timers
+ * pending pays nothing: the execution ends at the first idle Open. With timers pending,
+ * each wake-up (lib/aws/checkpoint-idle.ts) is WaitTimers, Probe, AfterOpen and an epoch
+ * (Inject ... Commit, WaitInterval, Open, AfterOpen): 11 transitions and 5 invocations of
+ * the task function, plus one probe message per source partition; the wait between two is
+ * the processing time until the earliest timer is due, at least the sources' idle timeout
+ * and at most an hour (lib/aws/checkpoint-timers.ts).
  *
- * History: 28 events per normal epoch (a Lambda task state logs 5, a Wait or Choice 2).
- * maxEpochs is sized from the worst epoch (every poll until the timeout, two tasks retried
- * to exhaustion) against half the 25,000-event limit: 84 epochs at the defaults
- * (148 events each at most; a normal one is 28, so 84 epochs are ~2,400 events).
+ * History: a Lambda task state logs 5 events, a Wait or Choice 2, so a normal epoch logs
+ * 28. maxEpochs (epochs per execution before continuing as new) is sized by
+ * checkpointPlan() from the worst epoch, which polls for acks until the epoch timeout
+ * (ceil(epochTimeout / poll) + 1 rounds of WaitForAcks, Decide, AfterDecide) and has two
+ * tasks retried to exhaustion: maxEpochs = floor(HISTORY_BUDGET / worst-epoch events),
+ * half the 25,000-event limit. A longer epoch timeout or a shorter poll means fewer
+ * epochs per execution; checkpointPlan().eventsPerEpoch reports both figures.
  *
  * Waking up (lib/aws/checkpoint-wakeup.ts): the ingest function touches the activity
  * item (DynamoDbAckStore.touch, at most once per activityGrain per container) and then,

@@ -11,7 +11,7 @@ import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import type { Construct } from 'constructs';
 import { ingestStreams } from '../lib/aws/ingest-handler.ts';
-import { INGEST_METRICS, METRIC_DIMENSIONS, METRICS_NAMESPACE, OPERATOR_METRICS } from '../lib/aws/handler-metrics.ts';
+import { COORDINATOR_METRICS, INGEST_METRICS, METRIC_DIMENSIONS, METRICS_NAMESPACE, OPERATOR_METRICS } from '../lib/aws/handler-metrics.ts';
 import type { Ingestion } from './ingestion.ts';
 import type { ResolvedProps } from './props.ts';
 import type { StageResources } from './stages.ts';
@@ -20,15 +20,15 @@ export { METRICS_NAMESPACE } from '../lib/aws/handler-metrics.ts';
 
 /**
  * The checkpoint coordinator's count of aborted epochs (namespace METRICS_NAMESPACE,
- * dimension service = the job).
+ * dimension service = the job), as lib/aws/checkpoint-steps.ts emits it.
  */
-export const EPOCHS_ABORTED_METRIC = 'epochsAborted';
+export const EPOCHS_ABORTED_METRIC = COORDINATOR_METRICS.epochsAborted;
 /**
  * An aborted epoch alone needs nobody: a restore, a redeployed stage or a partition slow
  * to acknowledge aborts the epoch in flight, and the next one starts an interval later.
- * Three in 15 minutes are most of the epochs that fit (with the default 60 s interval and
- * 60 s epoch timeout an aborting epoch takes at least 2 minutes): checkpoints are not
- * completing, so the input log and the outboxes grow and a restore would go further back.
+ * An aborting epoch takes at least the interval plus the epoch timeout (60 s + 240 s at
+ * the defaults), so three in 15 minutes means nearly every epoch aborts: checkpoints are
+ * not completing, so the input log and the outboxes grow and a restore would go further back.
  */
 export const ABORTED_EPOCHS_THRESHOLD = 3;
 export const ABORTED_EPOCHS_PERIOD = Duration.minutes(15);
@@ -153,7 +153,7 @@ export function createMonitoring(scope: Construct, p: ResolvedProps, stages: rea
       graph(`${name}: DLQ`, [deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: MINUTE, statistic: 'Maximum' })], 5),
     );
     dashboard.addWidgets(
-      graph(`${name}: records in, duplicates dropped`, [ofStage(M.recordsIn, stage.id), ofStage(M.duplicatesDropped, stage.id)], 8),
+      graph(`${name}: records in, duplicates dropped, late dropped`, [ofStage(M.recordsIn, stage.id), ofStage(M.duplicatesDropped, stage.id), ofStage(M.lateDropped, stage.id)], 8),
       graph(`${name}: lag (ms, max)`, [ofStage(M.lag, stage.id, 'Maximum')], 8),
       graph(`${name}: dead letters, failed groups, backoffs, stalls`, [ofStage(M.deadLetters, stage.id), ofStage(M.groupFailures, stage.id), ofStage(M.groupRetries, stage.id), ofStage(M.stalledPartitions, stage.id)], 8),
     );

@@ -38,6 +38,17 @@ export const STAGE_ACK_TABLE_ACTIONS = ['dynamodb:PutItem'] as const;
  */
 export const WAKE_TABLE_ACTIONS = { activity: ['dynamodb:UpdateItem'], lease: ['dynamodb:GetItem'] } as const;
 
+/**
+ * The ingest function's Idempotency-Keys (lib/aws/idempotency-store.ts): claim (conditional
+ * PutItem, the old item returned on conflict, else read), record the answer (UpdateItem),
+ * release a claim that enqueued nothing (DeleteItem). Only the key items, `${job}#k#*`.
+ */
+export const INGEST_KEY_TABLE_ACTIONS = ['dynamodb:PutItem', 'dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'] as const;
+
+export function ingestKeyLeadingKeys(job: string): string[] {
+  return [`${job}#k#*`];
+}
+
 /** Checkpoint pointers and coordinator records: read, compare-and-set (lib/aws/dynamodb-pointers.ts). */
 export const COORDINATOR_TABLE_ACTIONS = ['dynamodb:GetItem', 'dynamodb:PutItem'] as const;
 

@@ -38,6 +38,8 @@ import {
   grantSend,
   grantTable,
   grantWakeUp,
+  INGEST_KEY_TABLE_ACTIONS,
+  ingestKeyLeadingKeys,
   INPUT_LOG_TRUNCATE_ACTIONS,
   OPERATE_MAPPING_ACTIONS,
   OPERATE_TABLE_ACTIONS,
@@ -112,6 +114,8 @@ export class SluiceJob extends Construct {
       environment,
     );
     this.endpointUrl = this.ingestion.url;
+    // Idempotency-Keys are claimed in the state table (lib/aws/idempotency-store.ts).
+    grantTable(this.ingestion.function.fn, this.table, INGEST_KEY_TABLE_ACTIONS, ingestKeyLeadingKeys(p.job.name), p.encryptionKey);
     const sinkStages = new Set(this.plan.job.sinks().map((n) => this.plan.stageOfNode[n.id]));
     this.resultLogGroups = this.stages.filter((s) => sinkStages.has(s.stage.id)).map((s) => s.operator.logGroup);
 

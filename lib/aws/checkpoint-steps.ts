@@ -16,6 +16,8 @@
  *   probe   after a timers wait (idle, but event-time timers pending: checkpoint-timers.ts):
  *           take the lease, probe every source partition, open an epoch
  *
+ * What open does at zero traffic, and the probe step, are checkpoint-idle.ts's.
+ *
  * Savepoints (savepoints.ts): open turns a pending request item into a labelled, full
  * epoch at once; after it commits, the truncate follow-up (or the next open, for a
  * coordinator that died in between) copies it under `${job}/savepoints/<label>/`.
@@ -32,18 +34,16 @@ import { RestoreError } from '../checkpoint/driver-errors.ts';
 import { PlanMismatchError } from '../checkpoint/errors.ts';
 import { collectGarbage } from '../checkpoint/garbage.ts';
 import { buildManifest } from '../checkpoint/manifest.ts';
-import { participantKey, sourcePartitionKey, type Ack, type CommitPointer, type CoordinatorRecord, type CoordinatorSetup, type CoordinatorState, type Decision, type Manifest, type StepResult } from '../checkpoint/protocol.ts';
+import { participantKey, sourcePartitionKey, type CommitPointer, type CoordinatorRecord, type CoordinatorSetup, type CoordinatorState, type Decision, type Manifest, type StepResult } from '../checkpoint/protocol.ts';
 import { resume } from '../checkpoint/resume.ts';
 import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
 import { SluiceError } from '../errors.ts';
 import { finishSavepoint, type PlanDescription, readSavepointRequest, savepointMetaKey } from './savepoints.ts';
-import { type TimerWakeUpConfig, wakeUpWaitSeconds } from './checkpoint-timers.ts';
-import { acquireLease, checkTaskInput, childName, CoordinatorNotStartedError, type Carry, type Limits, LEASE_NAME, type Lease, taskError, updateLease } from './checkpoint-task.ts';
+import { type AckSource, type IdleContext, idleNext, inputSince, probeStep, type TimerWakeUp } from './checkpoint-idle.ts';
+import { acquireLease, checkTaskInput, childName, CoordinatorNotStartedError, type Carry, type Limits, taskError, updateLease } from './checkpoint-task.ts';
+import { COORDINATOR_METRICS } from './handler-metrics.ts';
 
-export interface AckSource {
-  get(epoch: number, participants: readonly { stage: number; partition: number }[]): Promise<Ack[]>;
-  lastActivity(): Promise<number | undefined>;
-}
+export type { AckSource } from './checkpoint-idle.ts';
 
 export interface CheckpointStepsOptions {
   readonly setup: CoordinatorSetup;
@@ -62,8 +62,8 @@ export interface CheckpointStepsOptions {
    * Wake-ups for event-time timers at zero traffic (checkpoint-timers.ts): the wait's
    * bounds, and the probes into every source partition at `at`. @default none (idle ends)
    */
-  readonly timerWakeUp?: TimerWakeUpConfig & { sendProbes(at: number): Promise<void> };
-  /** Powertools Metrics (namespace Sluice, service = the job): `epochsAborted` per aborted epoch, which an alarm watches. @default none */
+  readonly timerWakeUp?: TimerWakeUp;
+  /** Powertools Metrics (namespace Sluice, service = the job): COORDINATOR_METRICS.epochsAborted per aborted epoch, which an alarm watches. @default none */
   readonly metrics?: Pick<Metrics, 'addMetric' | 'publishStoredMetrics'>;
   readonly now?: () => number;
   /** Fault injection for tests: called at named points inside actions. */
@@ -157,7 +157,7 @@ export class CheckpointSteps {
       r = requestSavepoint(s.state, now, label);
     } else {
       // Probes just went out: an epoch carries them through (and its acks say what waits next).
-      const active = probed || (await this.active(lease.lease, limits));
+      const active = probed || (await inputSince(this.o.acks, lease.lease, limits));
       const touched = active ? this.setup.participants.flatMap((p) => p.sources.map((src) => sourcePartitionKey(src, p.partition))) : [];
       r = openEpoch(s.state, now, { touched });
     }
@@ -167,27 +167,14 @@ export class CheckpointSteps {
       await this.o.hook?.('open:persisted');
       return { ...c, next: 'inject', epoch: d.epoch, n: c.n + 1 };
     }
-    if (d?.kind === 'idle') {
-      // Release, then look again: input that arrived meanwhile either saw the lease free
-      // (and started an execution) or is seen here (and this one carries on).
-      await updateLease(this.o.pointers, execution, (l) => ({ ...l, owner: null, until: 0 }));
-      const again = await this.o.pointers.read<Lease>(LEASE_NAME);
-      if (await this.active(again?.value ?? lease.lease, limits)) return { ...c, next: 'wait' };
-      const wait = await this.timersWait(s.state);
-      return wait === undefined ? { ...c, next: 'end' } : { ...c, next: 'timers', wait };
-    }
+    // Nothing to checkpoint: carry on, wait for event-time timers, or end (checkpoint-idle.ts).
+    if (d?.kind === 'idle') return idleNext(this.idle(), execution, s.state, c, lease.lease, limits);
     return { ...c, next: 'wait' };
   }
 
   /** After a timers wait: probe every source partition, then open an epoch (another execution holding the lease: it ends). */
-  async probe(execution: string, c: Carry, limits: Limits): Promise<Carry> {
-    const w = this.o.timerWakeUp;
-    if (!w) return { ...c, next: 'wait' };
-    const now = this.now();
-    const lease = await acquireLease(this.o.pointers, execution, c.parent, now, limits.leaseMs);
-    if (!lease.ok) return { ...c, next: 'end' };
-    await w.sendProbes(now);
-    return this.open(execution, c, limits, true);
+  probe(execution: string, c: Carry, limits: Limits): Promise<Carry> {
+    return probeStep(this.idle(), execution, c, limits, this.now(), () => this.open(execution, c, limits, true));
   }
 
   async inject(c: Carry): Promise<Carry> {
@@ -391,22 +378,11 @@ export class CheckpointSteps {
 
   private countAborted(n: number): void {
     if (n <= 0 || !this.o.metrics) return;
-    this.o.metrics.addMetric('epochsAborted', MetricUnit.Count, n);
+    this.o.metrics.addMetric(COORDINATOR_METRICS.epochsAborted, MetricUnit.Count, n);
     this.o.metrics.publishStoredMetrics();
   }
 
-  /** Seconds to wait for pending event-time timers, from the last committed epoch's acks; undefined: none (or no wake-ups). */
-  private async timersWait(state: CoordinatorState): Promise<number | undefined> {
-    const w = this.o.timerWakeUp;
-    const last = state.lastCompleted;
-    if (!w || !last) return undefined;
-    return wakeUpWaitSeconds(await this.o.acks.get(last.epoch, this.setup.participants), w);
-  }
-
-  /** Input the last committed epoch may not cover (the ingest path touches at most once per grain). */
-  private async active(lease: Lease, limits: Limits): Promise<boolean> {
-    const at = await this.o.acks.lastActivity();
-    return at !== undefined && at + limits.activityGrainMs >= lease.coveredFrom;
+  private idle(): IdleContext {
+    return { pointers: this.o.pointers, acks: this.o.acks, participants: this.setup.participants, timerWakeUp: this.o.timerWakeUp };
   }
 }
-

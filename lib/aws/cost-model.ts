@@ -67,13 +67,33 @@ export function managedFlinkMonthly(applicationKpus = 1, prices: Prices = PRICES
 
 /**
  * Events per month below which Sluice (pay per event) costs less than a fixed monthly
- * bill. The fixed part of Sluice is zero at zero traffic (the coordinator runs only while
+ * bill. Sluice's own fixed part is `idleMonthly` (dashboard and alarms); pass it in
+ * `fixedMonthlyDollars` as a difference when it matters (the coordinator runs only while
  * input arrives, and its busy-time share is already in `sluicePerMillion`).
  */
 export function breakEvenEventsPerMonth(fixedMonthlyDollars: number, sluicePerMillion: number): number {
   positiveNumber('fixedMonthlyDollars', fixedMonthlyDollars, true);
   positiveNumber('sluicePerMillion', sluicePerMillion);
   return (fixedMonthlyDollars / sluicePerMillion) * 1e6;
+}
+
+/** What a deployed job bills per month at zero traffic, besides storage. */
+export interface IdleMonthly {
+  readonly dashboards: number;
+  readonly alarms: number;
+  readonly dollars: number;
+}
+
+/**
+ * The fixed monthly part of a deployment, from its template's resource types: the
+ * CloudWatch dashboard and alarms. Everything else is billed per request (functions,
+ * queues, the on-demand table, the HTTP API, the state machine, which ends itself when
+ * input stops) or per byte stored.
+ */
+export function idleMonthly(resourceTypes: Readonly<Record<string, number>>, prices: Prices = PRICES): IdleMonthly {
+  const dashboards = resourceTypes['AWS::CloudWatch::Dashboard'] ?? 0;
+  const alarms = resourceTypes['AWS::CloudWatch::Alarm'] ?? 0;
+  return { dashboards, alarms, dollars: dashboards * prices.cloudWatchDashboardPerMonth + alarms * prices.cloudWatchAlarmPerMonth };
 }
 
 export interface CoordinatorShape {

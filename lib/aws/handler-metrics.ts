@@ -30,6 +30,8 @@ export const OPERATOR_METRICS = {
   messages: 'messages',
   recordsIn: 'recordsIn',
   duplicatesDropped: 'duplicatesDropped',
+  /** Records windows and joins dropped as late (no late-data side output); published only when some were. */
+  lateDropped: 'lateDropped',
   deadLetters: 'deadLetters',
   groupFailures: 'groupFailures',
   groupRetries: 'groupRetries',
@@ -44,6 +46,12 @@ export const INGEST_METRICS = {
   eventsAccepted: 'eventsAccepted',
   eventsRejected: 'eventsRejected',
   wakeUpFailures: 'wakeUpFailures',
+} as const;
+
+/** The checkpoint coordinator's metrics (functions/checkpoint.ts, dimension service only; Count). */
+export const COORDINATOR_METRICS = {
+  /** Epochs aborted (timed out, or interrupted by a crash the resume step repaired): the aborted-epochs alarm's metric. */
+  epochsAborted: 'epochsAborted',
 } as const;
 
 /** Give the invocation's stored metrics the stage dimension (cleared by publishStoredMetrics). */

@@ -11,10 +11,16 @@
  * - 202 only for what SQS acknowledged. Entries SQS refused (after retries) are listed
  *   as rejected, `retryable: true` when a later attempt may succeed;
  * - 503 `outcome_unknown` when SQS's answer was lost: some events may be enqueued. The
- *   answer names an Idempotency-Key; resending the same body with that header within
- *   SQS's 5-minute deduplication window enqueues nothing twice (deduplication ids derive
- *   from the key, and the partition from its hash; needs queue-scoped deduplication,
- *   the default).
+ *   answer names an Idempotency-Key (a keyless request's is minted for the partition it
+ *   used); resending the same body with it within 4 minutes enqueues nothing twice.
+ *
+ * Idempotency-Key (with a store, idempotency-store.ts; decisions in
+ * lib/transport/idempotency.ts): the request claims its key with the body's fingerprint;
+ * another body or stream under the key is a 409, a replay of an answered request gets
+ * that answer again (`replay: true`, `Idempotent-Replayed: true`), a claim without an
+ * answer is resent with its first arrival time. Dedup ids are key + fingerprint + the
+ * events a message holds; the partition is the key's hash. Queues deduplicate per message
+ * group, which is enough: every resend of one body lands in the same groups.
  *
  * With checkpoints, accepted input wakes the coordinator (checkpoint-wakeup.ts) before the
  * answer, at most one call per container and time slot.
@@ -22,22 +28,21 @@
  * Events are stamped with their event time here (the source's timestamp extractor, or
  * the arrival time), packed per source partition, in order, into ingest messages.
  * Partition: by `partitionKey` when configured, else by the Idempotency-Key's hash,
- * else round-robin per request. Messages carry the arrival time; partitions this
+ * else round-robin per request from a random start per container. Messages carry the arrival time; partitions this
  * container has sent nothing for the source's idle timeout get an idle probe (idleProbes):
  * the request's stream in the same send, the job's other ingestion streams in their own,
  * so a silent partition can be marked idle.
  */
-import { randomUUID } from 'node:crypto';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Logger } from '@aws-lambda-powertools/logger';
 import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import type { SourceDef } from '../api/sources.ts';
 import type { Job } from '../api/stream.ts';
-import { type Clock, type Key, keyToString, systemClock } from '../api/types.ts';
+import { type Clock, type Key, systemClock } from '../api/types.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
-import { keyGroupOfString, partitionOfKeyGroup } from '../graph/keygroups.ts';
 import { toIngestRecord } from '../transport/sources.ts';
+import * as I from '../transport/idempotency.ts';
 import * as V from '../transport/ingest-validation.ts';
 import { AwsAccounting } from './accounting.ts';
 import { INGEST_METRICS, stageDimension } from './handler-metrics.ts';
@@ -45,6 +50,14 @@ import * as C from './sqs-codec.ts';
 import { NamedQueues, type QueueResolver, queueBacklog } from './sqs-queues.ts';
 import { type OutgoingMessage, SqsTransport } from './sqs-transport.ts';
 import { probeMessage } from './idle-probes.ts';
+import type { IdempotencyStore } from './idempotency-store.ts';
+import { keyOfPartition, outcomeUnknown, partitionOf, RESEND_WITHIN_MS } from './ingest-keys.ts';
+
+export { RESEND_WITHIN_MS } from './ingest-keys.ts';
+import { header, requestPath, toResult } from './ingest-http.ts';
+import { sqsUnsafe } from './sqs-safe.ts';
+
+export { sqsUnsafe } from './sqs-safe.ts';
 
 export interface IngestHandlerConfig {
   readonly job: Job;
@@ -71,6 +84,14 @@ export interface IngestHandlerConfig {
   readonly wakeUp?: { onInput(): Promise<unknown> };
   /** A key per event to choose its source partition (same key, same partition); undefined: per request. */
   readonly partitionKey?: (stream: string, event: unknown) => Key | undefined;
+  /**
+   * Where Idempotency-Keys are claimed and their answers kept (DynamoDbIdempotencyStore).
+   * Without one, a key still names the dedup ids and the partition, but a reused key is not
+   * checked (no 409) and a replay is not told apart.
+   */
+  readonly idempotency?: IdempotencyStore;
+  /** The round-robin's start per stream, from [0, 1) (default Math.random). */
+  readonly random?: () => number;
   readonly logger?: Logger;
   readonly metrics?: Metrics;
 }
@@ -98,6 +119,9 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
   const backlog = new Map<number, { at: number; messages: number }>();
   /** Per stream and partition: when this container last sent it data or a probe. */
   const lastSent = new Map<string, number[]>();
+  const maxP = plan.job.maxParallelism;
+  const random = config.random ?? Math.random;
+  const store = config.idempotency;
 
   function lastSentTo(name: string, stream: Stream): number[] {
     let last = lastSent.get(name);
@@ -105,12 +129,6 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     return last;
   }
 
-  /**
-   * Probes for the partitions of a stream this container has sent nothing for the source's
-   * idle timeout (runtime/idleness.ts): a silent message group is never invoked otherwise,
-   * and would hold event time back downstream forever. At most one per partition per
-   * timeout per container, and only while requests arrive: nothing at zero traffic.
-   */
   /**
    * A silent stream holds back the stages it feeds with other streams (a join, a union):
    * its partitions are probed too, on their own queue, at most once per timeout. Never
@@ -130,6 +148,12 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     }
   }
 
+  /**
+   * Probes for the partitions of a stream this container has sent nothing for the source's
+   * idle timeout (runtime/idleness.ts): a silent message group is never invoked otherwise,
+   * and would hold event time back downstream forever. At most one per partition per
+   * timeout per container, and only while requests arrive: nothing at zero traffic.
+   */
   function idleProbes(name: string, stream: Stream, sentTo: Iterable<number>, now: number, requestKey: string): { message: OutgoingMessage; sent: () => void }[] {
     const timeout = stream.def.watermark.idleTimeoutMs;
     if (timeout === undefined) return [];
@@ -142,6 +166,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     }
     return out;
   }
+  /** The next partition per stream for keyless requests, from a random start: containers spread their first requests. */
   const roundRobin = new Map<string, number>();
 
   async function backlogged(stage: number, url: string): Promise<number | undefined> {
@@ -173,14 +198,76 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     if (V.isAnswer(format)) return format;
     const encoded = V.checkContentEncoding(header(event, 'content-encoding'));
     if (encoded) return encoded;
+    const key = header(event, 'idempotency-key');
+    const badKey = key === undefined ? undefined : I.checkKey(key);
+    if (badKey) return badKey;
     const body = event.body === undefined ? Buffer.alloc(0) : Buffer.from(event.body, event.isBase64Encoded ? 'base64' : 'utf8');
     if (body.byteLength > maxBody) return V.tooLargeAnswer(V.bodyLimitMessage(maxBody, body.byteLength));
     const parsed = V.parseBody(body, format, maxEvents);
     if (V.isAnswer(parsed)) return parsed;
+    const fingerprint = I.bodyFingerprint(route.stream, body);
 
-    const arrival = clock.now();
+    let arrival = clock.now();
+    const request: Request = { stream: route.stream, def: stream, events: parsed.events, fingerprint, arrival, key: key ?? '', partition: 0, sending: false };
+    if (key === undefined) {
+      // Minted for the partition it goes to: named in a 503, a resend with it lands there.
+      const turn = roundRobin.get(route.stream) ?? Math.floor(random() * stream.partitions);
+      roundRobin.set(route.stream, (turn + 1) % stream.partitions);
+      return enqueueKeyless({ ...request, partition: turn, key: keyOfPartition(turn, stream.partitions, maxP) });
+    }
+    request.partition = partitionOf(key, stream.partitions, maxP);
+    if (!store) return (await enqueue(request)).answer;
+    const decision = I.decide(key, await store.claim(key, fingerprint, route.stream, arrival), fingerprint, arrival, { resendWithinMs: RESEND_WITHIN_MS, dedupName: "SQS's 5-minute deduplication window", stream: route.stream });
+    if (decision.kind === 'replay' || decision.kind === 'conflict' || decision.kind === 'unresolved') {
+      if (decision.kind !== 'replay') config.metrics?.addMetric(INGEST_METRICS.eventsRejected, MetricUnit.Count, parsed.events.length);
+      return decision.answer;
+    }
+    // A resend: the first attempt's arrival time, so its messages (timestamps, packing, dedup ids) come out the same.
+    if (decision.kind === 'resend') arrival = request.arrival = decision.startedAt;
+    let result: Enqueued;
+    try {
+      result = await enqueue(request);
+    } catch (e) {
+      if (decision.kind === 'new' && !request.sending) await releaseQuietly(key, fingerprint, arrival);
+      throw e;
+    }
+    if (result.enqueued && I.isFinal(result.answer)) {
+      try {
+        await store.complete(key, fingerprint, I.remembered(result.answer));
+      } catch (e) {
+        // The events are in SQS: still a 202. The claim stays pending: a resend within the window is deduplicated.
+        config.logger?.error('cannot record the answer of an Idempotency-Key', { error: (e as Error).message });
+      }
+    } else if (!result.enqueued && decision.kind === 'new') await releaseQuietly(key, fingerprint, arrival);
+    return result.answer;
+  }
+
+  /** A keyless request whose outcome is unknown leaves a claim for its minted key: a resend with it reuses the arrival time. */
+  async function enqueueKeyless(request: Request): Promise<V.IngestAnswer> {
+    const result = await enqueue(request);
+    if (store && result.answer.body.error === 'outcome_unknown') {
+      try {
+        await store.claim(request.key, request.fingerprint, request.stream, request.arrival);
+      } catch (e) {
+        config.logger?.warn('cannot record the minted Idempotency-Key; a resend is still deduplicated by SQS', { error: (e as Error).message });
+      }
+    }
+    return result.answer;
+  }
+
+  async function releaseQuietly(key: string, fingerprint: string, startedAt: number): Promise<void> {
+    try {
+      await store!.release(key, fingerprint, startedAt);
+    } catch (e) {
+      // Left pending: a resend of the same body within the window is sent again, which is right since nothing went.
+      config.logger?.warn('cannot release an Idempotency-Key that enqueued nothing', { error: (e as Error).message });
+    }
+  }
+
+  async function enqueue(request: Request): Promise<Enqueued> {
+    const { def: stream, arrival } = request;
     const parts: string[] = [];
-    const checked = V.validateEvents(parsed.events, (ev, index) => {
+    const checked = V.validateEvents(request.events, (ev, index) => {
       const rec = toIngestRecord(stream.def, ev, clock, arrival);
       if (typeof rec === 'string') return rec;
       const unsafe = sqsUnsafe(ev);
@@ -192,45 +279,43 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
       parts[index] = part;
       return undefined;
     });
-    if (V.isAnswer(checked)) return checked;
+    if (V.isAnswer(checked)) return { answer: checked, enqueued: false };
 
     const url = await queues.queueUrl(stream.stage);
     const waiting = await backlogged(stream.stage, url);
-    if (waiting !== undefined) return V.saturatedAnswer(route.stream, retryAfterMs);
+    if (waiting !== undefined) return { answer: V.saturatedAnswer(request.stream, retryAfterMs), enqueued: false };
 
-    const key = header(event, 'idempotency-key');
-    const requestKey = key ?? event.requestContext?.requestId ?? randomUUID();
     const byPartition = new Map<number, number[]>();
-    const turn = roundRobin.get(route.stream) ?? 0;
-    if (key === undefined) roundRobin.set(route.stream, turn + 1);
-    const requestPartition = key !== undefined ? partitionOf(key, stream.partitions, plan) : turn % stream.partitions;
     for (const { index, event: ev } of checked.valid) {
-      const k = config.partitionKey?.(route.stream, ev);
-      const p = k === undefined ? requestPartition : partitionOf(k, stream.partitions, plan);
+      const k = config.partitionKey?.(request.stream, ev);
+      const p = k === undefined ? request.partition : partitionOf(k, stream.partitions, maxP);
       const list = byPartition.get(p);
       if (list) list.push(index);
       else byPartition.set(p, [index]);
     }
     const messages: OutgoingMessage[] = [];
     const eventsOf: number[][] = [];
+    // The body's fingerprint is in every id: another body under the same key is never deduplicated away.
+    const scope = `${plan.job.name}/ingest/${request.stream}/${request.key}/${request.fingerprint}`;
     for (const [p, indices] of byPartition) {
       C.pack(indices.map((i) => parts[i]), C.FRAMES.ingest(stream.def.name, arrival), transport.maxMessageBytes, compress).forEach((m) => {
-        // Named by the request and its first event, not the partition: a retry that lands on another group still deduplicates.
-        const dedupId = C.dedupId(`${plan.job.name}/ingest/${route.stream}/${requestKey}`, [`event ${indices[m.start]}`]);
+        // Named by the events it holds: a resend packed otherwise would duplicate, never drop.
+        const dedupId = C.dedupId(scope, [`events ${indices[m.start]}-${indices[m.end - 1]}`]);
         messages.push({ groupId: String(p), body: m.body!, bytes: m.bytes, dedupId });
         eventsOf.push(indices.slice(m.start, m.end));
       });
     }
     // Idle probes ride in the same SendMessageBatch calls (other groups): no request of their own.
-    const probes = idleProbes(route.stream, stream, byPartition.keys(), arrival, requestKey);
+    const probes = idleProbes(request.stream, stream, byPartition.keys(), arrival, request.key);
+    request.sending = true;
     const sent = await transport.send(url, [...messages, ...probes.map((p) => p.message)], true);
     const outcomes = sent.slice(0, messages.length);
     probes.forEach((p, i) => {
       if (sent[messages.length + i].ok) p.sent();
-      else config.logger?.warn('idle probe not sent; the next request tries again', { stream: route.stream, partition: p.message.groupId });
+      else config.logger?.warn('idle probe not sent; the next request tries again', { stream: request.stream, partition: p.message.groupId });
     });
-    for (const p of byPartition.keys()) lastSentTo(route.stream, stream)[p] = arrival;
-    await probeOtherStreams(route.stream, arrival, requestKey);
+    for (const p of byPartition.keys()) lastSentTo(request.stream, stream)[p] = arrival;
+    await probeOtherStreams(request.stream, arrival, request.key);
 
     let accepted = 0;
     const rejected: V.RejectedEvent[] = [...checked.rejected];
@@ -254,28 +339,16 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
       }
     }
     config.metrics?.addMetric(INGEST_METRICS.eventsRejected, MetricUnit.Count, rejected.length);
-    if (unsure.length) {
-      return {
-        status: 503,
-        body: {
-          error: 'outcome_unknown',
-          message: `SQS did not confirm ${V.plural(unsure.length, 'event')}; they may be enqueued. Send the same body again with header "Idempotency-Key: ${requestKey}" within 5 minutes: nothing will be enqueued twice`,
-          idempotencyKey: requestKey,
-          accepted,
-          unconfirmed: unsure.sort((a, b) => a - b),
-          rejected,
-        },
-        headers: { 'Retry-After': String(Math.ceil(retryAfterMs / 1000)) },
-      };
-    }
+    const enqueued = accepted > 0 || unsure.length > 0;
+    if (unsure.length) return { answer: outcomeUnknown(request.key, unsure, accepted, rejected, retryAfterMs), enqueued };
     if (accepted === 0) {
-      if (throttled === messages.length) return V.saturatedAnswer(route.stream, retryAfterMs, 'is throttled by SQS');
+      if (throttled === messages.length) return { answer: V.saturatedAnswer(request.stream, retryAfterMs, 'is throttled by SQS'), enqueued };
       if (rejected.some((r) => r.retryable)) {
-        return { status: 503, body: { error: 'unavailable', message: 'SQS refused every event; nothing was enqueued; retry later', accepted: 0, rejected }, headers: { 'Retry-After': String(Math.ceil(retryAfterMs / 1000)) } };
+        return { answer: { status: 503, body: { error: 'unavailable', message: 'SQS refused every event; nothing was enqueued; retry later', accepted: 0, rejected }, headers: { 'Retry-After': String(Math.ceil(retryAfterMs / 1000)) } }, enqueued };
       }
-      return V.allRejectedAnswer(parsed.events.length, rejected);
+      return { answer: V.allRejectedAnswer(request.events.length, rejected), enqueued };
     }
-    return V.acceptedAnswer(accepted, parsed.events.length, rejected);
+    return { answer: V.acceptedAnswer(accepted, request.events.length, rejected), enqueued };
   }
 
   return async (event, context) => {
@@ -310,80 +383,22 @@ export function ingestStreams(plan: PhysicalPlan): Map<string, Stream> {
   return out;
 }
 
-function partitionOf(key: Key, partitions: number, plan: PhysicalPlan): number {
-  const maxP = plan.job.maxParallelism;
-  return partitionOfKeyGroup(keyGroupOfString(keyToString(key), maxP), partitions, maxP);
+interface Request {
+  readonly stream: string;
+  readonly def: Stream;
+  readonly events: readonly unknown[];
+  readonly fingerprint: string;
+  arrival: number;
+  /** The Idempotency-Key, or the one minted for a keyless request's partition: its messages' dedup ids derive from it. */
+  readonly key: string;
+  /** Where events without a partition key go. */
+  partition: number;
+  /** Set once the send began: from then on, its outcome may be anything. */
+  sending: boolean;
 }
 
-/** The path without an API Gateway stage prefix (`/prod/streams/...` on a named stage). */
-function requestPath(event: APIGatewayProxyEventV2): string {
-  const path = event.rawPath ?? '/';
-  const stage = event.requestContext?.stage;
-  if (stage && stage !== '$default' && path.startsWith(`/${stage}/`)) return path.slice(stage.length + 1);
-  return path;
-}
-
-/** HTTP API v2 lowercases header names; Function URLs too. Be lenient anyway. */
-function header(event: APIGatewayProxyEventV2, name: string): string | undefined {
-  const h = event.headers ?? {};
-  if (h[name] !== undefined) return h[name];
-  for (const k of Object.keys(h)) if (k.toLowerCase() === name) return h[k];
-  return undefined;
-}
-
-function toResult(event: APIGatewayProxyEventV2, a: V.IngestAnswer): APIGatewayProxyStructuredResultV2 {
-  const head = event.requestContext?.http?.method === 'HEAD';
-  return { statusCode: a.status, headers: { 'Content-Type': 'application/json; charset=utf-8', ...a.headers }, body: head ? '' : JSON.stringify(a.body) };
-}
-
-/** The first string (key or value) with a character SQS refuses, as "path: ...", or undefined. */
-export function sqsUnsafe(value: unknown, path = '(event)'): string | undefined {
-  if (typeof value === 'string') {
-    const bad = badChar(value);
-    return bad && `${path}: contains ${bad}, a character SQS messages cannot carry; expected only tab, LF, CR, U+0020-U+D7FF, U+E000-U+FFFD, U+10000-U+10FFFF, received ${shown(value)}`;
-  }
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const r = sqsUnsafe(value[i], path === '(event)' ? String(i) : `${path}.${i}`);
-      if (r) return r;
-    }
-    return undefined;
-  }
-  if (value && typeof value === 'object') {
-    for (const [k, v] of Object.entries(value)) {
-      const p = path === '(event)' ? k : `${path}.${k}`;
-      const badKey = badChar(k);
-      if (badKey) return `${p}: the field name contains ${badKey}, a character SQS messages cannot carry; received field name ${shown(k)}`;
-      const r = sqsUnsafe(v, p);
-      if (r) return r;
-    }
-  }
-  return undefined;
-}
-
-/** A string as JSON (NUL and lone surrogates escaped), cut to 80 characters. */
-const shown = (s: string): string => (JSON.stringify(s).length > 80 ? `${JSON.stringify(s).slice(0, 80)}...` : JSON.stringify(s));
-
-function badChar(s: string): string | undefined {
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 0x20 && c < 0xd800) continue;
-    const at = ` at position ${i}`;
-    const hex = `U+${c.toString(16).toUpperCase().padStart(4, '0')}`;
-    if (c < 0x20) {
-      if (c === 0x09 || c === 0x0a || c === 0x0d) continue;
-      return hex + at;
-    }
-    if (c <= 0xdbff) {
-      const next = s.charCodeAt(i + 1);
-      if (next >= 0xdc00 && next <= 0xdfff) {
-        i++;
-        continue;
-      }
-      return `a lone surrogate ${hex}${at}`;
-    }
-    if (c <= 0xdfff) return `a lone surrogate ${hex}${at}`;
-    if (c === 0xfffe || c === 0xffff) return hex + at;
-  }
-  return undefined;
+interface Enqueued {
+  readonly answer: V.IngestAnswer;
+  /** Whether any event went to SQS, or may have. */
+  readonly enqueued: boolean;
 }

@@ -25,7 +25,9 @@
  *   maxAttempts-th failure, or when the message reaches the queue's maxReceiveCount
  *   (SQS would move the whole message to the DLQ next), the record is passed as `skip`:
  *   it is committed as a dead letter with its error and the rest of the group proceeds,
- *   in order.
+ *   in order. A record that reached maxAttempts but whose message a later failure held
+ *   back is parked at the next receive without running again (its count is kept until
+ *   its dead letter is committed).
  * - A timer or watermark callback throws (its location names the operator, the timer or
  *   watermark, and the envelope whose watermark fired it): the same, counted per callback,
  *   from that envelope's message; a processing-time timer (no envelope) fails the whole
@@ -289,6 +291,23 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       for (const e of envs) messageOf.set(`${e.channel}#${e.seq}`, i);
     });
     const skip = new Map<string, ParkedFailure>();
+    // Counted per committed batch; published only when some were dropped (a metric costs by the hours it is published).
+    const countLate = (byOperator: Readonly<Record<string, number>>) => {
+      let n = 0;
+      for (const k in byOperator) n += byOperator[k];
+      if (n > 0) metrics?.addMetric(OPERATOR_METRICS.lateDropped, MetricUnit.Count, n);
+    };
+    // A redelivered group may hold records tried maxAttempts times whose parking a later
+    // failure held back: park them without running their user code again.
+    if (records.some((r) => Number(r.attributes.ApproximateReceiveCount ?? '1') > 1)) {
+      try {
+        for (const [id, f] of await attemptsLog.parkable(scope, maxAttempts)) skip.set(id, f);
+      } catch (err) {
+        return infra(err); // backOff logs it
+      }
+    }
+    /** Location ids whose dead letters this invocation committed. */
+    const parked: string[] = [];
     let end = decoded.length;
     let staleRetry = true;
     for (let pass = 0; end > 0 && pass < MAX_PASSES; pass++) {
@@ -306,15 +325,20 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
           }
           for (const e of chunk) messageOf.set(`${e.channel}#${e.seq}`, 0);
           const replayed = await got.rt.process(chunk, skip.size ? skip : undefined);
+          countLate(replayed.lateDropped);
+          parked.push(...replayed.parked);
           await deliver(scope, replayed.outbox);
           if (replayed.outbox.length) await got.rt.outboxDelivered(replayed.version);
         }
         const result = await got.rt.process(decoded.slice(0, end).flat(), skip.size ? skip : undefined);
+        parked.push(...result.parked);
         await deliver(scope, result.outbox);
         if (result.outbox.length) await got.rt.outboxDelivered(result.version);
         metrics?.addMetric(OPERATOR_METRICS.recordsIn, MetricUnit.Count, result.recordsIn);
         metrics?.addMetric(OPERATOR_METRICS.duplicatesDropped, MetricUnit.Count, result.duplicatesDropped);
-        if (skip.size) await attemptsLog.forget(scope, skip.keys()).catch(() => undefined);
+        countLate(result.lateDropped);
+        // Only what this commit parked: a record kept out of it (behind `end`) keeps its count.
+        if (parked.length) await attemptsLog.forget(scope, parked).catch(() => undefined);
         const failed = records.slice(end).map((r) => r.messageId);
         // The messages behind one S3 did not serve back off; an undecodable one goes its way to the DLQ.
         return unread !== undefined && end === decoded.length && failed.length ? { failed, infra: unread } : { failed };
@@ -328,16 +352,18 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
           const idx = at ? messageOf.get(`${at.channel}#${at.seq}`) : 0;
           if (idx !== undefined && idx < end) {
             const id = locationId(e.location);
+            const cause = e.cause instanceof Error ? e.cause : e;
+            const failure = { error: e.message, operator: e.operator, ...(cause.stack ? { stack: cause.stack } : {}) };
             let attempts: number;
             try {
-              attempts = await attemptsLog.failed(scope, id);
+              attempts = await attemptsLog.failed(scope, id, failure);
             } catch (err) {
               log?.error('cannot count the attempts of a failing record; the group backs off', { stage, partition, location: id, error: (err as Error).message });
               return infra(err);
             }
             const receives = Number(records[idx].attributes.ApproximateReceiveCount ?? '1');
             log?.warn('user code failed', { stage, partition, location: id, attempts, receives, error: e.message });
-            if (attempts >= maxAttempts || receives >= maxReceiveCount) skip.set(id, { error: e.message, attempts, operator: e.operator });
+            if (attempts >= maxAttempts || receives >= maxReceiveCount) skip.set(id, { ...failure, attempts });
             else end = idx; // commit what precedes it; it and the rest come back
             continue;
           }

@@ -34,6 +34,13 @@ export const PRICES = {
   managedFlinkOrchestrationKpus: 1,
   managedFlinkStorageGbPerKpu: 50,
   managedFlinkStoragePerGbMonth: 0.1,
+  /**
+   * CloudWatch, what a deployment costs while no event arrives: a dashboard per month
+   * (beyond the free tier's three) and a standard-resolution metric alarm per month.
+   * Custom metrics bill only for the hours they receive data, so they cost nothing idle.
+   */
+  cloudWatchDashboardPerMonth: 3.0,
+  cloudWatchAlarmPerMonth: 0.1,
   /** AWS's pricing pages count a month as 730 hours. */
   hoursPerMonth: 730,
 } as const;

@@ -11,6 +11,7 @@
 import { CreateQueueCommand, GetQueueAttributesCommand, GetQueueUrlCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { PhysicalPlan } from '../graph/compile.ts';
 import { type AwsAccounting } from './accounting.ts';
+import { DEFAULT_MAX_RECEIVE_COUNT } from './group-backoff.ts';
 import { deadLetterQueueName, stageQueueName } from './naming.ts';
 import { DEFAULT_MAX_MESSAGE_BYTES } from './sqs-codec.ts';
 import { mapSqsError } from './transport-errors.ts';
@@ -84,14 +85,15 @@ export interface StageQueues {
 
 export interface CreateQueuesOptions {
   readonly prefix?: string;
-  /** Receives before SQS moves a message to the DLQ (default 10). Keep it above the handler's maxAttempts. */
+  /** Receives before SQS moves a message to the DLQ (default: the deployment's, DEFAULT_MAX_RECEIVE_COUNT). Keep it above the handler's maxAttempts. */
   readonly maxReceiveCount?: number;
   readonly visibilityTimeoutSeconds?: number;
   readonly maxMessageBytes?: number;
   /**
    * Deduplication and throughput per message group, as SluiceJob deploys by default
-   * (props.highThroughputFifo). fauxqs accepts and reports the two attributes but
-   * deduplicates queue-wide and has no throughput quota, so local runs behave alike either way.
+   * (props.highThroughputFifo; default on here too). fauxqs accepts and reports the two
+   * attributes but deduplicates queue-wide and has no throughput quota, so local runs cannot
+   * tell the two apart.
    */
   readonly highThroughput?: boolean;
 }
@@ -101,7 +103,7 @@ export async function createStageQueues(sqs: SQSClient, plan: PhysicalPlan, opti
   const out: StageQueues[] = [];
   for (const stage of plan.stages) {
     const base: Record<string, string> = { FifoQueue: 'true', ContentBasedDeduplication: 'false', MaximumMessageSize: String(options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES) };
-    const ht: Record<string, string> = options.highThroughput ? { DeduplicationScope: 'messageGroup', FifoThroughputLimit: 'perMessageGroupId' } : {};
+    const ht: Record<string, string> = (options.highThroughput ?? true) ? { DeduplicationScope: 'messageGroup', FifoThroughputLimit: 'perMessageGroupId' } : {};
     const dlqName = deadLetterQueueName(plan.job.name, stage.id, options.prefix);
     const dlqUrl = await create(sqs, dlqName, { ...base, ...ht, MessageRetentionPeriod: String(14 * 24 * 3600) });
     const dlqArn = await queueArn(sqs, dlqUrl);
@@ -110,7 +112,7 @@ export async function createStageQueues(sqs: SQSClient, plan: PhysicalPlan, opti
       ...base,
       ...ht,
       VisibilityTimeout: String(options.visibilityTimeoutSeconds ?? 60),
-      RedrivePolicy: JSON.stringify({ deadLetterTargetArn: dlqArn, maxReceiveCount: options.maxReceiveCount ?? 10 }),
+      RedrivePolicy: JSON.stringify({ deadLetterTargetArn: dlqArn, maxReceiveCount: options.maxReceiveCount ?? DEFAULT_MAX_RECEIVE_COUNT }),
     });
     out.push({ url, arn: await queueArn(sqs, url), dlqUrl, dlqArn });
   }

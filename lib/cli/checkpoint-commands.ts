@@ -6,6 +6,7 @@
  */
 import { type Command, Option } from 'commander';
 import { ConfigError } from '../errors.ts';
+import { addRejectPolicyOptions, outcomeCode, type RejectPolicy } from './exit-codes.ts';
 
 type Action = <A extends unknown[]>(command: string, fn: (...args: A) => Promise<void>) => (...args: A) => Promise<void>;
 
@@ -110,8 +111,8 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
     .option('--port <port>', 'dev: ingestion endpoint port', '8080')
     .option('--host <host>', 'dev: interface to listen on', '127.0.0.1')
     .option('--param <key=value>', 'job parameter, repeatable', collect, []);
-  addTargetOptions(addDevCheckpointOptions(restore)).action(
-    action('restore', async (job: string, opts: { from: string; input?: string; output?: string; param: string[]; port: string; host: string } & AwsFlags) => {
+  addRejectPolicyOptions(addTargetOptions(addDevCheckpointOptions(restore))).action(
+    action('restore', async (job: string, opts: { from: string; input?: string; output?: string; param: string[]; port: string; host: string } & AwsFlags & RejectPolicy) => {
       if (opts.target !== 'embedded') {
         if (opts.input !== undefined || opts.output !== undefined) throw new ConfigError(opts.input !== undefined ? '--input' : '--output', `no --input/--output with --target ${opts.target} (the job restores in place and keeps consuming its queues)`, 'given');
         await (await awsCommands()).restoreAwsCommand(job, { ...opts, target: opts.target }, err);
@@ -119,11 +120,12 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
       }
       if (opts.input !== undefined || opts.output !== undefined) {
         if (opts.input === undefined || opts.output === undefined) throw new ConfigError(opts.input === undefined ? '--input' : '--output', '--input and --output together (a bounded run), or neither (dev)', 'only one of them');
-        await (await import('./run.ts')).runCommand(job, { ...opts, target: 'embedded', input: opts.input, output: opts.output, checkpointInterval: (opts as { checkpointInterval?: string }).checkpointInterval ?? '0' });
+        const s = await (await import('./run.ts')).runCommand(job, { ...opts, target: 'embedded', input: opts.input, output: opts.output, checkpointInterval: (opts as { checkpointInterval?: string }).checkpointInterval ?? '0' });
+        process.exitCode = outcomeCode({ rejected: s.rejectedInputs, deadLetters: s.deadLetters }, opts);
         return;
       }
-      await (await import('./dev.ts')).devCommand(job, { ...opts, target: 'embedded' });
-      process.exit(process.exitCode ?? 0);
+      const { devCommand, devExitCode } = await import('./dev.ts');
+      process.exit(devExitCode(await devCommand(job, { ...opts, target: 'embedded' }), opts));
     }),
   );
 }

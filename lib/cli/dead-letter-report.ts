@@ -26,6 +26,14 @@ export function deadLetterCount(n: number, file: string | undefined): string {
   return `${fmt.int(n)} dead letters${file !== undefined && n > 0 ? ` (in ${file})` : ''}`;
 }
 
+/** "N late dropped", naming the operators that dropped them; `undefined`: the runtime does not count them here. */
+export function lateDroppedCount(byOperator: Readonly<Record<string, number>> | undefined): string {
+  if (byOperator === undefined) return 'late dropped: see the lateDropped metric';
+  const entries = Object.entries(byOperator).filter(([, n]) => n > 0);
+  const total = entries.reduce((t, [, n]) => t + n, 0);
+  return `${fmt.int(total)} late dropped${entries.length ? ` (${entries.map(([op, n]) => `${op} ${fmt.int(n)}`).join(', ')})` : ''}`;
+}
+
 /** Dead letters as they arrive: the first `shown` in full, later ones as a count per update. */
 export class DeadLetterFeed {
   constructor(

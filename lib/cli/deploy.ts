@@ -10,6 +10,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative, resolve } from 'node:path';
 import type { Job } from '../api/stream.ts';
+import { type IdleMonthly, idleMonthly } from '../aws/cost-model.ts';
 import { ConfigError, SluiceError } from '../errors.ts';
 import { loadJob, parseParams } from './load-job.ts';
 
@@ -63,6 +64,8 @@ export interface Synthesized {
   /** Construct paths of the functions, each bundling the job module. */
   readonly functions: readonly string[];
   readonly streams: readonly string[];
+  /** What the stack bills a month at zero traffic, besides storage. */
+  readonly idle: IdleMonthly;
 }
 
 const INSTALL_CDK = 'npm install --save-dev aws-cdk-lib constructs cdk-nag';
@@ -117,12 +120,22 @@ export async function synthesize(jobPath: string, flags: DeployFlags, log: Log =
     templateFile: artifact.templateFullPath,
     functions: stack.sluice.functions.map((f) => f.fn.node.path),
     streams: ingestStreams(job),
+    idle: idleMonthly(resourceTypes(artifact.templateFullPath)),
   };
   const shown = (p: string) => relative(process.cwd(), p) || '.';
   log(`synthesized stack ${result.stackName} of job "${job.name}" into ${shown(outdir)}${flags.nag === false ? ' (cdk-nag off)' : ', cdk-nag AwsSolutions clean'}${warnings ? `, ${warnings} warning(s)` : ''}`);
   log(`  template   ${shown(result.templateFile)}`);
+  const idle = result.idle;
+  log(`  idle cost  $${idle.dollars.toFixed(2)} a month at zero traffic (${idle.dashboards} dashboard, ${idle.alarms} alarms) plus storage; everything else is per request`);
   log(`  functions  ${result.functions.length}, each bundling ${shown(jobModule)}: ${result.functions.map((f) => f.split('/').slice(-1)[0]).join(', ')}`);
   return result;
+}
+
+function resourceTypes(templateFile: string): Record<string, number> {
+  const template = JSON.parse(readFileSync(templateFile, 'utf8')) as { Resources?: Record<string, { Type: string }> };
+  const counts: Record<string, number> = {};
+  for (const r of Object.values(template.Resources ?? {})) counts[r.Type] = (counts[r.Type] ?? 0) + 1;
+  return counts;
 }
 
 function ingestStreams(job: Job): string[] {

@@ -12,9 +12,10 @@ import { EmbeddedRuntime, type RuntimeStats } from '../local/embedded.ts';
 import type { IngestRejections } from '../local/ingest-bounds.ts';
 import { startIngestServer } from '../local/ingest-server.ts';
 import { loadJob, parseParams } from './load-job.ts';
-import { DeadLetterFeed, deadLetterCount } from './dead-letter-report.ts';
+import { DeadLetterFeed, deadLetterCount, lateDroppedCount } from './dead-letter-report.ts';
 import { fmt, validateFlags } from './options.ts';
 import { type CheckpointFlags, openDevRuntime } from './checkpoints.ts';
+import { EXIT, outcomeCode, type RejectPolicy } from './exit-codes.ts';
 import type { Target } from './targets.ts';
 
 export interface DevCommandOptions extends CheckpointFlags {
@@ -81,7 +82,7 @@ export class LiveTable {
     const stats = this.runtime.stats();
     const dt = this.prev ? (now - this.prev.at) / 1000 : 0;
     const lines = [`-- ${new Date(now).toISOString().slice(11, 19)}  sources ${fmt.int(stats.sourceRecords)} records, queued ${fmt.int(stats.queuedRecords)}` +
-      `, ${describeRejections(stats, this.endpoint?.())}, ${deadLetterCount(stats.deadLetters, stats.deadLetterFile)}`];
+      `, ${describeRejections(stats, this.endpoint?.())}, ${deadLetterCount(stats.deadLetters, stats.deadLetterFile)}, ${lateDroppedCount(stats.lateDropped)}`];
     lines.push(`   ${'operator'.padEnd(24)} ${'records in'.padStart(12)} ${'records/s'.padStart(10)}`);
     for (const [name, n] of Object.entries(stats.recordsIn)) {
       const before = this.prev?.stats.recordsIn[name] ?? 0;
@@ -113,7 +114,31 @@ export class LiveTable {
   }
 }
 
-export async function devCommand(jobPath: string, opts: DevCommandOptions, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<void> {
+/** What `sluice dev` ends with (`--json`: this object, the last line on stdout). */
+export interface DevSummary {
+  job: string;
+  target: 'embedded' | 'local-aws';
+  url: string;
+  recordsIngested: number;
+  rejected: {
+    /** Events refused as invalid: the endpoint's 400s per event, and events the runtime could not read. */
+    invalid: number;
+    /** Events refused with 429 (back-pressure: the client is told to retry them). */
+    overBounds: number;
+    /** Requests refused unread (malformed body, 413, 415): their events are not counted. */
+    requestsRefused: number;
+  };
+  deadLetters: number;
+  deadLetterFile: string | null;
+  /** Records windows and joins dropped as late, per operator; null where the runtime does not count them (local-aws: the handlers' lateDropped metric). */
+  lateDropped: Record<string, number> | null;
+  /** The epoch of the checkpoint taken at the stop; null when none was taken or checkpoints are off. */
+  finalCheckpoint: number | null;
+  /** The runtime failed (the command exits 1). */
+  failed: boolean;
+}
+
+export async function devCommand(jobPath: string, opts: DevCommandOptions, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<DevSummary> {
   const flags = validateFlags(DevFlags, { port: opts.port ?? 8080, host: opts.host ?? '127.0.0.1', maxQueued: opts.maxQueued ?? DEFAULT_MAX_QUEUED, maxLag: opts.maxLag ?? DEFAULT_MAX_LAG_MS }, {
     port: { flag: '--port', expected: 'an integer from 0 to 65535 (0 = any free port)' },
     host: { flag: '--host', expected: 'a host name or IP address to listen on' },
@@ -182,9 +207,11 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   // Requests in flight are answered first; then a checkpoint of everything accepted, so that
   // --resume continues from here (the loop must still run to take it).
   await server.close();
+  let finalCheckpoint: number | null = null;
   if (checkpointed && !failed) {
     try {
       const epoch = await checkpointed.finalCheckpoint();
+      finalCheckpoint = epoch;
       if (epoch !== null) log(`final checkpoint: epoch ${epoch}`);
     } catch (e) {
       log(`final checkpoint failed: ${(e as Error).message} (--resume replays from the last completed one)`);
@@ -196,5 +223,24 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   checkpointed?.close();
   const s = runtime.stats();
   for (const line of table.newDeadLetters(s)) log(line);
-  log(`stopped: ${fmt.int(s.sourceRecords)} records ingested, ${describeRejections(s, server.rejections())}, ${deadLetterCount(s.deadLetters, s.deadLetterFile)}`);
+  const endpoint = server.rejections();
+  log(`stopped: ${fmt.int(s.sourceRecords)} records ingested, ${describeRejections(s, endpoint)}, ${deadLetterCount(s.deadLetters, s.deadLetterFile)}, ${lateDroppedCount(s.lateDropped)}`);
+  return {
+    job: job.name,
+    target: 'embedded',
+    url: server.url,
+    recordsIngested: s.sourceRecords,
+    rejected: { invalid: (endpoint.byStatus[400] ?? 0) + s.rejectedInputs, overBounds: endpoint.byStatus[429] ?? 0, requestsRefused: endpoint.requests },
+    deadLetters: s.deadLetters,
+    deadLetterFile: s.deadLetterFile ?? null,
+    lateDropped: { ...s.lateDropped },
+    finalCheckpoint,
+    failed,
+  };
+}
+
+/** The exit code of a stopped `sluice dev`: 429s are not counted (their clients were told to retry). */
+export function devExitCode(s: DevSummary, policy: RejectPolicy): number {
+  if (s.failed) return EXIT.error;
+  return outcomeCode({ rejected: s.rejected.invalid + s.rejected.requestsRefused, deadLetters: s.deadLetters }, policy);
 }

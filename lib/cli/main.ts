@@ -6,6 +6,8 @@
  */
 import { Command, Option } from 'commander';
 import { registerCheckpointCommands } from './checkpoint-commands.ts';
+import { addRejectPolicyOptions, EXIT, outcomeCode, type RejectPolicy } from './exit-codes.ts';
+import { errorJson, examples, packageVersion, strictParsing, wantsJson } from './program.ts';
 import { type Target, TARGETS } from './targets.ts';
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
@@ -13,20 +15,34 @@ const collect = (value: string, previous: string[] = []) => [...previous, value]
 async function fail(command: string, err: unknown): Promise<never> {
   const message = err instanceof Error ? err.message : String(err);
   process.stderr.write(`sluice ${command}: ${message}\n`);
+  if (wantsJson()) process.stdout.write(errorJson('error', err) + '\n');
   const { SluiceError } = await import('../errors.ts');
   if (!(err instanceof SluiceError) && process.env.SLUICE_DEBUG) process.stderr.write(`${(err as Error).stack}\n`);
-  process.exit(1);
+  process.exit(EXIT.error);
 }
 
 /** Runs an action; any error becomes a one-line message and exit code 1. */
 function action<A extends unknown[]>(command: string, fn: (...args: A) => Promise<void>) {
   return async (...args: A) => {
     try {
+      // The crash soak's kills (bench/soak.ts): a real SIGKILL at a named fault site.
+      if (process.env.SLUICE_KILL_AT || process.env.SLUICE_FAULT_COUNTS) await armFaultSites(process.env);
       await fn(...args);
     } catch (err) {
       await fail(command, err);
     }
   };
+}
+
+/** SLUICE_KILL_AT=<point>#<n>: SIGKILL at that crossing; SLUICE_FAULT_COUNTS=<file>: each point's crossings, written at exit. */
+async function armFaultSites(env: NodeJS.ProcessEnv): Promise<void> {
+  const sites = await import('../util/fault-sites.ts');
+  if (env.SLUICE_KILL_AT) sites.armKill(sites.parseKillSpec(env.SLUICE_KILL_AT));
+  const file = env.SLUICE_FAULT_COUNTS;
+  if (!file) return;
+  const { writeFileSync } = await import('node:fs');
+  sites.countCrossings(true);
+  process.on('exit', () => writeFileSync(file, JSON.stringify(Object.fromEntries(sites.faultCrossings()))));
 }
 
 function targetOption(): Option {
@@ -54,9 +70,11 @@ function deployOptions(cmd: Command): Command {
 
 const program = new Command('sluice')
   .description('Sluice: Flink-style stream processing, serverless on AWS or in one process')
-  .showHelpAfterError('(add --help for usage)');
+  .version(packageVersion(), '-V, --version', 'print the version')
+  .showHelpAfterError('(add --help for usage)')
+  .addHelpText('after', examples('sluice run examples/nexmark/q5.ts --input events.jsonl --output q5.jsonl', 'sluice dev examples/first-job.ts --port 8080', 'sluice demo --query q8', 'sluice run --help'));
 
-program
+const run = program
   .command('run')
   .description('run a job over a bounded JSON-lines file and write one sink to a JSON-lines file')
   .argument('<job>', 'job module (.ts, .mts, .js or .mjs); default export: a Job or (params) => Job')
@@ -68,14 +86,15 @@ program
   .option('--dead-letters <file>', 'write rejected input lines and dead letters as JSON lines')
   .addOption(targetOption())
   .option('--assembly <dir>', 'assembly: a cloud assembly `sluice synth` wrote (default: synthesize one into a temporary directory)')
-  .option('--stack-name <name>', 'assembly: the stack to run (default: the only one)')
-  .action(
-    action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target; assembly?: string; stackName?: string }) => {
-      await (await import('./run.ts')).runCommand(job, opts);
-    }),
-  );
+  .option('--stack-name <name>', 'assembly: the stack to run (default: the only one)');
+addRejectPolicyOptions(run).action(
+  action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target; assembly?: string; stackName?: string } & RejectPolicy) => {
+    const s = await (await import('./run.ts')).runCommand(job, opts);
+    process.exitCode = outcomeCode({ rejected: s.rejectedInputs, deadLetters: s.deadLetters }, opts);
+  }),
+);
 
-program
+const dev = program
   .command('dev')
   .description('run a job on the embedded runtime with its HTTP ingestion endpoint and a live table')
   .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
@@ -84,15 +103,15 @@ program
   .option('--max-queued <records>', 'answer 429 to a request that would take a stream past this many accepted, unprocessed records', '100000')
   .option('--max-lag <ms>', "answer 429 while a stream's oldest accepted, unprocessed event is this old", '10000')
   .option('--param <key=value>', 'job parameter, repeatable', collect, [])
-  .addOption(new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(['embedded', 'local-aws']).default('embedded'))
-  .action(
-    action('dev', async (job: string, opts: { port: string; host: string; maxQueued: string; maxLag: string; param: string[]; target: Target }) => {
-      await (await import('./dev.ts')).devCommand(job, opts);
-      process.exit(process.exitCode ?? 0);
-    }),
-  );
+  .addOption(new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(['embedded', 'local-aws']).default('embedded'));
+addRejectPolicyOptions(dev).action(
+  action('dev', async (job: string, opts: { port: string; host: string; maxQueued: string; maxLag: string; param: string[]; target: Target } & RejectPolicy) => {
+    const { devCommand, devExitCode } = await import('./dev.ts');
+    process.exit(devExitCode(await devCommand(job, opts), opts));
+  }),
+);
 
-program
+const publish = program
   .command('publish')
   .description('publish a JSON-lines file to an ingestion stream (`sluice dev`, or a deployed endpoint: signed with SigV4 from the AWS credential chain)')
   .argument('<stream>', 'ingestion stream name')
@@ -101,12 +120,13 @@ program
   .option('--batch-size <n>', 'events per request', '500')
   .addOption(new Option('--sign <mode>', 'SigV4: auto (AWS endpoints, or with --service), always, never').choices(['auto', 'always', 'never']).default('auto'))
   .option('--region <region>', 'signing region (default: from the URL, else AWS_REGION)')
-  .option('--service <service>', 'signing service: execute-api (HTTP API) or lambda (Function URL); default: from the URL')
-  .action(
-    action('publish', async (stream: string, file: string, opts: { url: string; batchSize: string; sign: 'auto' | 'always' | 'never'; region?: string; service?: string }) => {
-      await (await import('./publish-command.ts')).publishCommand(stream, file, opts);
-    }),
-  );
+  .option('--service <service>', 'signing service: execute-api (HTTP API) or lambda (Function URL); default: from the URL');
+addRejectPolicyOptions(publish, false).action(
+  action('publish', async (stream: string, file: string, opts: { url: string; batchSize: string; sign: 'auto' | 'always' | 'never'; region?: string; service?: string } & RejectPolicy) => {
+    const r = await (await import('./publish-command.ts')).publishCommand(stream, file, opts);
+    process.exitCode = outcomeCode({ rejected: r.rejected.length, deadLetters: 0 }, opts);
+  }),
+);
 
 deployOptions(program.command('synth').description('synthesize the CloudFormation template and Lambda bundles of a job, offline (cdk-nag on)')).action(
   action('synth', async (job: string, opts: Record<string, unknown>) => {
@@ -144,5 +164,34 @@ program
 
 // Checkpoint flags on run and dev; the checkpoints, savepoint and restore commands.
 registerCheckpointCommands(program, action);
+
+/** Each command's --help ends with these (test/cli/help.test.ts checks every command has some). */
+const EXAMPLES: Record<string, string[]> = {
+  run: [
+    'sluice run examples/nexmark/q5.ts --input events.jsonl --output q5.jsonl',
+    'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --param threshold=100 --dead-letters rejected.jsonl',
+    'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --json > summary.json',
+    'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --checkpoint-interval 1000 --resume',
+    'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --target local-aws',
+  ],
+  dev: ['sluice dev examples/first-job.ts --port 8080', 'sluice dev jobs/orders.ts --port 0 --checkpoint-interval 5000', 'sluice dev jobs/orders.ts --resume'],
+  publish: ['sluice publish views views.jsonl --url http://127.0.0.1:8080', 'sluice publish orders orders.jsonl --url https://abc123.execute-api.eu-west-1.amazonaws.com --json'],
+  synth: ['sluice synth jobs/orders.ts', 'sluice synth jobs/orders.ts --output cdk.out --stack-name Orders-Staging --json'],
+  deploy: ['sluice deploy jobs/orders.ts', 'AWS_ENDPOINT_URL=http://localhost:4566 sluice deploy jobs/orders.ts --endpoint functionUrl --removal-policy destroy'],
+  destroy: ['sluice destroy jobs/orders.ts', 'sluice destroy jobs/orders.ts --stack-name Orders-Staging --force'],
+  demo: ['sluice demo', 'sluice demo --query q8 --duration 10 --events-per-second 20000', 'sluice demo --duration 5 --json'],
+  checkpoints: ['sluice checkpoints jobs/orders.ts', 'sluice checkpoints jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice checkpoints jobs/orders.ts --target aws'],
+  savepoint: ['sluice savepoint jobs/orders.ts --label before-upgrade', 'sluice savepoint jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice savepoint jobs/orders.ts --target aws --label v2'],
+  restore: [
+    'sluice restore jobs/orders.ts --from before-upgrade',
+    'sluice restore jobs/orders.ts --from 12 --input orders.jsonl --output alerts.jsonl',
+    'sluice restore jobs/orders.ts --target aws --from before-upgrade',
+  ],
+};
+for (const cmd of program.commands) {
+  const lines = EXAMPLES[cmd.name()];
+  if (lines) cmd.addHelpText('after', examples(...lines));
+}
+strictParsing(program);
 
 await program.parseAsync(process.argv);

@@ -1,7 +1,7 @@
 /** `sluice publish <stream> <file>`: flags checked, the file published (publish.ts), the result printed. */
 import { z } from 'zod';
 import { fmt, validateFlags } from './options.ts';
-import { publishFile, type SignMode } from './publish.ts';
+import { type PublishResult, publishFile, type SignMode } from './publish.ts';
 
 export interface PublishCommandOptions {
   url: string;
@@ -11,7 +11,7 @@ export interface PublishCommandOptions {
   service?: string;
 }
 
-export async function publishCommand(stream: string, file: string, opts: PublishCommandOptions, out: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<void> {
+export async function publishCommand(stream: string, file: string, opts: PublishCommandOptions, out: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<PublishResult> {
   const { batchSize } = validateFlags(z.object({ batchSize: z.coerce.number().int().positive() }), { batchSize: opts.batchSize }, {
     batchSize: { flag: '--batch-size', expected: 'a positive integer' },
   });
@@ -19,5 +19,5 @@ export async function publishCommand(stream: string, file: string, opts: Publish
   out(`published ${file} to "${stream}": ${fmt.int(result.accepted)} accepted, ${fmt.int(result.rejected.length)} rejected`);
   for (const r of result.rejected.slice(0, 10)) out(`  line ${r.line}: ${r.error}`);
   if (result.rejected.length > 10) out(`  ... and ${fmt.int(result.rejected.length - 10)} more`);
-  if (result.rejected.length) process.exitCode = 1;
+  return result;
 }

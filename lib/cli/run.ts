@@ -10,7 +10,7 @@ import { JsonLinesFileSink } from '../api/sinks.ts';
 import { ConfigError } from '../errors.ts';
 import { EmbeddedRuntime } from '../local/embedded.ts';
 import { loadJob, parseParams, pickNode } from './load-job.ts';
-import { DEAD_LETTERS_SHOWN, deadLetterCount, describeDeadLetter } from './dead-letter-report.ts';
+import { DEAD_LETTERS_SHOWN, deadLetterCount, describeDeadLetter, lateDroppedCount } from './dead-letter-report.ts';
 import { fmt } from './options.ts';
 import { prepareRunCheckpoints, type RunCheckpointFlags } from './checkpoints.ts';
 import type { Target } from './targets.ts';
@@ -30,11 +30,22 @@ export interface RunCommandOptions extends RunCheckpointFlags {
   stackName?: string;
 }
 
+/** What `sluice run` ends with (`--json`: this object on stdout). */
 export interface RunSummary {
+  job: string;
+  target: Target;
+  /** The --output file, as given. */
+  output: string;
   recordsIn: number;
   recordsOut: number;
   rejectedInputs: number;
   deadLetters: number;
+  /** Where the runtime parked every dead letter, when it keeps them in a file; else null. */
+  deadLetterFile: string | null;
+  /** The --dead-letters file written, or null. */
+  deadLettersWritten: string | null;
+  /** Records windows and joins dropped as late, per operator; null where the runtime does not count them (local-aws, assembly: the handlers' lateDropped metric). */
+  lateDropped: Record<string, number> | null;
   durationMs: number;
 }
 
@@ -108,22 +119,33 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   }
 
   const summary: RunSummary = {
+    job: job.name,
+    target: opts.target ?? 'embedded',
+    output: opts.output,
     recordsIn: stats.sourceRecords,
     recordsOut: output.written,
     rejectedInputs: rejected.length,
     deadLetters: dead.length,
-    durationMs,
+    deadLetterFile: deadFile ?? null,
+    deadLettersWritten: opts.deadLetters ?? null,
+    lateDropped: lateOf(stats) ? { ...lateOf(stats) } : null,
+    durationMs: Math.round(durationMs),
   };
   const rate = summary.recordsIn / Math.max(durationMs / 1000, 1e-3);
   log(
     `sluice run ${job.name}: ${fmt.int(summary.recordsIn)} records in, ${fmt.int(summary.recordsOut)} out to ${opts.output}, ` +
       `${fmt.int(summary.rejectedInputs)} rejected inputs, ${deadLetterCount(summary.deadLetters, deadFile)}, ` +
+      `${summary.lateDropped ? `${lateDroppedCount(summary.lateDropped)}, ` : ''}` +
       `${fmt.secs(durationMs)}, ${fmt.int(rate)} events/s`,
   );
   localAws?.printCost();
   assembly?.printSummary();
   ckpt?.summary();
   return summary;
+}
+
+function lateOf(stats: object): Readonly<Record<string, number>> | undefined {
+  return (stats as { lateDropped?: Record<string, number> }).lateDropped;
 }
 
 async function requireFile(flag: string, path: string): Promise<void> {

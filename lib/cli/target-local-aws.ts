@@ -8,6 +8,7 @@ import type { Sink } from '../api/sinks.ts';
 import type { SourceBinding } from '../api/sources.ts';
 import type { Job } from '../api/stream.ts';
 import { type LocalAwsEnvironment, openLocalAws } from '../aws/local/endpoints.ts';
+import { crossFaultSites } from '../aws/local/fault-sites.ts';
 import { startFunctionUrl } from '../aws/local/http-ingest.ts';
 import { asDeadLetter } from '../aws/local/dead-letters.ts';
 import { type LocalAwsRunResult, LocalAwsRuntime } from '../aws/local/runner.ts';
@@ -15,6 +16,7 @@ import { type CostEstimate, formatDollars, type LambdaUsage } from '../aws/price
 import type { RejectedInput } from '../transport/sources.ts';
 import type { DeadLetter } from '../transport/envelope.ts';
 import type { LocalAwsRunCheckpoints } from './checkpoints.ts';
+import type { DevSummary } from './dev.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { fmt } from './options.ts';
 
@@ -23,6 +25,7 @@ type Log = (line: string) => void;
 async function open(log: Log): Promise<LocalAwsEnvironment> {
   log('local-aws: resolving endpoints (starting DynamoDB Local and/or fauxqs where none is configured)...');
   const env = await openLocalAws();
+  crossFaultSites(env.clients);
   log(`local-aws: DynamoDB ${env.dynamodb.origin}; SQS ${env.sqs.origin}; S3 ${env.s3.origin}`);
   return env;
 }
@@ -86,11 +89,12 @@ export function costLine(cost: CostEstimate, lambda: LambdaUsage, events: number
 }
 
 /** `sluice dev --target local-aws`: the handlers behind a local Function URL, with a live table. */
-export async function devLocalAwsCommand(jobPath: string, flags: { port: number; host: string }, opts: { param?: string[]; intervalMs?: number }, log: Log): Promise<void> {
+export async function devLocalAwsCommand(jobPath: string, flags: { port: number; host: string }, opts: { param?: string[]; intervalMs?: number }, log: Log): Promise<DevSummary> {
   const job = await loadJob(jobPath, parseParams(opts.param));
   const env = await open(log);
   let runtime: LocalAwsRuntime | undefined;
   let server: Awaited<ReturnType<typeof startFunctionUrl>> | undefined;
+  let summary: DevSummary | undefined;
   try {
     runtime = new LocalAwsRuntime(job, { env, log: debugLog(log) });
     await runtime.start();
@@ -140,9 +144,22 @@ export async function devLocalAwsCommand(jobPath: string, flags: { port: number;
       const r = runtime.report();
       log(`stopped: ${fmt.int(r.sourceRecords)} records ingested, ${fmt.int(r.rejectedInputs.length)} rejected, ${fmt.int(dead.length)} dead letters`);
       log(costLine(r.cost, r.lambda, r.sourceRecords));
+      summary = {
+        job: job.name,
+        target: 'local-aws',
+        url: server?.url ?? '',
+        recordsIngested: r.sourceRecords,
+        rejected: { invalid: r.rejectedInputs.length, overBounds: 0, requestsRefused: 0 },
+        deadLetters: dead.length,
+        deadLetterFile: null,
+      lateDropped: null,
+        finalCheckpoint: null,
+        failed: false,
+      };
     }
     await env.close();
   }
+  return summary!;
 }
 
 function table(rt: LocalAwsRuntime): string[] {

@@ -34,6 +34,7 @@ import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
 import type { BarrierAck } from '../transport/envelope.ts';
 import type { TransactionalSink } from '../api/sinks.ts';
+import { faultSite } from '../util/fault-sites.ts';
 import { DeadLetterStore } from './dead-letter-store.ts';
 import type { EmbeddedCheckpointHooks, RestorePlan } from './embedded-options.ts';
 import { EmbeddedRuntime } from './embedded.ts';
@@ -100,12 +101,18 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     const durable = { durable: options.durable ?? true };
     this.store = this.blobs = new DirectoryBlobStore(join(options.dir, 'blobs'), durable);
     this.pointers = new FilePointerStore(join(options.dir, 'pointers'), durable);
+    // Every checkpoint-storage write crosses its fault site, then the test hook.
     const hook = options.beforeWrite;
-    if (hook) {
-      const [blobs, pointers] = [this.store, this.pointers];
-      this.store = { ...bind(blobs), put: (k, b) => (hook(`put ${k}`), blobs.put(k, b)), delete: (ks) => (hook('delete'), blobs.delete(ks)) };
-      this.pointers = { read: (n) => pointers.read(n), compareAndSet: (n, v, x) => (hook(`cas ${n}`), pointers.compareAndSet(n, v, x)) };
-    }
+    const [blobs, pointers] = [this.store, this.pointers];
+    this.store = {
+      ...bind(blobs),
+      put: (k, b) => (faultSite(blobSite(k)), hook?.(`put ${k}`), blobs.put(k, b)),
+      delete: (ks) => (faultSite('blob.delete'), hook?.('delete'), blobs.delete(ks)),
+    };
+    this.pointers = {
+      read: (n) => pointers.read(n),
+      compareAndSet: (n, v, x) => (faultSite(n === RECORD_NAME ? 'coordinator.record' : 'coordinator.pointer'), hook?.(`cas ${n}`), pointers.compareAndSet(n, v, x)),
+    };
     this.clock = options.clock ?? systemClock;
   }
 
@@ -185,17 +192,26 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
       blobs: this.store,
       pointers: this.pointers,
       injectBarriers: async (d) => {
+        faultSite('coordinator.inject');
         this.deferred.push(d);
         this.flushInjections();
       },
       prepareSinks: async (e) => {
-        for (const s of sinks()) await s.prepare(e);
+        for (const s of sinks()) {
+          faultSite('sink.prepare');
+          await s.prepare(e);
+        }
       },
       commitSinks: async (e) => {
-        for (const s of sinks()) await s.commit(e);
+        for (const s of sinks()) {
+          faultSite('sink.commit.before');
+          await s.commit(e);
+          faultSite('sink.commit.after');
+        }
       },
       truncateLogs: async (d) => {
         if (!d.logs) return;
+        faultSite('coordinator.truncate');
         for (const [source, below] of Object.entries(positionsBySource({ positions: d.logs.belowPositions } as Manifest))) {
           const log = this.logs.get(source) ?? new SourceLog(join(this.options.dir, 'log'), source);
           below.forEach((n, p) => log.truncateBelow(p, n));
@@ -381,6 +397,13 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     for (const l of this.logs.values()) l.close();
     this.deadLetters?.close();
   }
+}
+
+/** A blob's fault site by its key (lib/checkpoint: snapshots, manifests, checkpoint statistics). */
+function blobSite(key: string): string {
+  if (key.includes('/snapshots/')) return 'snapshot.write';
+  if (key.includes('/checkpoints/')) return 'coordinator.stats';
+  return 'coordinator.manifest';
 }
 
 function bind(b: BlobStore): BlobStore {

@@ -116,6 +116,8 @@ export interface RuntimeStats {
   readonly deadLetterFile?: string;
   readonly rejectedInputs: number;
   readonly duplicatesDropped: number;
+  /** Records windows and joins dropped as late (no late-data side output), per operator name; absent: none. */
+  readonly lateDropped: Readonly<Record<string, number>>;
   readonly commits: number;
   readonly recoveries: number;
 }

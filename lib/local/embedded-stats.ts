@@ -10,6 +10,13 @@ export interface RuntimeCounters {
   duplicatesDropped: number;
   commits: number;
   recoveries: number;
+  /** Records dropped as late per operator, from committed batches (BatchResult.lateDropped). */
+  readonly lateDropped: Record<string, number>;
+}
+
+/** Adds a batch's late drops to the run's. */
+export function addLateDropped(counters: RuntimeCounters, batch: Readonly<Record<string, number>>): void {
+  for (const op in batch) counters.lateDropped[op] = (counters.lateDropped[op] ?? 0) + batch[op];
 }
 
 /** Records in per operator, the watermark per stage (minimum over its partitions), the counters. */
@@ -35,6 +42,7 @@ export function runtimeStats(plan: PhysicalPlan, slots: readonly (readonly Slot[
     ...(deadLetters.path !== undefined ? { deadLetterFile: deadLetters.path } : {}),
     rejectedInputs,
     duplicatesDropped: counters.duplicatesDropped,
+    lateDropped: { ...counters.lateDropped },
     commits: counters.commits,
     recoveries: counters.recoveries,
   };

@@ -28,10 +28,11 @@ import type { IngestPressure, IngestTarget, OfferResult } from './ingest-target.
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
 import type { RejectedInput } from '../transport/sources.ts';
 import { sourceChunking } from './rounds.ts';
-import { type RuntimeCounters, runtimeStats } from './embedded-stats.ts';
+import { addLateDropped, type RuntimeCounters, runtimeStats } from './embedded-stats.ts';
 import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';
 import { TimeSlicer } from './time-slice.ts';
 import { Arrivals, type IngestView, ingestPressure, ingestStreams, offerIngest, validateIngest } from './embedded-ingest.ts';
+import { faultSite } from '../util/fault-sites.ts';
 
 export type { EmbeddedCheckpointHooks, EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 export { chunkedRounds } from './rounds.ts';
@@ -56,7 +57,7 @@ export class EmbeddedRuntime implements IngestTarget {
   /** Scheduling rounds so far (linger.ts counts in rounds). */
   private round = 0;
   private readonly linger: LingerPolicy;
-  private counters: RuntimeCounters = { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0 };
+  private counters: RuntimeCounters = { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0, lateDropped: {} };
   /** Time slicing (`sliceMs`): batch and chunk sizes by the measured cost per record. */
   private readonly slicer: TimeSlicer | undefined;
   /** When the scheduler last let the event loop run (timers, HTTP requests, signals). */
@@ -286,7 +287,10 @@ export class EmbeddedRuntime implements IngestTarget {
       rejected: (r) => this.rejectedInputs.push(r),
       accepted: (n) => {
         this.counters.sourceRecords += n;
-        if (n) this.options.onSourceRecords?.(this.counters.sourceRecords);
+        if (n) {
+          faultSite('source.read');
+          this.options.onSourceRecords?.(this.counters.sourceRecords);
+        }
       },
     };
   }
@@ -386,11 +390,15 @@ export class EmbeddedRuntime implements IngestTarget {
       const result = await work;
       if (result.committed) this.counters.commits++;
       this.counters.duplicatesDropped += result.duplicatesDropped;
+      addLateDropped(this.counters, result.lateDropped);
+      faultSite('batch.commit.after');
       faults?.maybeCrash('after-commit');
       const delivered = this.deliver(result.outbox, slot);
       if (delivered) await delivered;
+      faultSite('outbox.delivered');
       faults?.maybeCrash('after-deliver');
       if (result.outbox.length) await slot.runtime.outboxDelivered(result.version);
+      faultSite('outbox.cleared');
       faults?.maybeCrash('before-ack');
       ackFrom(slot, envelopes);
       // Parked for good; a timer registered again later must fire.
@@ -427,7 +435,10 @@ export class EmbeddedRuntime implements IngestTarget {
       partition,
       backend: this.backend,
       clock: this.clock,
-      beforeCommit: this.options.faults ? () => this.options.faults!.maybeCrash('before-commit') : undefined,
+      beforeCommit: () => {
+        faultSite('batch.commit.before');
+        this.options.faults?.maybeCrash('before-commit');
+      },
       checkpointStore: this.options.checkpoints?.store,
     });
   }

@@ -24,6 +24,7 @@ import { join } from 'node:path';
 import type { StreamRecord } from '../api/types.ts';
 import { decodeJson, encodeJson } from '../checkpoint/codec.ts';
 import { openMakingDir, writeFileAtomic } from '../checkpoint/local-storage.ts';
+import { faultSite } from '../util/fault-sites.ts';
 
 /** One partition's part of a batch of appends: encoded lines (see encodeRecords) for positions at, at + 1, ... */
 export interface LogAppend {
@@ -170,6 +171,7 @@ export class SourceLog {
    * none of it: what a failed write left is cut off again, so no position is half taken.
    */
   appendAll(batch: readonly LogAppend[]): void {
+    faultSite('input-log.append');
     const before = new Map<number, number>();
     try {
       for (const a of batch) {
@@ -322,6 +324,7 @@ export class SourceLog {
 
   /** Close the current segments (fsynced) and record the barrier durably. */
   barrier(entry: BarrierEntry): void {
+    faultSite('input-log.append');
     for (const { fd } of this.open.values()) {
       if (this.durableWrites) fsyncSync(fd);
       this.closeFd(fd);

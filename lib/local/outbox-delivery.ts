@@ -9,6 +9,7 @@ import type { Sink } from '../api/sinks.ts';
 import type { Envelope, OutboxEntry } from '../transport/envelope.ts';
 import { type DeadLetterOrigin, DeadLetterStore } from './dead-letter-store.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
+import { faultSite } from '../util/fault-sites.ts';
 
 export class OutboxDelivery {
   /** The store of a checkpointed run (its directory's file), the one the options name, or memory. */
@@ -39,6 +40,7 @@ export class OutboxDelivery {
             this.enqueue(entry.envelope);
             break;
           case 'sink': {
+            faultSite('sink.write');
             const written = this.sinks.get(entry.delivery.sink)!.write(entry.delivery);
             if (written) return this.resume(written, outbox, origin, e, i + 1 < times);
             break;

@@ -36,6 +36,8 @@ export interface StreamOperator {
   onTimer?(domain: TimeDomain, time: number, ns: string): void;
   /** Called after every event-time timer at or before wm has fired. */
   onWatermark?(wm: number): void;
+  /** Records this instance dropped as late (no late-data side output): read after each batch, so none goes uncounted. */
+  readonly droppedLate?: number;
 }
 
 export type OperatorFactory = (ctx: OperatorContext) => StreamOperator;

@@ -35,6 +35,8 @@ export interface BatchResult {
   readonly committed: boolean;
   /** Location ids of the records and callbacks parked as dead letters in this commit. */
   readonly parked: readonly string[];
+  /** Records dropped as late in this batch, per operator name (absent names: none). */
+  readonly lateDropped: Readonly<Record<string, number>>;
 }
 
 export interface OperatorStats {

@@ -35,6 +35,8 @@ import { consumeReplayed, pendingReplayOf } from './replay.ts';
 import { commitBatchOf } from './partition-commit.ts';
 import { earliestEventTime, earliestProcessingTime, fireEventTimers, fireProcessingTimers } from './fire-timers.ts';
 
+const NONE_LATE: Readonly<Record<string, number>> = Object.freeze({});
+
 export { entityId };
 export type { BatchResult, OperatorStats, PartitionDeps } from './partition-deps.ts';
 export { type CallbackLocation, failedEnvelope, type FailureLocation, isRecordLocation, locationId, type ParkedFailure, RecordFailedError, type RecordLocation } from './failures.ts';
@@ -159,8 +161,9 @@ export class PartitionRuntime {
   async process(envelopes: readonly Envelope[], skip?: ReadonlyMap<string, ParkedFailure>): Promise<BatchResult> {
     const { fresh, dups } = freshEnvelopes(envelopes, this.progress.inputs, this.where);
     if (fresh.length === 0 && dups > 0 && (this.progress.aligning || !this.progress.held)) {
-      return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false, parked: [] };
+      return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false, parked: [], lateDropped: NONE_LATE };
     }
+    const lateBefore = this.lateCounts();
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
@@ -178,7 +181,22 @@ export class PartitionRuntime {
     const committing = this.commitPart(progressMoved);
     if (committing) await committing;
     const parked = this.at.end();
-    return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups, parked };
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups, parked, lateDropped: this.lateSince(lateBefore) };
+  }
+
+  /** Each operator's count of late records dropped so far (operators without one: 0). */
+  private lateCounts(): number[] {
+    return this.order.map((n) => n.op.droppedLate ?? 0);
+  }
+
+  /** What each operator dropped as late since `before` (a failed batch returns nothing: its runtime is discarded). */
+  private lateSince(before: readonly number[]): Readonly<Record<string, number>> {
+    let out: Record<string, number> | undefined;
+    for (let i = 0; i < this.order.length; i++) {
+      const d = (this.order[i].op.droppedLate ?? 0) - before[i];
+      if (d > 0) (out ??= {})[this.order[i].node.name] = (out[this.order[i].node.name] ?? 0) + d;
+    }
+    return out ?? NONE_LATE;
   }
 
   /**
@@ -295,6 +313,7 @@ export class PartitionRuntime {
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */
   async tick(skip?: ReadonlyMap<string, ParkedFailure>): Promise<BatchResult> {
+    const lateBefore = this.lateCounts();
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
@@ -303,7 +322,7 @@ export class PartitionRuntime {
     const committing = this.commitPart(moved);
     if (committing) await committing;
     const parked = this.at.end();
-    return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0, parked };
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0, parked, lateDropped: this.lateSince(lateBefore) };
   }
 
   /** The earliest pending processing-time timer (for scheduling ticks). */

@@ -129,11 +129,20 @@ export interface DeadTimer {
   readonly consumed: true;
 }
 
-/** Identity of a dead letter (a redelivered outbox may carry it twice). */
+/**
+ * Identity of a dead letter within its stage partition (a redelivered outbox may carry
+ * it twice). Not unique across partitions: a channel's sequence numbers count per
+ * consumer partition, so two partitions' letters can share channel, seq and index.
+ */
 export function deadLetterId(d: DeadLetter): string {
   if (d.timer) return `${d.operator}/timer/${d.timer.operator}/${d.timer.domain}/${d.timer.time}/${keyToString(d.timer.key)}/${d.timer.namespace}`;
   if (d.watermark !== undefined) return `${d.operator}/watermark/${d.watermark}`;
   return `${d.operator}/${d.channel}#${d.offset ?? d.seq}#${d.index}`;
+}
+
+/** Identity of a dead letter across a job: its stage partition and deadLetterId. */
+export function jobDeadLetterId(stage: number, partition: number, d: DeadLetter): string {
+  return `${stage}/${partition}/${deadLetterId(d)}`;
 }
 
 export type OutboxEntry =

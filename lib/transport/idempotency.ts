@@ -36,8 +36,8 @@ export interface RememberedAnswer {
 
 export type Remembered =
   /** No answer yet: in flight, or its outcome unknown. */
-  | { readonly state: 'pending'; readonly fingerprint: string; readonly startedAt: number; readonly expiresAt: number }
-  | { readonly state: 'done'; readonly fingerprint: string; readonly startedAt: number; readonly expiresAt: number; readonly answer: RememberedAnswer };
+  | { readonly state: 'pending'; readonly fingerprint: string; readonly startedAt: number; readonly expiresAt: number; readonly stream?: string }
+  | { readonly state: 'done'; readonly fingerprint: string; readonly startedAt: number; readonly expiresAt: number; readonly stream?: string; readonly answer: RememberedAnswer };
 
 export type Decision =
   | { readonly kind: 'new' }
@@ -51,12 +51,18 @@ export interface DecideOptions {
   readonly resendWithinMs?: number;
   /** What deduplicates a resend, for the message (e.g. "SQS's 5-minute deduplication window"). */
   readonly dedupName?: string;
+  /** The request's stream: a conflict then says whether the stream or the body differs. */
+  readonly stream?: string;
 }
 
 /** What to do with a request carrying `key` and `fingerprint`, given what is remembered of the key. */
 export function decide(key: string, remembered: Remembered | undefined, fingerprint: string, now: number, options: DecideOptions = {}): Decision {
   if (!remembered || remembered.expiresAt <= now) return { kind: 'new' };
-  if (remembered.fingerprint !== fingerprint) return { kind: 'conflict', answer: conflictAnswer(key, remembered.expiresAt) };
+  if (remembered.fingerprint !== fingerprint) {
+    const known = options.stream !== undefined && remembered.stream !== undefined;
+    const differs = !known ? undefined : remembered.stream !== options.stream ? { first: remembered.stream!, now: options.stream! } : 'body';
+    return { kind: 'conflict', answer: conflictAnswer(key, remembered.expiresAt, differs) };
+  }
   if (remembered.state === 'done') return { kind: 'replay', answer: replayAnswer(remembered.answer) };
   const within = options.resendWithinMs;
   if (within === undefined || now - remembered.startedAt < within) return { kind: 'resend', startedAt: remembered.startedAt };
@@ -80,13 +86,16 @@ export function replayAnswer(first: RememberedAnswer): IngestAnswer {
   return { status: first.status, body: { ...first.body, replay: true }, headers: { ...first.headers, [REPLAYED_HEADER]: 'true' } };
 }
 
-export function conflictAnswer(key: string, heldUntil: number): IngestAnswer {
+/** `differs`: what is not the same as in the first request, when known. */
+export function conflictAnswer(key: string, heldUntil: number, differs?: 'body' | { first: string; now: string }): IngestAnswer {
   const until = new Date(heldUntil).toISOString();
+  const what =
+    differs === 'body' ? 'with another body (same stream, other bytes)' : differs ? `on stream "${differs.first}", and this request is for stream "${differs.now}"` : 'with another body (or another stream)';
   return {
     status: 409,
     body: {
       error: 'idempotency_key_reused',
-      message: `Idempotency-Key "${key}" was first used with another body (or another stream); nothing was enqueued. The key is held for its first request until ${until}: send this body with a new key`,
+      message: `Idempotency-Key "${key}" was first used ${what}; nothing was enqueued. The key is held for its first request until ${until}: send this body with a new key`,
       idempotencyKey: key,
       heldUntil: until,
     },

@@ -1,6 +1,6 @@
 /** The cost model's arithmetic (pure): rates per 1,000 events, the baselines, break-even, the coordinator's share. */
 import { describe, expect, it } from 'vitest';
-import { AWS_CALL_LATENCY_MS, breakEvenEventsPerMonth, modelledLambdaGbSeconds, coordinatorLines, dollarsPerMillion, managedFlinkMonthly, mergeLines, naiveBaselinePerMillion, ratesOf } from '../../lib/aws/cost-model.ts';
+import { AWS_CALL_LATENCY_MS, breakEvenEventsPerMonth, modelledLambdaGbSeconds, coordinatorLines, dollarsPerMillion, idleMonthly, managedFlinkMonthly, mergeLines, naiveBaselinePerMillion, ratesOf } from '../../lib/aws/cost-model.ts';
 import { PRICES } from '../../lib/aws/prices.ts';
 import { ConfigError } from '../../lib/errors.ts';
 
@@ -38,6 +38,9 @@ describe('cost model', () => {
   it('finds the monthly volume at which pay per event equals a fixed bill', () => {
     expect(breakEvenEventsPerMonth(165.6, 0.05)).toBeCloseTo(3.312e9, 0);
     expect(breakEvenEventsPerMonth(0, 1)).toBe(0);
+    // The dashboard and alarms are the whole fixed bill; other resources are per request.
+    expect(idleMonthly({ 'AWS::CloudWatch::Dashboard': 1, 'AWS::CloudWatch::Alarm': 8, 'AWS::SQS::Queue': 4 })).toEqual({ dashboards: 1, alarms: 8, dollars: 3 + 0.8 });
+    expect(idleMonthly({ 'AWS::Lambda::Function': 3 }).dollars).toBe(0);
     expect(() => breakEvenEventsPerMonth(100, 0)).toThrow(ConfigError);
   });
 

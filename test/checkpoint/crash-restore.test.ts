@@ -6,18 +6,12 @@
  * Partition-level crashes and duplicate deliveries are injected on top. The committed
  * output must equal an uninterrupted run's: no record lost, none twice.
  */
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type Sink, Sinks } from '../../lib/api/sinks.ts';
-import { ManualClock } from '../../lib/api/types.ts';
-import { openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
-import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
 import { runJob } from '../../lib/local/embedded.ts';
-import { FaultInjector } from '../../lib/local/faults.ts';
 import { assertExactlyOnce } from '../../lib/testing/checker.ts';
-import { combinedWindowJob, type Ev, lines, payments, rng, tmp, totalsJob, totalsOrder, userOrder, windowJob } from './jobs.ts';
-
-class Killed extends Error {}
+import { runWithKills as killHarness } from '../support/kill-harness.ts';
+import { combinedWindowJob, type Ev, payments, totalsJob, totalsOrder, userOrder, windowJob } from './jobs.ts';
 
 const N = 2000;
 const OPTS = { sourceBatchSize: 32, maxEnvelopesPerBatch: 4 };
@@ -28,49 +22,9 @@ async function reference(make: typeof totalsJob): Promise<unknown[]> {
   return out.records;
 }
 
-/**
- * Runs until done, killing the first `kills` attempts at a seeded random event (source
- * pull or checkpoint-storage write). Returns the committed output and what happened.
- */
-async function runWithKills(make: (items: readonly Ev[]) => ReturnType<typeof totalsJob>, seed: number, kills: number, logInput: 'auto' | 'always') {
-  const random = rng(seed);
-  const dir = tmp('sluice-crash-');
-  const file = join(dir, 'out.jsonl');
-  const restoredFrom: number[] = [];
-  let killed = 0;
-  for (let attempt = 0; ; attempt++) {
-    const clock = new ManualClock(1_000_000 + attempt * 10_000_000);
-    const sink = new CommittedFileSink(file, join(dir, 'sinks', 'out'), false);
-    let events = 0;
-    // Within an attempt's first 80 events (source pulls and storage writes): a resumed attempt may have few more.
-    const killAt = attempt < kills ? 1 + Math.floor(random() * 80) : Number.POSITIVE_INFINITY;
-    const tick = (what: string) => {
-      if (++events >= killAt) throw new Killed(`killed at ${what}`);
-    };
-    try {
-      const { runtime, checkpoints } = await openCheckpointedRuntime(
-      make(payments(N)),
-      {
-        clock,
-        sinks: { out: sink },
-        ...OPTS,
-        faults: new FaultInjector({ seed: seed * 31 + attempt, crashProbability: 0.03, duplicateProbability: 0.05 }),
-        onSourceRecords: () => {
-          clock.advance(1);
-          tick('source');
-        },
-      },
-      { dir, intervalMs: 3, sinks: [sink], durable: false, logInput, start: attempt === 0 ? 'fresh' : 'resume', beforeWrite: (op) => tick(op) },
-    );
-      restoredFrom.push(checkpoints.restoredEpoch);
-      await runtime.run();
-      checkpoints.close();
-      return { output: lines(file).map((l) => JSON.parse(l)), killed, restoredFrom, completed: checkpoints.driver.completed.length };
-    } catch (e) {
-      if (!(e instanceof Killed)) throw e;
-      killed++;
-    }
-  }
+/** Killed `kills` times at seeded source reads and storage writes (test/support/kill-harness.ts), resumed until done. */
+function runWithKills(make: (items: readonly Ev[]) => ReturnType<typeof totalsJob>, seed: number, kills: number, logInput: 'auto' | 'always') {
+  return killHarness(() => make(payments(N)), { seed, kills, logInput, embedded: OPTS });
 }
 
 /** Where each job's committed output has a defined order (test/checkpoint/jobs.ts). */

@@ -12,16 +12,13 @@ import { describe, expect, it } from 'vitest';
 import { type Sink, Sinks } from '../../lib/api/sinks.ts';
 import { valueState } from '../../lib/api/state.ts';
 import { Job } from '../../lib/api/stream.ts';
-import { ManualClock, WatermarkStrategies } from '../../lib/api/types.ts';
-import { DEAD_LETTERS_FILE, openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
-import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
+import { WatermarkStrategies } from '../../lib/api/types.ts';
+import { DEAD_LETTERS_FILE } from '../../lib/local/checkpointing.ts';
 import type { StoredDeadLetter } from '../../lib/local/dead-letter-store.ts';
 import { runJob } from '../../lib/local/embedded.ts';
-import { FaultInjector } from '../../lib/local/faults.ts';
 import { canonicalJson, compareOutputs } from '../../lib/testing/checker.ts';
-import { type Ev, lines, payments, rng, tmp } from './jobs.ts';
-
-class Killed extends Error {}
+import { runWithKills as killHarness } from '../support/kill-harness.ts';
+import { type Ev, lines, payments } from './jobs.ts';
 
 const N = 2000;
 const OPTS = { sourceBatchSize: 32, maxEnvelopesPerBatch: 4 };
@@ -67,48 +64,11 @@ async function reference() {
   return { output: out.records, letters: runtime.deadLetters };
 }
 
+/** Killed `kills` times at seeded source reads and storage writes (test/support/kill-harness.ts), resumed until done. */
 async function runWithKills(seed: number, kills: number) {
-  const random = rng(seed);
-  const dir = tmp('sluice-dl-crash-');
-  const file = join(dir, 'out.jsonl');
-  const restoredFrom: number[] = [];
-  /** Letters each resume found in the directory's file (parked before the checkpoint it restored). */
-  const reloaded: number[] = [];
-  let killed = 0;
-  for (let attempt = 0; ; attempt++) {
-    const clock = new ManualClock(1_000_000 + attempt * 10_000_000);
-    const sink = new CommittedFileSink(file, join(dir, 'sinks', 'out'), false);
-    let events = 0;
-    const killAt = attempt < kills ? 1 + Math.floor(random() * 80) : Number.POSITIVE_INFINITY;
-    const tick = (what: string) => {
-      if (++events >= killAt) throw new Killed(`killed at ${what}`);
-    };
-    try {
-      const { runtime, checkpoints } = await openCheckpointedRuntime(
-        poisonJob(payments(N)),
-        {
-          clock,
-          sinks: { out: sink },
-          ...OPTS,
-          faults: new FaultInjector({ seed: seed * 31 + attempt, crashProbability: 0.03, duplicateProbability: 0.05 }),
-          onSourceRecords: () => {
-            clock.advance(1);
-            tick('source');
-          },
-        },
-        { dir, intervalMs: 3, sinks: [sink], durable: false, start: attempt === 0 ? 'fresh' : 'resume', beforeWrite: (op) => tick(op) },
-      );
-      restoredFrom.push(checkpoints.restoredEpoch);
-      if (attempt > 0) reloaded.push(checkpoints.deadLetters.count);
-      const stats = await runtime.run();
-      checkpoints.close();
-      const stored = lines(join(dir, DEAD_LETTERS_FILE)).map((l) => JSON.parse(l) as StoredDeadLetter);
-      return { output: lines(file).map((l) => JSON.parse(l)), letters: runtime.deadLetters, stored, stats, dir, killed, restoredFrom, reloaded };
-    } catch (e) {
-      if (!(e instanceof Killed)) throw e;
-      killed++;
-    }
-  }
+  const r = await killHarness(() => poisonJob(payments(N)), { seed, kills, embedded: OPTS });
+  const stored = lines(join(r.dir, DEAD_LETTERS_FILE)).map((l) => JSON.parse(l) as StoredDeadLetter);
+  return { ...r, letters: r.runtime.deadLetters, stored };
 }
 
 describe('dead letters across crashes (seeded)', () => {

@@ -10,6 +10,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EXIT } from '../../lib/cli/exit-codes.ts';
 import { ROOT, sluice, waitFor } from './helpers.ts';
 
 // Amounts of 13 make the check throw; one partition, so the order of letters is the input's.
@@ -52,7 +53,7 @@ afterAll(async () => {
 describe('sluice run shows dead letters', () => {
   it('without checkpoints: each with its record and error, at the end', async () => {
     const r = await sluice(['run', job, '--input', input, '--output', join(dir, 'out-1.jsonl')]);
-    expect(r.code, r.stderr).toBe(0);
+    expect(r.code, r.stderr).toBe(EXIT.rejects);
     expect(r.stderr).toMatch(/4 dead letter\(s\)/);
     expect(r.stderr).toContain('after 3 attempts, operator "check" threw: unlucky amount of e3; record {"id":"e3","amount":13,');
     expect(r.stderr).toContain('unlucky amount of e33');
@@ -60,10 +61,18 @@ describe('sluice run shows dead letters', () => {
     expect(r.stderr).toMatch(/write them all with --dead-letters/);
   }, 60_000);
 
+  it('exits 0 with --allow-dead-letters, and still 3 with --allow-rejects alone (they are not rejected input)', async () => {
+    const allowed = await sluice(['run', job, '--input', input, '--output', join(dir, 'out-3.jsonl'), '--allow-dead-letters']);
+    expect(allowed.code, allowed.stderr).toBe(EXIT.ok);
+    expect(allowed.stderr).toMatch(/4 dead letters, /);
+    const other = await sluice(['run', job, '--input', input, '--output', join(dir, 'out-4.jsonl'), '--allow-rejects']);
+    expect(other.code, other.stderr).toBe(EXIT.rejects);
+  }, 60_000);
+
   it('with checkpoints: the summary names the directory\'s file, which holds each once, also after --resume', async () => {
     const ck = join(dir, 'ck');
     const r = await sluice(['run', job, '--input', input, '--output', join(dir, 'out-2.jsonl'), '--checkpoint-interval', '50', '--checkpoint-dir', ck]);
-    expect(r.code, r.stderr).toBe(0);
+    expect(r.code, r.stderr).toBe(EXIT.rejects);
     const file = join(ck, 'dead-letters.jsonl');
     expect(r.stderr).toContain(`4 dead letters (in ${file})`);
     expect(r.stderr).toContain('unlucky amount of e23; record {"id":"e23"');
@@ -71,8 +80,8 @@ describe('sluice run shows dead letters', () => {
     expect(stored.map((d) => d.record.value.id)).toEqual(['e3', 'e13', 'e23', 'e33']);
     for (const d of stored) expect(d).toMatchObject({ operator: 'check', stage: 0, partition: 0, attempts: 3, error: expect.stringMatching(/unlucky/), stack: expect.stringMatching(/unlucky/) });
     // Resumed after the final checkpoint: nothing to redo, and the letters are still there, once each.
-    const again = await sluice(['run', job, '--input', input, '--output', join(dir, 'out-2.jsonl'), '--checkpoint-interval', '50', '--checkpoint-dir', ck, '--resume']);
-    expect(again.code, again.stderr).toBe(0);
+    const again = await sluice(['run', job, '--input', input, '--output', join(dir, 'out-2.jsonl'), '--checkpoint-interval', '50', '--checkpoint-dir', ck, '--resume', '--allow-dead-letters']);
+    expect(again.code, again.stderr).toBe(EXIT.ok);
     expect(again.stderr).toContain(`4 dead letters (in ${file})`);
     expect(readFileSync(file, 'utf8').trim().split('\n')).toHaveLength(4);
   }, 60_000);
@@ -108,16 +117,16 @@ describe('sluice dev shows dead letters as they are parked', () => {
     } finally {
       d1.child.kill('SIGINT');
     }
-    expect(await d1.exited).toBe(0);
+    expect(await d1.exited).toBe(EXIT.rejects);
     const shown = d1.stderr().match(/^dead letter: .*$/gm) ?? [];
     expect(shown).toHaveLength(5);
     expect(shown.map((l) => /unlucky amount of (\w+)/.exec(l)![1])).toEqual(['e3', 'p0', 'p1', 'p2', 'p3']);
     expect(d1.stderr()).toContain(`8 dead letters (in ${file})`);
     expect(d1.stderr()).toMatch(/queued \d+, 0 rejected, 8 dead letters \(in /);
 
-    const d2 = await startDev(['--checkpoint-dir', ck, '--resume']);
+    const d2 = await startDev(['--checkpoint-dir', ck, '--resume', '--allow-dead-letters']);
     d2.child.kill('SIGINT');
-    expect(await d2.exited).toBe(0);
+    expect(await d2.exited).toBe(EXIT.ok);
     expect(d2.stderr()).toContain(`8 dead letters (in ${file}) from before the restored checkpoint`);
     expect(d2.stderr()).not.toMatch(/^dead letter: /m);
     expect(readFileSync(file, 'utf8').trim().split('\n')).toHaveLength(8);

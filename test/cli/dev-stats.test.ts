@@ -19,7 +19,7 @@ describe('sluice dev: rejected counts', () => {
       expect((await post(JSON.stringify([{ t: 2 }, { t: 3 }, { t: 4 }, { t: 5 }]))).status).toBe(429);
       expect((await post('nope', 'text/plain')).status).toBe(415);
       const table = new LiveTable(runtime, () => server.rejections());
-      expect(table.render()[0]).toMatch(/, 6 rejected \(2 invalid, 4 over the bounds \(429\)\), 1 request refused unread \(400\/413\/415\), 0 dead letters$/);
+      expect(table.render()[0]).toMatch(/, 6 rejected \(2 invalid, 4 over the bounds \(429\)\), 1 request refused unread \(400\/413\/415\), 0 dead letters, 0 late dropped$/);
       expect(describeRejections(runtime.stats(), server.rejections())).toBe('6 rejected (2 invalid, 4 over the bounds (429)), 1 request refused unread (400/413/415)');
       expect(describeRejections(runtime.stats())).toBe('0 rejected');
     } finally {

@@ -4,6 +4,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { EXIT } from '../../lib/cli/exit-codes.ts';
 import { ROOT, sluice, waitFor } from './helpers.ts';
 
 
@@ -30,7 +31,7 @@ describe('sluice dev + sluice publish', () => {
     try {
       const [, url] = await waitFor(() => stderr, /ingestion endpoint (http:\/\/127\.0\.0\.1:\d+)/, 30_000);
       const published = await sluice(['publish', 'views', file, '--url', url]);
-      expect(published.code).toBe(1); // one line was rejected, and publish says so
+      expect(published.code).toBe(EXIT.rejects); // one line was rejected, and publish says so
       expect(published.stdout + published.stderr).toMatch(/5 accepted/);
       expect(published.stdout + published.stderr).toMatch(/line 6/);
       // Watermark = 130 s - 5 s - 1 ms: the window [0, 60 s) has closed, [60 s, 120 s) too.
@@ -48,7 +49,7 @@ describe('sluice dev + sluice publish', () => {
     } finally {
       dev.kill('SIGINT');
     }
-    expect(await exited).toBe(0);
+    expect(await exited).toBe(EXIT.rejects);
     // The endpoint rejected line 6 (in a 202): counted in the live view and the summary.
     expect(stderr).toMatch(/rejected 1|1 rejected \(1 invalid\)/);
     expect(stderr).toMatch(/stopped: 5 records ingested, 1 rejected \(1 invalid\)/);

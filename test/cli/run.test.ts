@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateEvent, serializeEvent, type NexmarkEvent } from '../../lib/nexmark/index.ts';
+import { EXIT } from '../../lib/cli/exit-codes.ts';
 import { sluice } from './helpers.ts';
 
 const COUNT = 4000;
@@ -99,7 +100,7 @@ describe('sluice run examples/nexmark/q5.ts', () => {
     await writeFile(bad, lines.join('\n') + '\n');
     const dl = join(dir, 'dead.jsonl');
     const r = await sluice(['run', 'examples/nexmark/q5.ts', '--input', bad, '--output', join(dir, 'bad-out.jsonl'), '--dead-letters', dl]);
-    expect(r.code, r.stderr).toBe(0);
+    expect(r.code, r.stderr).toBe(EXIT.rejects); // completed, but not everything was taken
     expect(r.stderr).toMatch(/2 input line\(s\) rejected/);
     expect(r.stderr).toMatch(/bad\.jsonl:11/);
     expect(r.stderr).toMatch(/dateTime/);
@@ -107,12 +108,15 @@ describe('sluice run examples/nexmark/q5.ts', () => {
     const written = (await readFile(dl, 'utf8')).trim().split('\n').map((l) => JSON.parse(l));
     expect(written).toHaveLength(2);
     expect(written.every((w) => w.kind === 'rejected')).toBe(true);
+    // The same run, allowed: exit 0, and the same report.
+    const allowed = await sluice(['run', 'examples/nexmark/q5.ts', '--input', bad, '--output', join(dir, 'bad-out.jsonl'), '--allow-rejects']);
+    expect(allowed.code, allowed.stderr).toBe(EXIT.ok);
+    expect(allowed.stderr).toMatch(/200 records in, \d+ out.*2 rejected inputs/);
   });
 });
 
 describe('sluice run argument errors', () => {
   const cases: [string, string[], RegExp][] = [
-    ['missing --output', ['run', 'examples/nexmark/q5.ts', '--input', 'x.jsonl'], /--output/],
     ['missing input file', ['run', 'examples/nexmark/q5.ts', '--input', '/nonexistent/events.jsonl', '--output', '/tmp/o.jsonl'], /--input: expected a readable JSON-lines file, received "\/nonexistent\/events.jsonl" \(ENOENT\)/],
     ['malformed --param', ['run', 'examples/nexmark/q5.ts', '--input', 'package.json', '--output', '/tmp/o.jsonl', '--param', 'sizeMs'], /--param: expected key=value.*received "sizeMs"/],
     ['unknown --sink', ['run', 'examples/nexmark/q5.ts', '--input', 'package.json', '--output', '/tmp/o.jsonl', '--sink', 'nope'], /--sink: expected the name of one of the job's sinks: "results", received "nope"/],

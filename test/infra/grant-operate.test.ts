@@ -198,3 +198,30 @@ describe('SluiceJob.grantOperate', () => {
     expect(errors.some((f) => f.startsWith('/Test/Bystander/'))).toBe(true);
   });
 });
+
+describe("the ingest function's Idempotency-Key items", () => {
+  const ingest = sluice.ingestion.function.role;
+  const keyPk = `${job}#k#0123456789abcdef0123456789abcdef`;
+
+  it('allows claiming, answering, releasing and reading its key items', async () => {
+    const denied: string[] = [];
+    for (const action of ['dynamodb:PutItem', 'dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem']) {
+      if (!(await allowed(ingest, { action, resource: table, context: keys(keyPk) }))) denied.push(action);
+    }
+    expect(denied).toEqual([]);
+  });
+
+  it("refuses it every other item and what it never does on the table", async () => {
+    const calls: Call[] = [
+      { action: 'dynamodb:PutItem', resource: table, context: keys(`${job}#p#0#0`) },
+      { action: 'dynamodb:DeleteItem', resource: table, context: keys(`${job}#s#0#1`) },
+      { action: 'dynamodb:UpdateItem', resource: table, context: keys(`other-job#k#0123`) },
+      { action: 'dynamodb:GetItem', resource: table, context: keys(`${job}#c`, keyPk) },
+      { action: 'dynamodb:Query', resource: table, context: keys(keyPk) },
+      { action: 'dynamodb:Scan', resource: table },
+    ];
+    const granted: string[] = [];
+    for (const c of calls) if (await allowed(ingest, c)) granted.push(`${c.action} ${JSON.stringify(c.context ?? {})}`);
+    expect(granted).toEqual([]);
+  });
+});

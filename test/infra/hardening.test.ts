@@ -5,7 +5,7 @@
  * aborted-epochs alarm, names decided by props alone (not the synthesizing shell), and a
  * synth in a bare `new App()` with no context and no feature flags.
  */
-import { App, Duration, Stack } from 'aws-cdk-lib';
+import { App, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterEach, describe, expect, it } from 'vitest';
 import { job as q5 } from '../../examples/nexmark/q5.ts';
@@ -15,6 +15,7 @@ import { HANDLER_ENV, sdkTimeouts } from '../../infra/handler-environment.ts';
 import { ABORTED_EPOCHS_PERIOD, ABORTED_EPOCHS_THRESHOLD, EPOCHS_ABORTED_METRIC, METRICS_NAMESPACE } from '../../infra/monitoring.ts';
 import { SluiceJob } from '../../infra/sluice-job.ts';
 import { METRIC_DIMENSIONS, OPERATOR_METRICS } from '../../lib/aws/handler-metrics.ts';
+import { idleMonthly } from '../../lib/aws/cost-model.ts';
 import { deadLetterQueueName, stageQueueName } from '../../lib/aws/naming.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { type CfnResource, exampleApp, jobStack } from './support/stacks.ts';
@@ -122,5 +123,31 @@ describe('a bare CDK app', () => {
     const template = Template.fromStack(stack);
     template.resourceCountIs('AWS::Lambda::Function', plan.stages.length + 1);
     template.resourceCountIs('AWS::SQS::Queue', 2 * plan.stages.length);
+  });
+});
+
+describe('the bill at zero traffic', () => {
+  // Resource types billed only per request, per byte stored or not at all. A new type with
+  // a monthly charge (a KMS key, a NAT gateway, provisioned concurrency) must be priced in
+  // idleMonthly, or the README's "costs storage plus the dashboard and alarms" is false.
+  const PER_REQUEST_OR_FREE = new Set([
+    'AWS::S3::Bucket', 'AWS::S3::BucketPolicy', 'AWS::DynamoDB::Table', 'AWS::SQS::Queue', 'AWS::SQS::QueuePolicy',
+    'AWS::Logs::LogGroup', 'AWS::IAM::Role', 'AWS::IAM::Policy', 'AWS::Lambda::Function', 'AWS::Lambda::EventSourceMapping',
+    'AWS::Lambda::Permission', 'AWS::ApiGatewayV2::Api', 'AWS::ApiGatewayV2::Integration', 'AWS::ApiGatewayV2::Route',
+    'AWS::ApiGatewayV2::Stage', 'AWS::ApiGatewayV2::Authorizer', 'AWS::StepFunctions::StateMachine', 'Custom::S3AutoDeleteObjects',
+    'AWS::CDK::Metadata',
+  ]);
+  const MONTHLY = new Set(['AWS::CloudWatch::Dashboard', 'AWS::CloudWatch::Alarm']);
+
+  it('is the dashboard and the alarms only, as idleMonthly prices them', () => {
+    for (const { resources } of [exampleApp(), jobStack({ checkpoints: checkpointStateMachine, removalPolicy: RemovalPolicy.DESTROY, ingestion: { auth: { kind: 'apiKey', keySha256: ['a'.repeat(64)] } } })]) {
+      const types: Record<string, number> = {};
+      for (const r of Object.values(resources)) types[r.Type] = (types[r.Type] ?? 0) + 1;
+      expect(Object.keys(types).filter((t) => !PER_REQUEST_OR_FREE.has(t) && !MONTHLY.has(t)), 'resource types with an unpriced idle cost').toEqual([]);
+      const idle = idleMonthly(types);
+      expect(idle.dashboards).toBe(1);
+      expect(idle.alarms).toBe(types['AWS::CloudWatch::Alarm']);
+      expect(idle.dollars).toBeCloseTo(3 + 0.1 * idle.alarms, 10);
+    }
   });
 });

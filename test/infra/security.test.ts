@@ -9,7 +9,8 @@ import { job as q5 } from '../../examples/nexmark/q5.ts';
 import { pointerKey } from '../../lib/aws/dynamodb-pointers.ts';
 import { controlPk, statePk } from '../../lib/aws/dynamodb-layout.ts';
 import { compile } from '../../lib/graph/compile.ts';
-import { coordinatorLeadingKeys, STAGE_TABLE_ACTIONS, stageLeadingKeys } from '../../infra/permissions.ts';
+import { coordinatorLeadingKeys, INGEST_KEY_TABLE_ACTIONS, ingestKeyLeadingKeys, STAGE_TABLE_ACTIONS, stageLeadingKeys } from '../../infra/permissions.ts';
+import { keyPk } from '../../lib/aws/idempotency-store.ts';
 import { actions, allStatements, exampleApp, logicalId, nagFindings, roleStatements, type Statement } from './support/stacks.ts';
 
 const { stack, job, resources } = exampleApp();
@@ -57,12 +58,14 @@ describe('IAM', () => {
     }
   });
 
-  it('gives the ingest function only sends to the source stage queue (and its backlog), no table, no bucket', () => {
+  it('gives the ingest function only sends to the source stage queue (and its backlog), its Idempotency-Key items, no bucket', () => {
     const statements = roleStatements(resources, logicalId(stack, job.ingestion.function.role));
     expect(statements).toEqual([
       { Effect: 'Allow', Action: ['logs:CreateLogStream', 'logs:PutLogEvents'], Resource: arn(job.ingestion.function.logGroup) },
       { Effect: 'Allow', Action: ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sqs:GetQueueAttributes'], Resource: arn(job.stages[0].queue) },
+      { Effect: 'Allow', Action: [...INGEST_KEY_TABLE_ACTIONS], Resource: arn(job.table), Condition: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${q5.name}#k#*`] } } },
     ]);
+    expect(like(ingestKeyLeadingKeys(q5.name)[0], keyPk(q5.name, 'any key'))).toBe(true);
   });
 
   it('matches the LeadingKeys patterns to the keys the handlers write (lib/aws layouts)', () => {

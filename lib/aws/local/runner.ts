@@ -36,6 +36,7 @@ import { createStateTable, DynamoDbStateBackend } from '../dynamodb-state.ts';
 import type { BarrierAck } from '../../transport/envelope.ts';
 import { LocalAwsCheckpointing, type LocalAwsCheckpointOptions } from './checkpointing.ts';
 import { DEFAULT_MAX_RECEIVE_COUNT } from '../group-backoff.ts';
+import { DynamoDbIdempotencyStore } from '../idempotency-store.ts';
 import { createIngestHandler, type IngestHandler } from '../ingest-handler.ts';
 import { stateTableName } from '../naming.ts';
 import { createOperatorHandler } from '../operator-handler.ts';
@@ -176,7 +177,8 @@ export class LocalAwsRuntime {
     const sinks = Object.fromEntries(this.sinks);
     for (const s of this.sinks.values()) await s.open?.();
     this.transport = new SqsTransport({ sqs: clients.sqs, job: this.plan.job.name, queues, accounting: this.accounting, blobs, maxMessageBytes: o.maxMessageBytes });
-    this.ingest = createIngestHandler({ job: this.job, sqs: clients.sqs, queues, clock: this.clock, accounting: this.accounting, maxMessageBytes: o.maxMessageBytes });
+    const idempotency = new DynamoDbIdempotencyStore({ client: clients.dynamodb, tableName: this.tableName, job: this.plan.job.name, accounting: this.accounting });
+    this.ingest = createIngestHandler({ job: this.job, sqs: clients.sqs, queues, clock: this.clock, accounting: this.accounting, maxMessageBytes: o.maxMessageBytes, idempotency });
     // One set of transactional sinks (the CLI's output file, the job's S3 file sinks), committed with the checkpoints.
     const transactional = [...new Set([...(o.checkpoints?.sinks ?? []), ...[...this.sinks.values()].flatMap((x) => (isTransactional(x) ? [x] : []))])];
     const cp = o.checkpoints ? await LocalAwsCheckpointing.create(this.job, this.plan, this.options.env, this.identity!, o.checkpoints, { queues, sinks: transactional, refedSourceStages: this.refedSourceStages(), overhead: this.overhead }, this.accounting) : undefined;

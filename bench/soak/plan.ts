@@ -1,0 +1,75 @@
+/**
+ * A crash-soak seed's plan, a pure function of the seed: which job, which input, where the
+ * child process is killed (a named fault site and its nth crossing, the nth crossing of any
+ * site, or a SIGKILL from outside after a number of milliseconds) and how often.
+ */
+import { faultPoints } from '../../lib/util/fault-sites.ts';
+import { mulberry32 } from '../../lib/local/faults.ts';
+
+export const QUERIES = ['q3', 'q4', 'q5', 'q8', 'q11', 'timers'] as const;
+export type Query = (typeof QUERIES)[number];
+export type SoakTarget = 'embedded' | 'local-aws';
+
+export type Kill =
+  /** SIGKILL from inside at the nth crossing of a named point. */
+  | { readonly kind: 'site'; readonly point: string; readonly nth: number }
+  /** SIGKILL from inside at the nth crossing of any point. */
+  | { readonly kind: 'any'; readonly nth: number }
+  /** SIGKILL from the soak driver this many ms after the child started. */
+  | { readonly kind: 'timer'; readonly ms: number };
+
+export interface SeedPlan {
+  readonly seed: number;
+  readonly target: SoakTarget;
+  readonly query: Query;
+  /** Generator seed of the input (inputs and their references are shared by seeds). */
+  readonly inputSeed: number;
+  readonly events: number;
+  readonly checkpointIntervalMs: number;
+  readonly kills: readonly Kill[];
+}
+
+/** Inputs per target: a few, so their references and crossing counts are computed once. */
+export const INPUTS = { embedded: { variants: 3, events: 12_000 }, 'local-aws': { variants: 2, events: 600 } } as const;
+
+/** Crossings of each point in an uninterrupted checkpointed run of the seed's job and input (what `nth` is drawn from). */
+export type Census = ReadonlyMap<string, number>;
+
+/** The job and input of a seed (drawn first: the kills depend on what that job crosses). */
+export function pickJob(seed: number, target: SoakTarget): { query: Query; inputSeed: number } {
+  const random = mulberry32(seed * 2654435761);
+  return { query: QUERIES[Math.floor(random() * QUERIES.length)], inputSeed: Math.floor(random() * INPUTS[target].variants) };
+}
+
+/**
+ * The plan of a seed. Seeds walk the points in turn (seed s's first kill is at point
+ * s mod the number of points its job crosses), so every few dozen seeds kill at every
+ * named site; the other kills, and each kill's crossing, come from the seed's generator.
+ */
+export function planSeed(seed: number, target: SoakTarget, counts: Census): SeedPlan {
+  const { query, inputSeed } = pickJob(seed, target);
+  const random = mulberry32(seed * 40503 + 17);
+  const int = (n: number) => Math.floor(random() * n);
+  const points = faultPoints(target === 'embedded' ? 'embedded' : 'aws').filter((p) => (counts.get(p) ?? 0) > 0);
+  const anyTotal = [...counts.values()].reduce((a, b) => a + b, 0);
+  const site = (point: string): Kill => ({ kind: 'site', point, nth: 1 + int(counts.get(point) ?? 1) });
+  const kills: Kill[] = [];
+  if (points.length) kills.push(site(points[seed % points.length]));
+  const more = int(3);
+  for (let k = 0; k < more; k++) {
+    const r = random();
+    if (r < 0.4 && points.length) kills.push(site(points[int(points.length)]));
+    else if (r < 0.7) kills.push({ kind: 'any', nth: 1 + int(Math.max(1, anyTotal)) });
+    else kills.push({ kind: 'timer', ms: target === 'embedded' ? 200 + int(1200) : 2000 + int(15_000) });
+  }
+  return { seed, target, query, inputSeed, events: INPUTS[target].events, checkpointIntervalMs: target === 'embedded' ? 5 : 200, kills };
+}
+
+export function describeKill(k: Kill): string {
+  return k.kind === 'timer' ? `SIGKILL after ${k.ms} ms` : k.kind === 'any' ? `SIGKILL at crossing ${k.nth} of any site` : `SIGKILL at ${k.point} #${k.nth}`;
+}
+
+/** The kind a report counts a kill under: its site (a site kill), "any site" or "timer". */
+export function killKind(k: Kill): string {
+  return k.kind === 'site' ? k.point : k.kind === 'any' ? 'any site (nth crossing)' : 'timer (from outside)';
+}

@@ -1,0 +1,89 @@
+/**
+ * The `sluice` program itself: --version, an "Examples:" section in every command's --help,
+ * parse errors (unknown or mistyped commands and options, with the nearest match, before any
+ * required-option check) exiting with the usage code, and --help loading no runtime module.
+ */
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { EXIT } from '../../lib/cli/exit-codes.ts';
+import { packageVersion } from '../../lib/cli/program.ts';
+import { ROOT, sluice } from './helpers.ts';
+
+const VERSION = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+
+/** The commands `sluice --help` lists (all but `help`). */
+function commandsOf(help: string): string[] {
+  const section = help.split('Commands:\n')[1]!.split('\n\n')[0]!;
+  return [...section.matchAll(/^ {2}([a-z]+) /gm)].map((m) => m[1]!).filter((c) => c !== 'help');
+}
+
+describe('sluice --version', () => {
+  it("prints package.json's version, with -V too, and exits 0", async () => {
+    for (const flag of ['--version', '-V']) {
+      const r = await sluice([flag]);
+      expect(r.code).toBe(EXIT.ok);
+      expect(r.stdout).toBe(`${VERSION}\n`);
+    }
+  });
+
+  it('finds the package.json above an installed dist/lib/cli/main.js too', () => {
+    expect(packageVersion(new URL('../../dist/lib/cli/main.js', import.meta.url).href)).toBe(VERSION);
+    expect(packageVersion('file:///nonexistent/a/b/c.js')).toBe('unknown');
+  });
+});
+
+describe('sluice --help', () => {
+  it('every command has examples in its --help, and they name the command', async () => {
+    const top = await sluice(['--help']);
+    expect(top.code).toBe(EXIT.ok);
+    expect(top.stdout).toContain('Examples:\n  $ sluice ');
+    const commands = commandsOf(top.stdout);
+    expect(commands).toEqual(expect.arrayContaining(['run', 'dev', 'publish', 'synth', 'deploy', 'destroy', 'demo', 'checkpoints', 'savepoint', 'restore']));
+    for (const c of commands) {
+      const r = await sluice([c, '--help']);
+      expect(r.code, c).toBe(EXIT.ok);
+      const examples = r.stdout.split('\nExamples:\n')[1];
+      expect(examples, `${c} --help`).toBeDefined();
+      for (const line of examples!.split('\n').filter((l) => l.trim())) expect(line, c).toMatch(new RegExp(`^ {2}\\$ (\\S+=\\S+ )?sluice ${c}( |$)`));
+    }
+  });
+
+  it('loads no runtime, AWS or CDK module', async () => {
+    const { stderr } = await promisify(execFile)(process.execPath, ['bin/sluice.js', '--help'], { cwd: ROOT, env: { ...process.env, NODE_DEBUG: 'esm' } });
+    const loaded = [...new Set([...stderr.matchAll(/Storing (file:\/\/\S+)/g)].map((m) => m[1]!))];
+    const ours = loaded.filter((u) => u.startsWith(new URL('../../', import.meta.url).href)).map((u) => u.slice(new URL('../../', import.meta.url).href.length)).filter((f) => !f.startsWith('node_modules/'));
+    expect(ours).toContain('lib/cli/main.ts'); // the trace works on this Node
+    const allowed = ['bin/sluice.js', 'lib/cli/main.ts', 'lib/cli/program.ts', 'lib/cli/exit-codes.ts', 'lib/cli/targets.ts', 'lib/cli/checkpoint-commands.ts', 'lib/errors.ts'];
+    expect(ours.filter((f) => !allowed.includes(f))).toEqual([]);
+    expect(loaded.filter((u) => /node_modules\/(@aws-sdk|aws-cdk-lib|zod)\//.test(u))).toEqual([]);
+  });
+});
+
+describe('parse errors: exit 2, the nearest match, before required options', () => {
+  const cases: [string, string[], RegExp, RegExp?][] = [
+    ['a mistyped option', ['run', 'examples/nexmark/q5.ts', '--inptu', 'x.jsonl'], /error: unknown option '--inptu'\n\(Did you mean --input\?\)/, /required option/],
+    ['a mistyped option with =', ['run', 'examples/nexmark/q5.ts', '--ouptut=o.jsonl', '--input', 'x.jsonl'], /unknown option '--ouptut'\n\(Did you mean --output\?\)/, /required option/],
+    ['a mistyped command', ['rnu', 'examples/nexmark/q5.ts'], /error: unknown command 'rnu'\n\(Did you mean run\?\)/],
+    ['a mistyped top-level option', ['--verison'], /unknown option '--verison'\n\(Did you mean --version\?\)/],
+    ['a missing required option', ['run', 'examples/nexmark/q5.ts', '--input', 'x.jsonl'], /error: required option '--output <file>' not specified/],
+    ['a missing argument', ['checkpoints'], /error: missing required argument 'job'/],
+    ['a value not among the choices', ['run', 'examples/nexmark/q5.ts', '--input', 'a', '--output', 'b', '--target', 'lambda'], /argument 'lambda' is invalid. Allowed choices are embedded, local-aws, assembly/],
+    ['too many arguments', ['checkpoints', 'a.ts', 'b.ts'], /too many arguments for 'checkpoints'/],
+    ['no command', [], /Usage: sluice/],
+  ];
+  it.each(cases)('%s', async (_name, args, message, absent) => {
+    const r = await sluice(args);
+    expect(r.code, r.stderr).toBe(EXIT.usage);
+    expect(r.stderr).toMatch(message);
+    if (absent) expect(r.stderr).not.toMatch(absent);
+  });
+
+  it('with --json, the error is also a JSON object on stdout', async () => {
+    const r = await sluice(['checkpoints', 'examples/nexmark/q5.ts', '--json', '--targte', 'aws']);
+    expect(r.code).toBe(EXIT.usage);
+    expect(JSON.parse(r.stdout)).toEqual({ error: { kind: 'usage', message: "unknown option '--targte'\n(Did you mean --target?)" } });
+  });
+});
