@@ -17,6 +17,7 @@ import { fmt, validateFlags } from './options.ts';
 import { type CheckpointFlags, openDevRuntime } from './checkpoints.ts';
 import { EXIT, outcomeCode, type RejectPolicy } from './exit-codes.ts';
 import type { Target } from './targets.ts';
+import type { DevSummary } from './dev-summary.ts';
 
 export interface DevCommandOptions extends CheckpointFlags {
   port?: string | number;
@@ -112,30 +113,6 @@ export class LiveTable {
   newDeadLetters(stats: RuntimeStats = this.runtime.stats()): string[] {
     return this.letters.update(this.runtime.deadLetters, stats.deadLetterFile);
   }
-}
-
-/** What `sluice dev` ends with (`--json`: this object, the last line on stdout). */
-export interface DevSummary {
-  job: string;
-  target: 'embedded' | 'local-aws';
-  url: string;
-  recordsIngested: number;
-  rejected: {
-    /** Events refused as invalid: the endpoint's 400s per event, and events the runtime could not read. */
-    invalid: number;
-    /** Events refused with 429 (back-pressure: the client is told to retry them). */
-    overBounds: number;
-    /** Requests refused unread (malformed body, 413, 415): their events are not counted. */
-    requestsRefused: number;
-  };
-  deadLetters: number;
-  deadLetterFile: string | null;
-  /** Records windows and joins dropped as late, per operator; null where the runtime does not count them (local-aws: the handlers' lateDropped metric). */
-  lateDropped: Record<string, number> | null;
-  /** The epoch of the checkpoint taken at the stop; null when none was taken or checkpoints are off. */
-  finalCheckpoint: number | null;
-  /** The runtime failed (the command exits 1). */
-  failed: boolean;
 }
 
 export async function devCommand(jobPath: string, opts: DevCommandOptions, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<DevSummary> {

@@ -16,7 +16,7 @@ import { type CostEstimate, formatDollars, type LambdaUsage } from '../aws/price
 import type { RejectedInput } from '../transport/sources.ts';
 import type { DeadLetter } from '../transport/envelope.ts';
 import type { LocalAwsRunCheckpoints } from './checkpoints.ts';
-import type { DevSummary } from './dev.ts';
+import type { DevSummary } from './dev-summary.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { fmt } from './options.ts';
 
