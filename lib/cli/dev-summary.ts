@@ -1,5 +1,4 @@
-/** The summary of a stopped `sluice dev`, on either target (dev.ts, target-local-aws.ts). */
-/** What `sluice dev` ends with (`--json`: this object, the last line on stdout). */
+/** What `sluice dev` ends with on either target (dev.ts, target-local-aws.ts; `--json`: this object, the last line on stdout). */
 export interface DevSummary {
   job: string;
   target: 'embedded' | 'local-aws';
