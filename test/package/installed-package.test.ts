@@ -137,7 +137,7 @@ describe('the packed package in a fresh project', () => {
     expect(JSON.stringify(readdirSync(join(pkg, 'dist'), { recursive: true }))).not.toMatch(/\.test\.|(?<!\.d)\.ts"/);
   });
 
-  it('imports with plain node: sluice, sluice/testing, sluice/aws, sluice/cdk', () => {
+  it('imports with plain node: sluice, sluice/testing, sluice/aws (with the AWS sinks), sluice/cdk', () => {
     const script = `
       const api = await import('sluice');
       const testing = await import('sluice/testing');
@@ -145,10 +145,20 @@ describe('the packed package in a fresh project', () => {
       const cdk = await import('sluice/cdk');
       console.log(JSON.stringify({
         job: typeof api.Job, z: typeof api.z.object, collect: typeof testing.CollectSink, local: typeof testing.openLocalAws,
-        handler: typeof aws.createOperatorHandler, construct: typeof cdk.SluiceJob,
+        handler: typeof aws.createOperatorHandler, awsSinks: [typeof aws.AwsSinks.s3Files, typeof aws.AwsSinks.dynamodbUpsert], apiSinks: Object.keys(api.Sinks).sort(),
+        construct: typeof cdk.SluiceJob,
       }));`;
     const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { cwd: PROJECT, encoding: 'utf8' });
-    expect(JSON.parse(out.trim().split('\n').pop()!)).toEqual({ job: 'function', z: 'function', collect: 'function', local: 'function', handler: 'function', construct: 'function' });
+    expect(JSON.parse(out.trim().split('\n').pop()!)).toEqual({
+      job: 'function',
+      z: 'function',
+      collect: 'function',
+      local: 'function',
+      handler: 'function',
+      awsSinks: ['function', 'function'],
+      apiSinks: ['collect', 'jsonLinesFile', 'stdout'],
+      construct: 'function',
+    });
   });
 
   it('sluice run computes the job (a .ts module with a relative import, in a CommonJS project, importing sluice from node_modules)', () => {
