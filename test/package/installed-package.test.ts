@@ -166,7 +166,7 @@ describe('the packed package in a fresh project', () => {
     expect(r.code, r.stderr).toBe(0);
     expect(lines('alerts.jsonl')).toEqual(expectedAlerts(INPUT));
     expect(lines('alerts.jsonl').length).toBeGreaterThan(100);
-  });
+  }, 120000);
 
   it('sluice synth works offline, and every bundle holds this job and no other', () => {
     const networkLog = join(WORK, 'network.log');
@@ -188,20 +188,20 @@ describe('the packed package in a fresh project', () => {
       expect(code).toContain('big-spenders');
       expect(code).not.toMatch(/nexmark|page-views/);
     }
-  });
+  }, 240000);
 
   it('sluice run --target assembly runs those bundles with their IAM policies: the embedded output, no call denied', () => {
     const r = sluice(['run', 'jobs/orders.ts', '--input', 'orders.jsonl', '--output', 'alerts-assembly.jsonl', '--target', 'assembly', '--assembly', 'cdk.out'], localServers());
     expect(r.code, r.stderr.slice(-3000)).toBe(0);
     expect(r.stderr).toMatch(/assembly: 0 denied AWS calls/);
     expect(lines('alerts-assembly.jsonl')).toEqual(lines('alerts.jsonl'));
-  });
+  }, 240000);
 
   it('fails the assembly run of a job whose sink writes to a table the deployment does not own, naming the denied action', () => {
     const r = sluice(['run', 'jobs/audited.ts', '--input', 'orders.jsonl', '--output', 'big.jsonl', '--sink', 'big', '--target', 'assembly'], localServers());
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/called dynamodb:PutItem on arn:aws:dynamodb:[^ ]+:table\/audit-log: denied by its role's policies/);
-  });
+  }, 240000);
 
   it('sluice synth of two jobs, and of one job under two stack names, gives templates with no physical name in common', () => {
     for (const args of [['jobs/audited.ts', '--output', 'cdk.audited'], ['jobs/orders.ts', '--stack-name', 'Orders-staging', '--output', 'cdk.staging']]) {
@@ -215,5 +215,5 @@ describe('the packed package in a fresh project', () => {
     expect(staging).toContain('AWS::SQS::Queue.QueueName=Orders-staging-order-alerts-s0.fifo');
     expect(staging.length).toBe(orders.length);
     for (const [a, b] of [[orders, staging], [orders, audited], [staging, audited]]) expect(sharedNames(a, b)).toEqual([]);
-  });
+  }, 360000);
 });
