@@ -5,6 +5,7 @@
  */
 export { createOperatorHandler, type OperatorHandler, type OperatorHandlerConfig } from './operator-handler.ts';
 export { createIngestHandler, type IngestHandler, type IngestHandlerConfig } from './ingest-handler.ts';
+export { DynamoDbIdempotencyStore, type DynamoDbIdempotencyStoreOptions, type IdempotencyStore } from './idempotency-store.ts';
 export { createCheckpointHandler, type CheckpointHandler, type CheckpointHandlerConfig } from './checkpoint-handler.ts';
 export { AwsSinks, S3FilesSink, DynamoDbUpsert } from './sinks.ts';
 export { DynamoDbUpsertSink, SinkRecordError } from './dynamodb-upsert-sink.ts';

@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { ManualClock } from '../../lib/api/types.ts';
+import { AwsAccounting } from '../../lib/aws/accounting.ts';
 import { createStateTable } from '../../lib/aws/dynamodb-table.ts';
 import { DynamoDbIdempotencyStore, keyPk } from '../../lib/aws/idempotency-store.ts';
 import { createIngestHandler, type IngestHandlerConfig, ingestStreams, RESEND_WITHIN_MS } from '../../lib/aws/ingest-handler.ts';
@@ -235,6 +236,21 @@ describe('Idempotency-Key on the ingest function', () => {
     };
     expect(await groups(() => 0)).toEqual(['0', '1', '2']);
     expect(await groups(() => 0.99)).toEqual(['3', '0', '1']);
+  });
+
+  it('costs one PutItem and one UpdateItem per keyed request, one PutItem per replay, nothing without a key', async () => {
+    const accounting = new AwsAccounting();
+    const counted = new DynamoDbIdempotencyStore({ client: clients.dynamodb, tableName, job: job.name, accounting });
+    const h = handler({ idempotency: counted });
+    const calls = () => ['PutItem', 'UpdateItem', 'GetItem', 'DeleteItem'].map((op) => accounting.get('dynamodb', op).requests);
+    const key = unique('k');
+    await post(h, orderBody(1), key);
+    expect(calls()).toEqual([1, 1, 0, 0]);
+    expect((await post(h, orderBody(1), key)).body.replay).toBe(true);
+    expect(calls()).toEqual([2, 1, 0, 0]); // the old item comes back with the failed condition: no GetItem
+    await post(h, orderBody(2));
+    expect(calls()).toEqual([2, 1, 0, 0]);
+    await enqueuedIds();
   });
 
   it('minted keys pick the partition asked for', () => {

@@ -205,6 +205,34 @@ describe('sluice dev: a 202 survives a kill and a restart with --resume', () => 
   }, 60_000);
 });
 
+describe('sluice dev: Idempotency-Keys survive a SIGKILL and a restart with --resume', () => {
+  /** One keyed batch: its status, whether it was a replay, and its accepted count. */
+  async function post(dev: Dev, key: string, ids: string[]) {
+    const body = ids.map((id, i) => JSON.stringify({ id, t: 1_700_000_000_000 + i })).join('\n');
+    const r = await fetch(`${dev.url}/streams/events/events`, { method: 'POST', headers: { 'content-type': 'application/x-ndjson', 'idempotency-key': key }, body });
+    const answer = (await r.json()) as { accepted?: number; error?: string };
+    return { status: r.status, replayed: r.headers.get('idempotent-replayed') === 'true', accepted: answer.accepted, error: answer.error };
+  }
+
+  it('a batch resent after the kill is a replay, enqueued once; the key with another batch is a 409', async () => {
+    const ck = join(dir, 'keys-ck');
+    const outs = [1, 2].map((i) => join(dir, `keys-out-${i}.jsonl`));
+    const d1 = await startDev(['--checkpoint-dir', ck, '--checkpoint-interval', '0', '--param', `out=${outs[0]}`]);
+    for (let b = 0; b < 4; b++) expect(await post(d1, `key-${b}`, batch(b))).toEqual({ status: 202, replayed: false, accepted: 50, error: undefined });
+    expect(await stopWith(d1, 'SIGKILL')).toBe(null);
+
+    const d2 = await startDev(['--checkpoint-dir', ck, '--checkpoint-interval', '0', '--resume', '--param', `out=${outs[1]}`]);
+    for (let b = 0; b < 4; b++) expect(await post(d2, `key-${b}`, batch(b))).toEqual({ status: 202, replayed: true, accepted: 50, error: undefined });
+    expect(await post(d2, 'key-0', batch(4))).toMatchObject({ status: 409, error: 'idempotency_key_reused' });
+    expect(await post(d2, 'key-4', batch(4))).toMatchObject({ status: 202, replayed: false });
+    expect(await stopWith(d2, 'SIGINT'), d2.stderr()).toBe(0);
+    const accepted = [0, 1, 2, 3, 4].flatMap((b) => batch(b));
+    const byN = numbered(outs);
+    expectExactlyOnce(byN, accepted, new Set(accepted));
+    expect(byN.size).toBe(5 * 50);
+  }, 60_000);
+});
+
 describe('sluice run --resume', () => {
   it('refuses an input file other than the checkpoint\'s, saying what differs; resumes with the right one', async () => {
     const input = eventsFile(dir, 'events.jsonl', 20_000);

@@ -190,4 +190,27 @@ describe('the key memory', () => {
     offer('e', 1500); // b, c and d have expired by then
     expect(m.size).toBe(1);
   });
+
+  it('compacts keys.jsonl to the live keys once most of its lines are stale, and reads them back', () => {
+    const dir = tmp('sluice-keys-compact-');
+    const log = new SourceLog(join(dir, 'log'), 'events', false);
+    const m = new KeyMemory('events', log, 10, 1000);
+    for (let i = 0; i < 1100; i++) {
+      const offer = { key: `k${i}`, fingerprint: 'f', at: 0, answer: { status: 202, body: { accepted: 1 } } };
+      const records = { p: 0, at: i, text: '[0,1]\n' };
+      const line = m.append(offer, [records]);
+      log.appendAll([line, records]);
+      m.remember(offer, line);
+      m.compactIfStale();
+    }
+    const keys = () => readFileSync(log.keysFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l).k as string);
+    // Compacted once, past 2 x 10 + 1000 lines: 10 live, and the 79 appended since.
+    expect(keys()).toHaveLength(89);
+    expect(keys().slice(0, 10)).toEqual(Array.from({ length: 10 }, (_, i) => `k${1011 + i}`));
+    log.close();
+    const back = new KeyMemory('events', new SourceLog(join(dir, 'log'), 'events', false), 10, 1000).load(0);
+    expect(back.size).toBe(10);
+    expect(back.get('k1099', 0)).toMatchObject({ state: 'done', answer: { status: 202, body: { accepted: 1 } } });
+    expect(keys()).toHaveLength(10);
+  });
 });

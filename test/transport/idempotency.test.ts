@@ -50,6 +50,14 @@ describe('the decision for a keyed request', () => {
     expect(d.answer.body.message).toBe('Idempotency-Key "k1" was first used with another body (or another stream); nothing was enqueued. The key is held for its first request until 1970-01-02T00:00:00.000Z: send this body with a new key');
   });
 
+  it('a conflict says what differs when the streams are known', () => {
+    const first: Remembered = { ...done('other'), stream: 'orders' };
+    const onOther = decide('k1', first, fp, 10, { stream: 'clicks' });
+    expect(onOther.kind === 'conflict' && onOther.answer.body.message).toMatch(/^Idempotency-Key "k1" was first used on stream "orders", and this request is for stream "clicks"; nothing was enqueued/);
+    const sameStream = decide('k1', first, fp, 10, { stream: 'orders' });
+    expect(sameStream.kind === 'conflict' && sameStream.answer.body.message).toMatch(/^Idempotency-Key "k1" was first used with another body \(same stream, other bytes\)/);
+  });
+
   it('an unresolved request says why nothing was sent', () => {
     const d = decide('k1', pending(0), fp, 300_000, opts);
     expect(d.kind === 'unresolved' && d.answer.body.message).toMatch(/^the first request with Idempotency-Key "k1" \(1970-01-01T00:00:00.000Z\) has no recorded outcome and SQS's deduplication window has passed/);
