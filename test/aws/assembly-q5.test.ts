@@ -69,7 +69,7 @@ describe('a synthesized assembly run locally', () => {
     // The bundles ran in their own containers, the coordinator included, and the stage functions logged through Powertools.
     expect(run.model!.functions.size).toBe(5);
     expect([...run.logs.keys()].length).toBeGreaterThan(0);
-  });
+  }, 180_000);
 
   it('a permission taken out of a role fails the run, naming the function, the action and the resource', async () => {
     const doctored = join(dir, 'doctored');
@@ -102,5 +102,5 @@ describe('a synthesized assembly run locally', () => {
     expect((error as AssemblyAccessDeniedError).denied).toMatchObject({ function: stage0, action: 'sqs:SendMessage', resource, reason: 'no statement allows it' });
     expect((error as Error).message).toMatch(new RegExp(`^function ${stage0} called sqs:SendMessage on ${resource.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: denied by its role's policies \\(no statement allows it\\)`));
     expect(run.deniedCalls.every((d) => d.function === stage0 && d.action === 'sqs:SendMessage')).toBe(true);
-  });
+  }, 180_000);
 });
