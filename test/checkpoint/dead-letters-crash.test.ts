@@ -15,7 +15,7 @@ import { Job } from '../../lib/api/stream.ts';
 import { ManualClock, WatermarkStrategies } from '../../lib/api/types.ts';
 import { DEAD_LETTERS_FILE, openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
 import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
-import type { StoredDeadLetter } from '../../lib/local/dead-letter-store.ts';
+import type { StoredDeadLetter } from '../../lib/checkpoint/dead-letter-store.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { FaultInjector } from '../../lib/local/faults.ts';
 import { canonicalJson, compareOutputs } from '../../lib/testing/checker.ts';
