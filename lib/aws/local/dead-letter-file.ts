@@ -42,7 +42,7 @@ export class LocalAwsDeadLetters {
   }
 
   /** Every letter of the run, each once, as the runner reports them. */
-  reports(): DeadLetterReport[] {
+  reports(): (Extract<DeadLetterReport, { kind: 'deadLetter' }> & { readonly id: string })[] {
     return this.store.list().map((d) => ({ kind: 'deadLetter' as const, job: this.job, ...d }));
   }
 
