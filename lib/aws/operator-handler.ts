@@ -60,7 +60,7 @@ import { CommitConflictError, ConfigError, InvariantError } from '../errors.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
 import { failedEnvelope, locationId, type ParkedFailure, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
 import type { PartitionScope, StateBackend } from '../state/backend.ts';
-import type { BarrierAck, Envelope, OutboxEntry } from '../transport/envelope.ts';
+import { type BarrierAck, type Envelope, type OutboxEntry, outboxEpochAt } from '../transport/envelope.ts';
 import { AwsAccounting } from './accounting.ts';
 import { DynamoDbAckStore } from './checkpoint-acks.ts';
 import { bindAwsSinks, SinkRecordsRejectedError } from './sink-options.ts';
@@ -188,7 +188,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     const rt = await PartitionRuntime.open({ plan, stage, partition, backend, clock, checkpointStore, logInput: logInput && plan.stages[stage].inputs.some((e) => plan.edges[e].from.kind === 'source') });
     if (rt.recoveredOutbox.length) {
       log?.info('delivering a recovered outbox', { stage, partition, entries: rt.recoveredOutbox.length });
-      await deliver(rt.scope, rt.recoveredOutbox);
+      await deliver(rt.scope, rt.recoveredOutbox, rt.lastBarrier);
       await rt.outboxDelivered(rt.currentVersion);
     }
     runtimes.set(id, rt);
@@ -206,22 +206,23 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     return replayChunks(envelopes);
   }
 
-  async function deliver(scope: PartitionScope, outbox: readonly OutboxEntry[]): Promise<void> {
+  /** `lastBarrier`: the partition's after the commit of `outbox` (the epoch of what follows its last ack). */
+  async function deliver(scope: PartitionScope, outbox: readonly OutboxEntry[], lastBarrier: number): Promise<void> {
     const envelopes: Envelope[] = [];
     const letters: DeadLetterMessage[] = [];
-    const batches: Extract<OutboxEntry, { kind: 'sink' }>['delivery'][] = [];
+    const batches: { delivery: Extract<OutboxEntry, { kind: 'sink' }>['delivery']; epoch: number }[] = [];
     const acks: BarrierAck[] = [];
-    for (const e of outbox) {
+    for (const [i, e] of outbox.entries()) {
       if (e.kind === 'channel') envelopes.push(e.envelope);
-      else if (e.kind === 'sink') batches.push(e.delivery);
-      else if (e.kind === 'deadLetter') letters.push({ ...e.deadLetter, job, stage: scope.stage, partition: scope.partition });
+      else if (e.kind === 'sink') batches.push({ delivery: e.delivery, epoch: outboxEpochAt(outbox, i, lastBarrier) });
+      else if (e.kind === 'deadLetter') letters.push({ ...e.deadLetter, job, stage: scope.stage, partition: scope.partition, epoch: outboxEpochAt(outbox, i, lastBarrier) });
       else acks.push(e.ack);
     }
     const writeSinks = async () => {
       opened ??= Promise.all(own.map((s) => s.open?.())).then(() => undefined);
       await opened;
       // In outbox order: a sink drops a batch at or below its producer's high-water mark.
-      for (const b of batches) {
+      for (const { delivery: b, epoch } of batches) {
         const sink = sinks.get(b.sink);
         if (!sink) throw new InvariantError(`outbox names sink "${b.sink}", which job ${job} does not have`);
         try {
@@ -229,7 +230,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         } catch (e) {
           if (!(e instanceof SinkRecordsRejectedError)) throw e;
           // The rest of the delivery was written; the records the sink refused are parked, not retried forever.
-          const parked = e.rejected.map((r) => ({ operator: b.sink, channel: `sink:${b.producer}`, seq: b.seq, index: r.index, record: { value: r.record, timestamp: Number.NaN }, error: r.error, attempts: 1, job, stage: scope.stage, partition: scope.partition }));
+          const parked = e.rejected.map((r) => ({ operator: b.sink, channel: `sink:${b.producer}`, seq: b.seq, index: r.index, record: { value: r.record, timestamp: Number.NaN }, error: r.error, attempts: 1, job, stage: scope.stage, partition: scope.partition, epoch }));
           await transport.sendDeadLetters(parked);
           log?.warn('sink refused records; parked as dead letters', { sink: b.sink, producer: b.producer, seq: b.seq, records: parked.length, error: e.message });
           metrics?.addMetric(OPERATOR_METRICS.deadLetters, MetricUnit.Count, parked.length);
@@ -328,12 +329,12 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
           const replayed = await got.rt.process(chunk, skip.size ? skip : undefined);
           countLate(replayed.lateDropped);
           parked.push(...replayed.parked);
-          await deliver(scope, replayed.outbox);
+          await deliver(scope, replayed.outbox, got.rt.lastBarrier);
           if (replayed.outbox.length) await got.rt.outboxDelivered(replayed.version);
         }
         const result = await got.rt.process(decoded.slice(0, end).flat(), skip.size ? skip : undefined);
         parked.push(...result.parked);
-        await deliver(scope, result.outbox);
+        await deliver(scope, result.outbox, got.rt.lastBarrier);
         if (result.outbox.length) await got.rt.outboxDelivered(result.version);
         metrics?.addMetric(OPERATOR_METRICS.recordsIn, MetricUnit.Count, result.recordsIn);
         metrics?.addMetric(OPERATOR_METRICS.duplicatesDropped, MetricUnit.Count, result.duplicatesDropped);

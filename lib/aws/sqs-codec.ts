@@ -57,6 +57,8 @@ export interface DeadLetterMessage extends DeadLetter {
   readonly job: string;
   readonly stage: number;
   readonly partition: number;
+  /** The checkpoint epoch that covers it (its record came before that epoch's barrier): a resume from E keeps letters of epochs up to E. */
+  readonly epoch?: number;
 }
 
 export type MessageBody =

@@ -50,7 +50,7 @@ export class LocalAwsRun {
     private readonly checkpoints?: LocalAwsRunCheckpoints,
   ) {}
 
-  async run(): Promise<{ sourceRecords: number }> {
+  async run(): Promise<{ sourceRecords: number; deadLetterFile?: string }> {
     const env = await open(this.log);
     try {
       const ck = this.checkpoints;
@@ -64,7 +64,8 @@ export class LocalAwsRun {
       ck?.done(runtime.checkpointing);
       this.rejectedInputs = [...this.result.rejectedInputs];
       this.deadLetters = this.result.deadLetters.map(asDeadLetter);
-      return { sourceRecords: this.result.sourceRecords };
+      const file = runtime.checkpointing?.deadLetters?.path;
+      return { sourceRecords: this.result.sourceRecords, ...(file !== undefined ? { deadLetterFile: file } : {}) };
     } finally {
       await env.close();
     }

@@ -8,7 +8,7 @@
  *   pointers/{coordinator,pointer}.json                   control items (FilePointerStore)
  *   log/<source>/...                                      logged input, barrier cursors
  *   sinks/<sink>/...                                      transactional sinks' staging
- *   dead-letters.jsonl                                    dead letters, one JSON line each (dead-letter-store.ts)
+ *   dead-letters.jsonl                                    dead letters, one JSON line each (lib/checkpoint/dead-letter-store.ts)
  *   savepoints/<label>/{meta.json,blobs/}                 self-contained savepoints
  *
  * Start modes: 'fresh' clears the chain (savepoints stay); 'resume' continues from the
@@ -35,7 +35,7 @@ import { compile, type PhysicalPlan } from '../graph/compile.ts';
 import type { BarrierAck } from '../transport/envelope.ts';
 import type { TransactionalSink } from '../api/sinks.ts';
 import { faultSite } from '../util/fault-sites.ts';
-import { DeadLetterStore } from './dead-letter-store.ts';
+import { DEAD_LETTERS_FILE, DeadLetterStore } from '../checkpoint/dead-letter-store.ts';
 import type { EmbeddedCheckpointHooks, RestorePlan } from './embedded-options.ts';
 import { EmbeddedRuntime } from './embedded.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
@@ -65,7 +65,7 @@ export interface CheckpointingOptions {
 }
 
 /** The dead-letter store's file in a checkpoint directory. */
-export const DEAD_LETTERS_FILE = 'dead-letters.jsonl';
+export { DEAD_LETTERS_FILE };
 
 export function defaultCheckpointDir(job: string): string {
   return join('.sluice', job.replace(/[^A-Za-z0-9._-]/g, '_'));

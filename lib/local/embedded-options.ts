@@ -6,7 +6,7 @@ import type { BlobStore } from '../checkpoint/storage.ts';
 import type { StateBackend } from '../state/backend.ts';
 import type { InstalledPartition } from '../state/memory.ts';
 import type { BarrierAck } from '../transport/envelope.ts';
-import type { DeadLetterStore } from './dead-letter-store.ts';
+import type { DeadLetterStore } from '../checkpoint/dead-letter-store.ts';
 import type { FaultInjector } from './faults.ts';
 import type { BarrierEntry, SourceLog } from './input-log.ts';
 

@@ -1,7 +1,7 @@
 /** The embedded runtime's statistics, read off the scheduler's slots (slot.ts). */
 import { MAX_WATERMARK } from '../api/types.ts';
 import type { PhysicalPlan } from '../graph/compile.ts';
-import type { DeadLetterStore } from './dead-letter-store.ts';
+import type { DeadLetterStore } from '../checkpoint/dead-letter-store.ts';
 import type { RuntimeStats } from './embedded-options.ts';
 import type { Slot } from './slot.ts';
 

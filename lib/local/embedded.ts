@@ -21,7 +21,7 @@ import { InMemoryStateBackend } from '../state/memory.ts';
 import type { StateBackend } from '../state/backend.ts';
 import { type LingerPolicy, shouldLinger } from './linger.ts';
 import { type Barrier, type Envelope, type OutboxEntry, recordCount } from '../transport/envelope.ts';
-import type { StoredDeadLetter } from './dead-letter-store.ts';
+import type { StoredDeadLetter } from '../checkpoint/dead-letter-store.ts';
 import { OutboxDelivery } from './outbox-delivery.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 import type { IngestPressure, IngestTarget, OfferResult, Recalled } from './ingest-target.ts';

@@ -6,8 +6,8 @@
  * deliver an entry twice.
  */
 import type { Sink } from '../api/sinks.ts';
-import type { Envelope, OutboxEntry } from '../transport/envelope.ts';
-import { type DeadLetterOrigin, DeadLetterStore } from './dead-letter-store.ts';
+import { type Envelope, type OutboxEntry, outboxEpochAt } from '../transport/envelope.ts';
+import { type DeadLetterOrigin, DeadLetterStore } from '../checkpoint/dead-letter-store.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
 import { faultSite } from '../util/fault-sites.ts';
 
@@ -46,7 +46,7 @@ export class OutboxDelivery {
             break;
           }
           case 'deadLetter':
-            this.deadLetters.add(entry.deadLetter, origin, epochAt(outbox, e, origin));
+            this.deadLetters.add(entry.deadLetter, origin, outboxEpochAt(outbox, e, origin.runtime.lastBarrier));
             break;
           case 'ack':
             this.options.checkpoints?.onAck(entry.ack);
@@ -66,17 +66,4 @@ export class OutboxDelivery {
     }
     await this.deliver(outbox, origin, e + 1);
   }
-}
-
-/**
- * The epoch of the dead letter at outbox[e]: a partition's outbox puts the letters parked
- * before a barrier ahead of that barrier's ack, so the first ack after it names it; after
- * the last ack, the epoch after the partition's last barrier.
- */
-function epochAt(outbox: readonly OutboxEntry[], e: number, origin: DeadLetterOrigin): number {
-  for (let i = e + 1; i < outbox.length; i++) {
-    const entry = outbox[i];
-    if (entry.kind === 'ack') return entry.ack.epoch;
-  }
-  return origin.runtime.lastBarrier + 1;
 }

@@ -151,6 +151,19 @@ export type OutboxEntry =
   | { readonly kind: 'deadLetter'; readonly deadLetter: DeadLetter }
   | { readonly kind: 'ack'; readonly ack: BarrierAck };
 
+/**
+ * The checkpoint epoch of the dead letter (or sink delivery) at outbox[e]: a partition's
+ * outbox puts what it parked before a barrier ahead of that barrier's ack, so the first
+ * ack after it names it; after the last ack, the epoch after the partition's last barrier.
+ */
+export function outboxEpochAt(outbox: readonly OutboxEntry[], e: number, lastBarrier: number): number {
+  for (let i = e + 1; i < outbox.length; i++) {
+    const entry = outbox[i];
+    if (entry.kind === 'ack') return entry.ack.epoch;
+  }
+  return lastBarrier + 1;
+}
+
 /** Order of two decimal position strings (no sign, no leading zeros). */
 export function compareOffsets(a: string, b: string): number {
   return a.length !== b.length ? a.length - b.length : a < b ? -1 : a > b ? 1 : 0;

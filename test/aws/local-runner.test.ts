@@ -177,7 +177,7 @@ describe('local-AWS mode gives the embedded runtime\'s output', () => {
     await env.clients.sqs.send(new SendMessageCommand({ QueueUrl: runtime.queues[1].url, MessageBody: 'not a sluice message', MessageGroupId: '1', MessageDeduplicationId: 'garbage-1' }));
     const run = await runtime.run();
     expect([...out.records].sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i * 2));
-    expect(run.deadLetters).toEqual([{ kind: 'redriven', stage: 1, messageId: expect.any(String), receives: expect.any(String), body: 'not a sluice message' }]);
+    expect(run.deadLetters).toEqual([{ kind: 'redriven', stage: 1, partition: 1, messageId: expect.any(String), receives: expect.any(String), body: 'not a sluice message' }]);
     // Received maxReceiveCount times, failing each time, before SQS moved it.
     expect(run.stages[1].metrics.failures).toBeGreaterThanOrEqual(4);
   }, 180_000);

@@ -14,7 +14,7 @@ import { valueState } from '../../lib/api/state.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { WatermarkStrategies } from '../../lib/api/types.ts';
 import { DEAD_LETTERS_FILE } from '../../lib/local/checkpointing.ts';
-import type { StoredDeadLetter } from '../../lib/local/dead-letter-store.ts';
+import type { StoredDeadLetter } from '../../lib/checkpoint/dead-letter-store.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { canonicalJson, compareOutputs } from '../../lib/testing/checker.ts';
 import { runWithKills as killHarness } from '../support/kill-harness.ts';

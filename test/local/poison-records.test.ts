@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type Sink, Sinks } from '../../lib/api/sinks.ts';
 import { openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
-import { DeadLetterStore, type StoredDeadLetter } from '../../lib/local/dead-letter-store.ts';
+import { DeadLetterStore, type StoredDeadLetter } from '../../lib/checkpoint/dead-letter-store.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { assertExactlyOnce } from '../../lib/testing/checker.ts';
 import { type Pay, poisonEvents, poisonJob, poisonOperator } from '../aws/poison-jobs.ts';

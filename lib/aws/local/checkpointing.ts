@@ -42,9 +42,10 @@ import { createStateTable } from '../dynamodb-state.ts';
 import { stateTableName } from '../naming.ts';
 import { initialManifest, restoreInPlace, type RestoreInPlaceResult } from '../restore.ts';
 import { createBucket, S3BlobStore } from '../s3-blob-store.ts';
-import type { QueueResolver } from '../sqs-queues.ts';
+import type { QueueResolver, StageQueues } from '../sqs-queues.ts';
 import type { LocalAwsEnvironment } from './endpoints.ts';
 import { LocalCheckpointLoop } from './checkpoint-loop.ts';
+import { LocalAwsDeadLetters } from './dead-letter-file.ts';
 import { flushAbandonedPolls } from './queues.ts';
 
 export interface LocalAwsCheckpointOptions {
@@ -69,6 +70,8 @@ export interface LocalAwsCheckpointResources {
   readonly refedSourceStages: readonly number[];
   /** Where the restore's requests are counted: a one-off, like setup, not a cost per event. */
   readonly overhead: AwsAccounting;
+  /** The stage queues with their DLQs: a resume drains what the killed run parked. */
+  readonly stageQueues: readonly StageQueues[];
 }
 
 export interface Identity {
@@ -100,6 +103,8 @@ export class LocalAwsCheckpointing {
   restoredEpoch = 0;
   /** What the resume's in-place restore did (undefined: a fresh run). */
   restore?: RestoreInPlaceResult;
+  /** The run's dead letters (the checkpoint directory's file), once beforeStart opened it. */
+  deadLetters?: LocalAwsDeadLetters;
   private readonly handler: ReturnType<typeof createCheckpointHandler>;
   private readonly pointers: DynamoDbPointerStore;
 
@@ -225,6 +230,9 @@ export class LocalAwsCheckpointing {
         manifest = initialManifest(this.plan);
       }
       const { clients } = this.env;
+      // What the killed run parked and the checkpoint covers stays; later letters are parked again by the replay.
+      this.deadLetters = LocalAwsDeadLetters.open(this.o.dir, this.plan.job.name, manifest.epoch);
+      await this.deadLetters.drain(clients.sqs, this.r.stageQueues, this.r.overhead, manifest.epoch);
       // The crashed process's pollers may still wait on the queues: they would take what the restore sends.
       const flushId = `${this.plan.job.name}/flush/${Date.now()}-${randomBytes(4).toString('hex')}`;
       for (const stage of this.plan.stages) await flushAbandonedPolls(clients.sqs, await this.r.queues.queueUrl(stage.id), `${flushId}/${stage.id}`);
@@ -244,6 +252,7 @@ export class LocalAwsCheckpointing {
       });
       this.restoredEpoch = manifest.epoch;
     } else {
+      this.deadLetters = LocalAwsDeadLetters.open(this.o.dir, this.plan.job.name, 'fresh');
       for (const s of this.r.sinks) await s.recover(0);
     }
     this.loop.start(await this.loop.resume());

@@ -10,10 +10,14 @@ import type { StageQueues } from '../sqs-queues.ts';
 import type { DeadLetter } from '../../transport/envelope.ts';
 
 /** A record parked by the operator handler, or a message SQS redrove after maxReceiveCount. */
-export type DeadLetterReport = ({ kind: 'deadLetter' } & DeadLetterMessage) | { kind: 'redriven'; stage: number; messageId: string; receives: string; body: string };
+export type DeadLetterReport = ({ kind: 'deadLetter' } & DeadLetterMessage) | { kind: 'redriven'; stage: number; partition?: number; messageId: string; receives: string; body: string };
 
-/** Read and delete every message of the stages' DLQs; requests are counted in `overhead`. */
-export async function drainDeadLetters(sqs: SQSClient, queues: readonly StageQueues[], overhead: AwsAccounting): Promise<DeadLetterReport[]> {
+/**
+ * Read and delete every message of the stages' DLQs; requests are counted in `overhead`.
+ * `keep` sees each batch before it is deleted (a checkpointed run writes it to its
+ * dead-letter file first, so a crash in between loses nothing).
+ */
+export async function drainDeadLetters(sqs: SQSClient, queues: readonly StageQueues[], overhead: AwsAccounting, keep?: (reports: readonly DeadLetterReport[]) => void): Promise<DeadLetterReport[]> {
   const out: DeadLetterReport[] = [];
   for (const [stage, q] of queues.entries()) {
     for (;;) {
@@ -21,16 +25,16 @@ export async function drainDeadLetters(sqs: SQSClient, queues: readonly StageQue
       overhead.record('sqs', 'ReceiveMessage', { requests: 1 });
       const messages = got.Messages ?? [];
       if (!messages.length) break;
-      for (const m of messages) {
-        let report: DeadLetterReport;
+      const batch = messages.map((m): DeadLetterReport => {
         try {
           const body = decodeBody(m.Body ?? '', m.MessageId);
-          report = body.k === 'd' ? { kind: 'deadLetter', ...body } : redriven(stage, m);
+          return body.k === 'd' ? { kind: 'deadLetter', ...body } : redriven(stage, m);
         } catch {
-          report = redriven(stage, m);
+          return redriven(stage, m);
         }
-        out.push(report);
-      }
+      });
+      keep?.(batch);
+      out.push(...batch);
       // Drained as read: fauxqs hands out one message per group while any is in flight.
       await sqs.send(new DeleteMessageBatchCommand({ QueueUrl: q.dlqUrl, Entries: messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle! })) }));
       overhead.record('sqs', 'DeleteMessageBatch', { requests: 1 });
@@ -40,7 +44,8 @@ export async function drainDeadLetters(sqs: SQSClient, queues: readonly StageQue
 }
 
 function redriven(stage: number, m: { MessageId?: string; Body?: string; Attributes?: Record<string, string> }): DeadLetterReport {
-  return { kind: 'redriven', stage, messageId: m.MessageId ?? '?', receives: m.Attributes?.ApproximateReceiveCount ?? '?', body: (m.Body ?? '').slice(0, 200) };
+  const group = m.Attributes?.MessageGroupId;
+  return { kind: 'redriven', stage, ...(group !== undefined && /^\d+$/.test(group) ? { partition: Number(group) } : {}), messageId: m.MessageId ?? '?', receives: m.Attributes?.ApproximateReceiveCount ?? '?', body: (m.Body ?? '').slice(0, 200) };
 }
 
 /** A report as `sluice run` prints dead letters: a message SQS redrove whole reads like a parked record (what, why, how often). */

@@ -183,7 +183,7 @@ export class LocalAwsRuntime {
     this.ingest = createIngestHandler({ job: this.job, sqs: clients.sqs, queues, clock: this.clock, accounting: this.accounting, maxMessageBytes: o.maxMessageBytes, idempotency, wakeUp });
     // One set of transactional sinks (the CLI's output file, the job's S3 file sinks), committed with the checkpoints.
     const transactional = [...new Set([...(o.checkpoints?.sinks ?? []), ...[...this.sinks.values()].flatMap((x) => (isTransactional(x) ? [x] : []))])];
-    const cp = o.checkpoints ? await LocalAwsCheckpointing.create(this.job, this.plan, this.options.env, this.identity!, o.checkpoints, { queues, sinks: transactional, refedSourceStages: this.refedSourceStages(), overhead: this.overhead }, this.accounting) : undefined;
+    const cp = o.checkpoints ? await LocalAwsCheckpointing.create(this.job, this.plan, this.options.env, this.identity!, o.checkpoints, { queues, sinks: transactional, refedSourceStages: this.refedSourceStages(), overhead: this.overhead, stageQueues: this.queues }, this.accounting) : undefined;
     this.checkpointing = cp;
     for (const stage of this.plan.stages) {
       const handler = createOperatorHandler({
@@ -375,9 +375,20 @@ export class LocalAwsRuntime {
     for (const s of this.sinks.values()) await s.close?.();
   }
 
-  /** Drain the stage DLQs: parked records (with their errors) and messages SQS redrove whole. */
-  deadLetters(): Promise<DeadLetterReport[]> {
-    return drainDeadLetters(this.options.env.clients.sqs, this.queues, this.overhead);
+  /**
+   * Drain the stage DLQs: parked records (with their errors) and messages SQS redrove
+   * whole. With checkpoints into the checkpoint directory's file, and every letter of the
+   * run from there (those a resume kept included), each once.
+   */
+  async deadLetters(): Promise<DeadLetterReport[]> {
+    const file = this.checkpointing?.deadLetters;
+    if (!file) return drainDeadLetters(this.options.env.clients.sqs, this.queues, this.overhead);
+    try {
+      await file.drain(this.options.env.clients.sqs, this.queues, this.overhead);
+      return file.reports();
+    } finally {
+      file.close();
+    }
   }
 
   lambdaUsage(): LambdaUsage {

@@ -1,22 +1,26 @@
 /**
- * The embedded runtime's dead letters, each once (by stage, partition and deadLetterId: a
+ * A checkpointed run's dead letters, each once (by stage, partition and deadLetterId: a
  * redelivered outbox may carry one again; the partition is part of the identity, as two
  * partitions' letters can name the same channel position). With a file (the checkpoint
  * directory's `dead-letters.jsonl`, or one a caller names) every letter is appended as
- * one JSON line, fsynced, when its outbox is delivered: before the barrier ack after it
- * reaches the coordinator, so before the checkpoint that covers it can commit. A resume
- * from checkpoint E keeps the letters of epochs up to E (their records are behind E and
- * are not replayed) and drops later ones (their records are replayed and parked again).
- * Without a file they live in memory: such a run is not resumable, a restart parks them
- * again.
+ * one JSON line, fsynced: on the embedded runtime as its outbox is delivered, before the
+ * barrier ack after it reaches the coordinator, so before the checkpoint that covers it
+ * can commit; on local AWS as the stage DLQs are drained (the messages carry their epoch
+ * and are deleted only once written). A resume from checkpoint E keeps the letters of
+ * epochs up to E (their records are behind E and are not replayed) and drops later ones
+ * (their records are replayed and parked again). Without a file they live in memory:
+ * such a run is not resumable, a restart parks them again.
  */
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Key } from '../api/types.ts';
-import { writeFileAtomic } from '../checkpoint/local-storage.ts';
-import { RestoreError } from '../checkpoint/driver-errors.ts';
+import { writeFileAtomic } from './local-storage.ts';
+import { RestoreError } from './driver-errors.ts';
 import { type DeadLetter, jobDeadLetterId } from '../transport/envelope.ts';
 import { faultSite } from '../util/fault-sites.ts';
+
+/** The store's file in a checkpoint directory. */
+export const DEAD_LETTERS_FILE = 'dead-letters.jsonl';
 
 /** A dead letter with where it was parked: its stage partition, its key, its epoch. */
 export interface StoredDeadLetter extends DeadLetter {
@@ -88,10 +92,15 @@ export class DeadLetterStore {
 
   /** Record a parked letter unless it is there already; appended (and fsynced) before this returns. */
   add(d: DeadLetter, origin: DeadLetterOrigin, epoch: number): boolean {
-    const id = jobDeadLetterId(origin.stage, origin.partition, d);
+    return this.addAt(d, origin.stage, origin.partition, epoch);
+  }
+
+  /** Record a letter of stage partition `stage`/`partition` and `epoch` unless it is there already; appended (and fsynced) before this returns. */
+  addAt(d: DeadLetter, stage: number, partition: number, epoch: number): boolean {
+    const id = jobDeadLetterId(stage, partition, d);
     if (this.ids.has(id)) return false;
     const key = d.record?.key ?? d.timer?.key;
-    const stored: StoredDeadLetter = { id, stage: origin.stage, partition: origin.partition, ...(key !== undefined ? { key } : {}), epoch, ...d };
+    const stored: StoredDeadLetter = { id, stage, partition, ...(key !== undefined ? { key } : {}), epoch, ...d };
     if (this.path !== undefined) {
       faultSite('dead-letter.append');
       this.fd ??= openSync(this.path, 'a');
