@@ -161,6 +161,20 @@ program
     }),
   );
 
+program
+  .command('status')
+  .description("the live numbers of a job running under `sluice dev`: records, rejections, dead letters, operators, watermarks, last checkpoint")
+  .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
+  .option('--checkpoint-dir <dir>', "the dev process's checkpoint directory (default .sluice/<job>/)")
+  .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+  .option(...JSON_FLAG)
+  .action(
+    action('status', async (job: string, opts: { checkpointDir?: string; param: string[]; json?: boolean }) => {
+      const s = await (await import('./status.ts')).statusCommand(job, opts, (l) => process.stderr.write(l + '\n'));
+      if (opts.json) printJson(s);
+    }),
+  );
+
 // Checkpoint flags on run and dev; the checkpoints, savepoint and restore commands.
 registerCheckpointCommands(program, action);
 
@@ -179,6 +193,7 @@ const EXAMPLES: Record<string, string[]> = {
   deploy: ['sluice deploy jobs/orders.ts', 'AWS_ENDPOINT_URL=http://localhost:4566 sluice deploy jobs/orders.ts --endpoint functionUrl --removal-policy destroy'],
   destroy: ['sluice destroy jobs/orders.ts', 'sluice destroy jobs/orders.ts --stack-name Orders-Staging --force'],
   demo: ['sluice demo', 'sluice demo --query q8 --duration 10 --events-per-second 20000', 'sluice demo --duration 5 --json'],
+  status: ['sluice status examples/first-job.ts', 'sluice status jobs/orders.ts --checkpoint-dir /var/lib/orders --json'],
   checkpoints: ['sluice checkpoints jobs/orders.ts', 'sluice checkpoints jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice checkpoints jobs/orders.ts --target aws'],
   savepoint: ['sluice savepoint jobs/orders.ts --label before-upgrade', 'sluice savepoint jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice savepoint jobs/orders.ts --target aws --label v2'],
   restore: [
