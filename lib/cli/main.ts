@@ -175,6 +175,32 @@ program
     }),
   );
 
+const STATE_GET_EXAMPLES = [
+  'sluice state get jobs/orders.ts per-customer c42',
+  'sluice state get jobs/orders.ts per-customer c42 --from before-upgrade --json',
+  'sluice state get jobs/orders.ts per-customer 17 --checkpoint-dir /var/lib/orders --from 12',
+];
+program
+  .command('state')
+  .description("read a job's keyed state from its embedded checkpoints")
+  .addHelpText('after', examples(...STATE_GET_EXAMPLES))
+  .command('get')
+  .description("one key's state in an operator, as the latest checkpoint (or --from a checkpoint or savepoint) holds it")
+  .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
+  .argument('<operator>', 'the keyed operator (its .name())')
+  .argument('<key>', 'the key (a number when it reads as one and no string key matches)')
+  .option('--checkpoint-dir <dir>', 'default .sluice/<job>/')
+  .option('--from <checkpoint|savepoint>', "a retained checkpoint's epoch or a savepoint label (default: the latest checkpoint)")
+  .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+  .option(...JSON_FLAG)
+  .addHelpText('after', examples(...STATE_GET_EXAMPLES))
+  .action(
+    action('state get', async (job: string, operator: string, key: string, opts: { checkpointDir?: string; from?: string; param: string[]; json?: boolean }) => {
+      const r = await (await import('./state-get.ts')).stateGetCommand(job, operator, key, opts, (l) => process.stderr.write(l + '\n'));
+      if (opts.json) printJson(r);
+    }),
+  );
+
 // Checkpoint flags on run and dev; the checkpoints, savepoint and restore commands.
 registerCheckpointCommands(program, action);
 
