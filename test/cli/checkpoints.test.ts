@@ -96,7 +96,7 @@ describe('sluice run --checkpoint-interval --crash-after / --resume', () => {
     const missing = await sluice(['restore', job, '--from', '999999', '--checkpoint-dir', ck, '--input', input, '--output', join(dir, 'never.jsonl')]);
     expect(missing.code).toBe(EXIT.error);
     expect(missing.stderr).toContain(`(in ${ck}: retained checkpoints ${json.checkpoints.map((c) => c.epoch).join(', ')}; savepoints (none); another directory: --checkpoint-dir), received epoch 999999: no such retained checkpoint in ${ck}`);
-  });
+  }, 120_000); // eleven CLI processes in a row: about 27 s alone, more on a loaded 2-core machine
 
   it('lists nothing for a directory without checkpoints', async () => {
     const r = await sluice(['checkpoints', job, '--checkpoint-dir', join(dir, 'none')]);
