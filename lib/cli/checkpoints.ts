@@ -210,14 +210,15 @@ export async function openDevRuntime(
   flags: CheckpointFlags,
   log: Log,
   embedded: Omit<EmbeddedOptions, 'checkpoints' | 'restore'> = {},
-): Promise<{ runtime: EmbeddedRuntime; finalCheckpoint: () => Promise<number | null>; close: () => void } | undefined> {
+): Promise<{ runtime: EmbeddedRuntime; finalCheckpoint: () => Promise<number | null>; lastCheckpoint: () => number | null; announce: (url: string) => void; close: () => void } | undefined> {
   const ck = checkpointOptions(job, flags, 10_000);
   if (!ck) return undefined;
   await checkStart(job, ck);
   const { runtime, checkpoints } = await openCheckpointedRuntime(job, embedded, ck);
   recordPlan(ck.dir, job);
   const info = join(ck.dir, 'dev.json');
-  writeFileAtomic(info, JSON.stringify({ pid: process.pid, job: job.name, startedAt: Date.now() }));
+  const devInfo = { pid: process.pid, job: job.name, startedAt: Date.now() };
+  writeFileAtomic(info, JSON.stringify(devInfo));
   const requests = join(ck.dir, 'savepoint-requests');
   mkdirSync(requests, { recursive: true });
   const serve = () => {
@@ -241,6 +242,9 @@ export async function openDevRuntime(
   return {
     runtime,
     finalCheckpoint: () => checkpoints.finalCheckpoint(),
+    lastCheckpoint: () => checkpoints.driver.state.lastCompleted?.epoch ?? null,
+    // The endpoint's URL, for `sluice status`.
+    announce: (url) => writeFileAtomic(info, JSON.stringify({ ...devInfo, url })),
     close: () => {
       process.off('SIGUSR2', serve);
       rmSync(info, { force: true });

@@ -10,7 +10,8 @@ import { z } from 'zod';
 import { MAX_WATERMARK, MIN_WATERMARK } from '../api/types.ts';
 import { EmbeddedRuntime, type RuntimeStats } from '../local/embedded.ts';
 import type { IngestRejections } from '../local/ingest-bounds.ts';
-import { startIngestServer } from '../local/ingest-server.ts';
+import { type IngestServer, startIngestServer } from '../local/ingest-server.ts';
+import { devStatus } from './status.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { DeadLetterFeed, deadLetterCount, lateDroppedCount } from './dead-letter-report.ts';
 import { fmt, validateFlags } from './options.ts';
@@ -131,7 +132,15 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   const checkpointed = await openDevRuntime(job, opts, log, embedded);
   const runtime = checkpointed?.runtime ?? new EmbeddedRuntime(job, embedded);
   await runtime.start();
-  const server = await startIngestServer(runtime, { port: flags.port, host: flags.host, maxQueuedRecords: flags.maxQueued, maxLagMs: flags.maxLag });
+  const startedAt = Date.now();
+  const server: IngestServer = await startIngestServer(runtime, {
+    port: flags.port,
+    host: flags.host,
+    maxQueuedRecords: flags.maxQueued,
+    maxLagMs: flags.maxLag,
+    stats: () => devStatus(job.name, server.url, startedAt, runtime.stats(), server.rejections(), checkpointed?.lastCheckpoint() ?? null),
+  });
+  checkpointed?.announce(server.url);
 
   // Signals are handled before the endpoint is announced: a Ctrl-C right after it still stops gracefully.
   let stopping = false;

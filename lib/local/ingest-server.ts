@@ -3,6 +3,7 @@
  *
  *   POST /streams/:name/events   body: JSON array, or JSON lines (one event per line)
  *   GET  /healthz
+ *   GET  /stats                  what the `stats` option returns, when given (`sluice status`)
  *
  * Contract points 4-6: a 202 is sent only after the target accepted the valid
  * events atomically; any other status means nothing was enqueued; overload is
@@ -57,6 +58,8 @@ export interface IngestServerOptions {
   maxQueuedRecords?: number;
   /** 429 while a stream's oldest accepted-but-unprocessed event is this many ms old or older; default: no bound. */
   maxLagMs?: number;
+  /** The body of GET /stats (the job's live numbers); without it, /stats is not a route. */
+  stats?: () => object;
 }
 
 export interface IngestServer {
@@ -117,10 +120,13 @@ function describe(value: unknown): string {
 
 /** Start the endpoint; resolves once it is listening. */
 export async function startIngestServer(target: IngestTarget, options: IngestServerOptions = {}): Promise<IngestServer> {
-  const opts = parseOptions(options);
+  const { stats, ...rest } = options ?? {};
+  const opts = parseOptions(rest);
   const counter = new RejectionCounter();
   const inFlight = new Map<string, Promise<unknown>>();
   const server = createServer((req, res) => {
+    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
+    if (stats && path === '/stats' && (req.method === 'GET' || req.method === 'HEAD')) return send(res, 200, stats());
     handle(target, opts, counter, inFlight, req, res).catch((err: unknown) => {
       // A throwing target means we cannot know the batch was enqueued: never 2xx.
       const message = err instanceof Error ? err.message : String(err);

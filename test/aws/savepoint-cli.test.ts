@@ -59,7 +59,7 @@ describe('sluice savepoint / checkpoints / restore --target local-aws', () => {
     expect(lines(out)).toEqual(expected);
 
     // The request is recorded durably (the control table outlives the run); the command waits for it.
-    const savepoint = run(['savepoint', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--label', 'before-change', '--timeout', '120000']);
+    const savepoint = run(['savepoint', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--label', 'before-change', '--timeout', '120000', '--json']);
     const id = readLocalAwsIdentity(ck)!;
     const clients = localClients();
     const pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: localAwsControl(id.runId, 'counts').table, job: 'counts' });
@@ -74,6 +74,10 @@ describe('sluice savepoint / checkpoints / restore --target local-aws', () => {
     expect(sp.code, sp.stderr).toBe(0);
     expect(sp.stderr).toMatch(/no local-aws run is running/);
     expect(sp.stderr).toMatch(/savepoint "before-change" of job "counts": epoch \d+, [\d,]+ bytes in \d+ objects/);
+    // The restore hint and --json carry the flags that found it.
+    const hint = `sluice restore ${job} --target local-aws --checkpoint-dir ${ck} --from before-change`;
+    expect(sp.stderr).toContain(`restore: ${hint}\n`);
+    expect(JSON.parse(sp.stdout)).toMatchObject({ target: 'local-aws', job: 'counts', label: 'before-change', epoch: expect.any(Number), bytes: expect.any(Number), restore: hint });
     expect((await readSavepointRequest(pointers))?.status).toBe('written');
     Object.values(clients).forEach((c) => c.destroy());
 
@@ -101,8 +105,9 @@ describe('sluice savepoint / checkpoints / restore --target local-aws', () => {
     expect(changed.stderr).toMatch(/expected a changed job whose sources keep their partitions \(\[events#0, events#1\]\), received source partitions \[events#0, events#1, events#2\]/);
 
     // The same job: rolled back in place to the savepoint; --resume continues from it with the same committed output.
-    const restored = await run(['restore', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--from', 'before-change']);
+    const restored = await run(['restore', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--from', 'before-change', '--json']);
     expect(restored.code, restored.stderr).toBe(0);
+    expect(JSON.parse(restored.stdout)).toEqual({ target: 'local-aws', job: 'counts', restored: 'savepoint "before-change"', epoch: expect.any(Number), restoreEpoch: expect.any(Number), plan: 'same' });
     expect(restored.stderr).toMatch(/restored savepoint "before-change": restore epoch \d+; continue with: sluice run/);
     const after = await run([...args, '--resume']);
     expect(after.code, after.stderr).toBe(0);

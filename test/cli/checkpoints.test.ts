@@ -69,6 +69,20 @@ describe('sluice run --checkpoint-interval --crash-after / --resume', () => {
     expect(Object.keys(json)).toEqual(['checkpoints', 'savepoints']);
     expect(Object.keys(json.checkpoints[0]).sort()).toEqual(expect.arrayContaining(['epoch', 'completedAt', 'durationMs', 'bytes', 'restoreBytes', 'entities', 'latest']));
 
+    // sluice state get: one key's state as the latest checkpoint (the run's last, at the end of input) holds it.
+    const refTotal = (await readFile(ref, 'utf8')).split('\n').filter(Boolean).map((l) => JSON.parse(l)).find((r) => r.user === 'u7' && r.total !== undefined).total;
+    const got = await sluice(['state', 'get', job, 'per-user', 'u7', '--checkpoint-dir', ck, '--json']);
+    expect(got.code, got.stderr).toBe(EXIT.ok);
+    const state = JSON.parse(got.stdout);
+    expect(state).toMatchObject({ job: 'cli-counts', operator: 'per-user', key: 'u7', from: `checkpoint ${state.epoch}`, state: { total: refTotal } });
+    expect(got.stderr).toContain(`  total = ${refTotal}\n`);
+    const noKey = await sluice(['state', 'get', job, 'per-user', 'nobody', '--checkpoint-dir', ck]);
+    expect(noKey.code).toBe(EXIT.error);
+    expect(noKey.stderr).toMatch(/<key>: expected a key operator "per-user" has state for in checkpoint \d+ of \S+ \(50 keys, e\.g\. "u\d+"/);
+    const noOp = await sluice(['state', 'get', job, 'per-usr', 'u7', '--checkpoint-dir', ck]);
+    expect(noOp.code).toBe(EXIT.error);
+    expect(noOp.stderr).toContain('<operator>: expected an operator of job "cli-counts": ');
+
     // A changed job is refused by --resume, naming what changed, and the directory is left as it was.
     const changed = await sluice([...args, '--resume', '--param', 'parallelism=3']);
     expect(changed.code).toBe(EXIT.error);
@@ -82,7 +96,7 @@ describe('sluice run --checkpoint-interval --crash-after / --resume', () => {
     const missing = await sluice(['restore', job, '--from', '999999', '--checkpoint-dir', ck, '--input', input, '--output', join(dir, 'never.jsonl')]);
     expect(missing.code).toBe(EXIT.error);
     expect(missing.stderr).toContain(`(in ${ck}: retained checkpoints ${json.checkpoints.map((c) => c.epoch).join(', ')}; savepoints (none); another directory: --checkpoint-dir), received epoch 999999: no such retained checkpoint in ${ck}`);
-  });
+  }, 120_000); // eleven CLI processes in a row: about 27 s alone, more on a loaded 2-core machine
 
   it('lists nothing for a directory without checkpoints', async () => {
     const r = await sluice(['checkpoints', job, '--checkpoint-dir', join(dir, 'none')]);

@@ -48,6 +48,16 @@ describe('sluice dev + sluice publish', () => {
         ]),
       );
       await waitFor(() => stderr, /records\/s[\s\S]*watermark/, 5_000);
+
+      // sluice status: the running dev's numbers, from its endpoint's GET /stats.
+      const status = await sluice(['status', 'examples/first-job.ts', '--checkpoint-dir', join(dir, 'ck'), '--json']);
+      expect(status.code, status.stderr).toBe(EXIT.ok);
+      expect(status.stderr).toMatch(new RegExp(`^job "page-views": sluice dev, pid ${dev.pid}, up .*, endpoint ${url}\n  5 records ingested, \\d+ queued, 1 rejected as invalid, 0 over the bounds \\(429\\), 0 requests refused unread, 0 dead letters`));
+      const s = JSON.parse(status.stdout);
+      expect(Object.keys(s)).toEqual(['job', 'pid', 'url', 'startedAt', 'uptimeMs', 'recordsIngested', 'queuedRecords', 'rejected', 'deadLetters', 'deadLetterFile', 'recordsIn', 'watermarks', 'lastCheckpoint']);
+      expect(s).toMatchObject({ job: 'page-views', pid: dev.pid, url, recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0 });
+      expect(Object.values(s.recordsIn)).toContain(5);
+      expect(Object.values(s.watermarks).some((w) => typeof w === 'number' && w > 100_000)).toBe(true);
     } finally {
       dev.kill('SIGINT');
     }
@@ -55,6 +65,10 @@ describe('sluice dev + sluice publish', () => {
     // The endpoint rejected line 6 (in a 202): counted in the live view and the summary.
     expect(stderr).toMatch(/rejected 1|1 rejected \(1 invalid\)/);
     expect(stderr).toMatch(/stopped: 5 records ingested, 1 rejected \(1 invalid\)/);
+    // Stopped: status says there is no dev process, naming where it looked.
+    const gone = await sluice(['status', 'examples/first-job.ts', '--checkpoint-dir', join(dir, 'ck')]);
+    expect(gone.code).toBe(EXIT.error);
+    expect(gone.stderr).toContain(`<job>: expected a job running under \`sluice dev\` with its checkpoint directory in ${join(dir, 'ck')} (else --checkpoint-dir), received no ${join(dir, 'ck', 'dev.json')}`);
     // --json: the summary is the last line on stdout, after the job's own stdout sink.
     const summary = JSON.parse(stdout.trim().split('\n').at(-1)!);
     expect(summary).toEqual({ job: 'page-views', target: 'embedded', url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/), recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0, deadLetterFile: join(dir, 'ck', 'dead-letters.jsonl'), finalCheckpoint: expect.any(Number), failed: false });

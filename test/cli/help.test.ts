@@ -87,3 +87,27 @@ describe('parse errors: exit 2, the nearest match, before required options', () 
     expect(JSON.parse(r.stdout)).toEqual({ error: { kind: 'usage', message: "unknown option '--targte'\n(Did you mean --target?)" } });
   });
 });
+
+describe('bad input to every command: exit 1, the flag named, and with --json the error as JSON', () => {
+  const none = 'examples/none.ts';
+  const cases: [string, string[], RegExp][] = [
+    ['dev', ['dev', 'examples/first-job.ts', '--port', '99999'], /--port: expected an integer from 0 to 65535/],
+    ['publish', ['publish', 'views', '/nonexistent/views.jsonl', '--url', 'http://127.0.0.1:9'], /nonexistent\/views\.jsonl/],
+    ['deploy', ['deploy', none], /<job>: expected a path to a job module/],
+    ['destroy', ['destroy', none], /<job>: expected a path to a job module/],
+    ['checkpoints', ['checkpoints', none], /<job>: expected a path to a job module/],
+    ['savepoint', ['savepoint', 'examples/first-job.ts', '--checkpoint-dir', '/nonexistent/ck'], /<job>: expected a job running under `sluice dev` with checkpoints in \/nonexistent\/ck/],
+    ['restore', ['restore', 'examples/first-job.ts', '--from', 'x', '--input', 'package.json'], /--output: expected --input and --output together/],
+    ['status', ['status', 'examples/first-job.ts', '--checkpoint-dir', '/nonexistent/ck'], /<job>: expected a job running under `sluice dev`.*received no \/nonexistent\/ck\/dev\.json/],
+    ['state get', ['state', 'get', 'examples/first-job.ts', 'x', 'k', '--checkpoint-dir', '/nonexistent/ck'], /<operator>: expected an operator of job "page-views"/],
+  ];
+  it.each(cases)('%s', async (_name, args, message) => {
+    const r = await sluice(args);
+    expect(r.code, r.stderr).toBe(EXIT.error);
+    expect(r.stderr).toMatch(message);
+    if (['deploy', 'destroy'].includes(args[0]!)) return; // no --json: they print no result of their own
+    const j = await sluice([...args, '--json']);
+    expect(j.code).toBe(EXIT.error);
+    expect(JSON.parse(j.stdout.trim().split('\n').at(-1)!).error).toMatchObject({ kind: 'error', message: expect.stringMatching(message) });
+  });
+});

@@ -161,6 +161,12 @@ describe('the packed package in a fresh project', () => {
     });
   });
 
+  it("sluice --version prints the installed package's version", () => {
+    const r = sluice(['--version']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe(`${(JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version}\n`);
+  });
+
   it('sluice run computes the job (a .ts module with a relative import, in a CommonJS project, importing sluice from node_modules)', () => {
     const r = sluice(['run', 'jobs/orders.ts', '--input', 'orders.jsonl', '--output', 'alerts.jsonl']);
     expect(r.code, r.stderr).toBe(0);
