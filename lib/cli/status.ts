@@ -27,6 +27,8 @@ export interface DevStatus {
   rejected: { invalid: number; overBounds: number; requestsRefused: number };
   deadLetters: number;
   deadLetterFile: string | null;
+  /** Records windows and joins dropped as late, per operator. */
+  lateDropped: Record<string, number>;
   /** Records each operator has taken in. */
   recordsIn: Record<string, number>;
   /** Per stage: its watermark (ms), or null before the first / after the last ("end of input"). */
@@ -49,6 +51,7 @@ export function devStatus(job: string, url: string, startedAt: number, s: Runtim
     rejected: { invalid: (endpoint.byStatus[400] ?? 0) + s.rejectedInputs, overBounds: endpoint.byStatus[429] ?? 0, requestsRefused: endpoint.requests },
     deadLetters: s.deadLetters,
     deadLetterFile: s.deadLetterFile ?? null,
+    lateDropped: { ...s.lateDropped },
     recordsIn: s.recordsIn,
     watermarks,
     lastCheckpoint,

@@ -54,7 +54,7 @@ describe('sluice dev + sluice publish', () => {
       expect(status.code, status.stderr).toBe(EXIT.ok);
       expect(status.stderr).toMatch(new RegExp(`^job "page-views": sluice dev, pid ${dev.pid}, up .*, endpoint ${url}\n  5 records ingested, \\d+ queued, 1 rejected as invalid, 0 over the bounds \\(429\\), 0 requests refused unread, 0 dead letters`));
       const s = JSON.parse(status.stdout);
-      expect(Object.keys(s)).toEqual(['job', 'pid', 'url', 'startedAt', 'uptimeMs', 'recordsIngested', 'queuedRecords', 'rejected', 'deadLetters', 'deadLetterFile', 'recordsIn', 'watermarks', 'lastCheckpoint']);
+      expect(Object.keys(s)).toEqual(['job', 'pid', 'url', 'startedAt', 'uptimeMs', 'recordsIngested', 'queuedRecords', 'rejected', 'deadLetters', 'deadLetterFile', 'lateDropped', 'recordsIn', 'watermarks', 'lastCheckpoint']);
       expect(s).toMatchObject({ job: 'page-views', pid: dev.pid, url, recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0 });
       expect(Object.values(s.recordsIn)).toContain(5);
       expect(Object.values(s.watermarks).some((w) => typeof w === 'number' && w > 100_000)).toBe(true);
@@ -71,6 +71,6 @@ describe('sluice dev + sluice publish', () => {
     expect(gone.stderr).toContain(`<job>: expected a job running under \`sluice dev\` with its checkpoint directory in ${join(dir, 'ck')} (else --checkpoint-dir), received no ${join(dir, 'ck', 'dev.json')}`);
     // --json: the summary is the last line on stdout, after the job's own stdout sink.
     const summary = JSON.parse(stdout.trim().split('\n').at(-1)!);
-    expect(summary).toEqual({ job: 'page-views', target: 'embedded', url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/), recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0, deadLetterFile: join(dir, 'ck', 'dead-letters.jsonl'), finalCheckpoint: expect.any(Number), failed: false });
+    expect(summary).toEqual({ job: 'page-views', target: 'embedded', url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/), recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0, deadLetterFile: join(dir, 'ck', 'dead-letters.jsonl'), lateDropped: {}, finalCheckpoint: expect.any(Number), failed: false });
   }, 60_000);
 });

@@ -114,9 +114,9 @@ describe('sluice run examples/nexmark/q5.ts', () => {
     expect(allowed.stderr).toMatch(/200 records in, \d+ out.*2 rejected inputs/);
     // --json: the summary, alone on stdout, in its documented shape.
     const summary = JSON.parse(allowed.stdout);
-    expect(Object.keys(summary)).toEqual(['job', 'target', 'output', 'recordsIn', 'recordsOut', 'rejectedInputs', 'deadLetters', 'deadLetterFile', 'deadLettersWritten', 'durationMs']);
+    expect(Object.keys(summary)).toEqual(['job', 'target', 'output', 'recordsIn', 'recordsOut', 'rejectedInputs', 'deadLetters', 'deadLetterFile', 'deadLettersWritten', 'lateDropped', 'durationMs']);
     const out = (await readFile(join(dir, 'bad-out.jsonl'), 'utf8')).trim().split('\n');
-    expect(summary).toEqual({ job: 'nexmark-q5', target: 'embedded', output: join(dir, 'bad-out.jsonl'), recordsIn: 200, recordsOut: out.length, rejectedInputs: 2, deadLetters: 0, deadLetterFile: null, deadLettersWritten: null, durationMs: expect.any(Number) });
+    expect(summary).toEqual({ job: 'nexmark-q5', target: 'embedded', output: join(dir, 'bad-out.jsonl'), recordsIn: 200, recordsOut: out.length, rejectedInputs: 2, deadLetters: 0, deadLetterFile: null, deadLettersWritten: null, lateDropped: {}, durationMs: expect.any(Number) });
   });
 });
 
