@@ -3,7 +3,8 @@
  * as child processes over Nexmark Q3, Q4, Q5, Q8, Q11 and a keyed process function with
  * timers, SIGKILL them at named fault sites and at random times, resume them until done,
  * and check each output against an uninterrupted run; a damaged output fails its seed and
- * names the command that reproduces it. The embedded runtime crosses every site of the
+ * names the command that reproduces it; `sluice dev` is killed while a client publishes
+ * and resumed, by seed (the cases of test/cli/resume.test.ts). The embedded runtime crosses every site of the
  * one list (lib/util/fault-sites.ts), and nothing else. `npm run soak -- --seeds N` runs
  * the same seeds by the thousand.
  */
@@ -102,6 +103,14 @@ describe('crash soak: real SIGKILLs of sluice run, resumed', () => {
     expect(s.records).toBeGreaterThan(10_000);
     expect(s.lost + s.duplicated + s.unexpected + s.reordered).toBe(0);
   }, 300_000);
+
+  it('sluice dev SIGKILLed while a client publishes (or stopped with SIGINT), resumed: every 202 counted once, over 4 seeds', async () => {
+    const lines: string[] = [];
+    const s = await runSoak({ from: 1, seeds: 4, target: 'dev', jobs: 1, dir }, (l) => lines.push(l));
+    expect(s.failed, lines.join('\n')).toBe(0);
+    expect([...s.kills.values()].reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(2);
+    expect(s.records).toBeGreaterThanOrEqual(4 * 100);
+  }, 180_000);
 
   it('a damaged output fails its seed, with the counts and the command that reproduces it', async () => {
     const r = await runSeed(3, 'embedded', {
