@@ -115,20 +115,34 @@ export function numbered(files: readonly string[]): { byN: Map<number, string>; 
   return { byN, conflicts };
 }
 
+export interface DevCheck {
+  /** One line per kind of breach; empty when every accepted event was counted exactly once. */
+  readonly problems: string[];
+  /** Accepted events with no count. */
+  readonly lost: number;
+  /** Events counted more than once (extra copies). */
+  readonly duplicated: number;
+  /** Counted events never sent. */
+  readonly unexpected: number;
+}
+
 /** What breaks "every accepted event exactly once": holes in the counts, an event twice, an accepted one missing, one never sent. */
-export function exactlyOnceProblems(byN: ReadonlyMap<number, string>, accepted: readonly string[], sent: ReadonlySet<string>): string[] {
+export function checkDevRows(byN: ReadonlyMap<number, string>, accepted: readonly string[], sent: ReadonlySet<string>): DevCheck {
   const problems: string[] = [];
   const ns = [...byN.keys()].sort((a, b) => a - b);
   if (ns.length && (ns[0] !== 1 || ns.at(-1) !== ns.length)) problems.push(`counts ${ns[0]}..${ns.at(-1)} over ${ns.length} rows: a hole`);
   const ids = [...byN.values()];
   const got = new Set(ids);
-  if (got.size !== ids.length) problems.push(`${ids.length - got.size} event(s) counted twice`);
+  const duplicated = ids.length - got.size;
+  if (duplicated) problems.push(`${duplicated} event(s) counted twice`);
   const missing = accepted.filter((id) => !got.has(id));
   if (missing.length) problems.push(`${missing.length} accepted event(s) missing, e.g. ${missing.slice(0, 3).join(', ')}`);
   const stray = ids.filter((id) => !sent.has(id));
   if (stray.length) problems.push(`${stray.length} event(s) never sent, e.g. ${stray.slice(0, 3).join(', ')}`);
-  return problems;
+  return { problems, lost: missing.length, duplicated, unexpected: stray.length };
 }
+
+export const exactlyOnceProblems = (byN: ReadonlyMap<number, string>, accepted: readonly string[], sent: ReadonlySet<string>): string[] => checkDevRows(byN, accepted, sent).problems;
 
 /**
  * One dev seed: checkpoint interval, batches before the stop and how it stops (SIGKILL
@@ -177,11 +191,12 @@ export async function runDevSeed(seed: number, scratch: string, keep = false): P
     const code = await stopWith(d2, 'SIGINT');
     if (code !== 0) throw new Error(`the resumed incarnation exited with ${code} on SIGINT: ${d2.stderr()}`);
     const { byN, conflicts } = numbered(outs);
-    const problems = [...conflicts, ...exactlyOnceProblems(byN, accepted, sent)];
+    const check = checkDevRows(byN, accepted, sent);
+    const problems = [...conflicts, ...check.problems];
     if (accepted.length < (before + after) * 50) problems.push(`only ${accepted.length} of ${(before + after) * 50} events accepted outside the killed request`);
     const ok = problems.length === 0;
     if (ok && !keep) rmSync(dir, { recursive: true, force: true });
-    const counts = { reference: accepted.length, actual: byN.size, lost: 0, duplicated: 0, extraCopies: 0, unexpected: 0, reordered: 0 };
+    const counts = { reference: accepted.length, actual: byN.size, lost: check.lost, duplicated: check.duplicated, extraCopies: check.duplicated, unexpected: check.unexpected + conflicts.length, reordered: 0 };
     const comparison = { lost: [], duplicated: [], unexpected: [], reordered: [], counts, ok, summary: () => problems.join('; ') };
     return { plan, ok, killed: plan.kills, attempts, comparison, records: byN.size, ...(ok ? {} : { error: `sluice dev seed ${seed} (${plan.query}): ${problems.join('; ')}` }), repro, durationMs: performance.now() - t0 };
   } catch (e) {
