@@ -4,11 +4,12 @@
  * timers, SIGKILL them at named fault sites and at random times, resume them until done,
  * and check each output against an uninterrupted run; a damaged output fails its seed and
  * names the command that reproduces it; `sluice dev` is killed while a client publishes
- * and resumed, by seed (the cases of test/cli/resume.test.ts). The embedded runtime crosses every site of the
+ * and resumed, by seed (the cases of test/cli/resume.test.ts). A module that starts
+ * writing files without fault sites fails a test. The embedded runtime crosses every site of the
  * one list (lib/util/fault-sites.ts), and nothing else. `npm run soak -- --seeds N` runs
  * the same seeds by the thousand.
  */
-import { appendFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -21,7 +22,7 @@ import { assertExactlyOnce } from '../../lib/testing/checker.ts';
 import { countCrossings, faultCrossings, faultPoints } from '../../lib/util/fault-sites.ts';
 import { runSoak } from '../../bench/soak/driver.ts';
 import { pickJob, planSeed, QUERIES } from '../../bench/soak/plan.ts';
-import { runSeed } from '../../bench/soak/seed.ts';
+import { ROOT, runSeed } from '../../bench/soak/seed.ts';
 import { runWithKills } from '../support/kill-harness.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'sluice-soak-test-'));
@@ -78,6 +79,40 @@ describe('fault sites of the embedded runtime', () => {
     } finally {
       countCrossings(false);
     }
+  });
+});
+
+/**
+ * The embedded runtime's modules that write files (its external calls), each with the
+ * fault sites its writes sit behind. A module that starts writing files fails the test
+ * below until its writes get sites; one that stops writing must leave the list.
+ */
+const WRITERS: Record<string, readonly string[]> = {
+  // Blob puts and deletes, pointer writes: through LocalCheckpointing's wrapped stores.
+  'lib/checkpoint/local-storage.ts': ['snapshot.write', 'coordinator.manifest', 'coordinator.stats', 'coordinator.record', 'coordinator.pointer', 'blob.delete'],
+  'lib/local/committed-sink.ts': ['sink.write', 'sink.prepare', 'sink.commit.before', 'sink.commit.after'],
+  'lib/local/input-log.ts': ['input-log.append', 'coordinator.truncate'],
+  'lib/local/dead-letter-store.ts': ['dead-letter.append'],
+  // Opening a fresh run clears its directories before any site; savepoint copies end with their meta.json.
+  'lib/local/checkpointing.ts': ['coordinator.record'],
+  'lib/api/sinks.ts': ['sink.write'],
+};
+const WRITES = /\b(writeSync|writeFileSync|appendFileSync|renameSync|linkSync|unlinkSync|rmSync|ftruncateSync|writeFileAtomic|createWriteStream|copyFileSync|cpSync|writeFile|appendFile)\b/;
+
+describe('external calls of the embedded runtime have fault sites', () => {
+  it('every module under the embedded runtime that writes files is listed with sites of the list', () => {
+    const root = ROOT;
+    const files = ['lib/api', 'lib/checkpoint', 'lib/local', 'lib/runtime', 'lib/state', 'lib/transport', 'lib/operators'].flatMap((d) =>
+      readdirSync(join(root, d))
+        .filter((f) => f.endsWith('.ts'))
+        .map((f) => `${d}/${f}`),
+    );
+    const writing = files.filter((f) => WRITES.test(readFileSync(join(root, f), 'utf8')));
+    expect(writing.filter((f) => !(f in WRITERS)), 'modules that write files with no fault sites listed here').toEqual([]);
+    expect(Object.keys(WRITERS).filter((f) => !writing.includes(f)), 'listed modules that no longer write files').toEqual([]);
+    const points = faultPoints('embedded');
+    for (const [f, sites] of Object.entries(WRITERS)) for (const site of sites) expect(points, `${f}: ${site}`).toContain(site);
+    expect(WRITES.test('fs.writeSync(fd, text)')).toBe(true);
   });
 });
 
