@@ -2,10 +2,11 @@
  * The reliability report: a fixed, modest set of fault runs, each checked for exactly-once
  * output against an uninterrupted run (lib/testing/checker.ts), in one table.
  *
- *   npm run reliability [-- --embedded-seeds 12 --aws-seeds 2 --inject-seeds 16]
+ *   npm run reliability [-- --embedded-seeds 12 --aws-seeds 2 --dev-seeds 4 --inject-seeds 16]
  *
  * - embedded CLI kills: crash-soak seeds (bench/soak.ts) of `sluice run` SIGKILLed and resumed;
  * - local-AWS kills: the same with `--target local-aws` (DynamoDB Local and fauxqs started here);
+ * - sluice dev kills: `sluice dev` killed while a client publishes, resumed (every 202 once);
  * - in-process fault injection: Nexmark jobs on the embedded runtime with partition crashes at
  *   the four batch boundaries and duplicate deliveries (lib/local/faults.ts).
  * Prints runs, faults injected by kind, records checked and the checker's four counts; the
@@ -29,6 +30,7 @@ const { values } = parseArgs({
     'embedded-seeds': { type: 'string', default: '12' },
     'aws-seeds': { type: 'string', default: '2' },
     'inject-seeds': { type: 'string', default: '16' },
+    'dev-seeds': { type: 'string', default: '4' },
   },
 });
 const count = (flag: string, raw: string | undefined): number => {
@@ -108,6 +110,8 @@ try {
   if (embedded) rows.push(fromSoak('embedded CLI kills (SIGKILL)', await runSoak({ from: 1, seeds: embedded, target: 'embedded', jobs: 2, dir }, log)));
   const aws = count('aws-seeds', values['aws-seeds']);
   if (aws) rows.push(fromSoak('local-AWS kills (SIGKILL)', await runSoak({ from: 1, seeds: aws, target: 'local-aws', jobs: 1, dir }, log)));
+  const dev = count('dev-seeds', values['dev-seeds']);
+  if (dev) rows.push(fromSoak('sluice dev kills (SIGKILL, SIGINT)', await runSoak({ from: 1, seeds: dev, target: 'dev', jobs: 1, dir }, log)));
   const inject = count('inject-seeds', values['inject-seeds']);
   if (inject) rows.push(await injected(inject));
 } finally {

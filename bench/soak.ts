@@ -3,8 +3,9 @@
  * and at random times, resumed until done, each output checked against an uninterrupted
  * run (bench/soak/seed.ts). Every failure prints the command that reproduces it.
  *
- *   npm run soak -- --seeds 1000 [--from 1] [--target embedded|local-aws] [--jobs 2] [--keep] [--verbose]
+ *   npm run soak -- --seeds 1000 [--from 1] [--target embedded|local-aws|dev] [--jobs 2] [--keep] [--verbose]
  *
+ * dev: `sluice dev` killed while a client publishes, resumed (bench/soak/dev.ts).
  * local-aws starts DynamoDB Local and fauxqs once (servers outlive the killed processes,
  * as AWS does). The last line is `N passed, N failed`; the exit code is 1 on any failure.
  */
@@ -34,8 +35,8 @@ function int(flag: string, raw: string, min: number): number {
   return n;
 }
 
-if (values.target !== 'embedded' && values.target !== 'local-aws') {
-  console.error(`soak: --target: expected embedded or local-aws, received ${JSON.stringify(values.target)}`);
+if (values.target !== 'embedded' && values.target !== 'local-aws' && values.target !== 'dev') {
+  console.error(`soak: --target: expected embedded, local-aws or dev (sluice dev killed while a client publishes), received ${JSON.stringify(values.target)}`);
   process.exit(2);
 }
 const dir = mkdtempSync(join(tmpdir(), 'sluice-soak-'));

@@ -5,12 +5,13 @@
  */
 import { LOCAL_CREDENTIALS, LOCAL_REGION, type LocalServer, startDynamoDbLocal, startFauxqs } from '../../lib/aws/local/servers.ts';
 import { killKind, runSeed, type SeedResult } from './seed.ts';
-import type { SoakTarget } from './plan.ts';
+import { runDevSeed } from './dev.ts';
+import type { SoakMode } from './plan.ts';
 
 export interface SoakOptions {
   readonly from: number;
   readonly seeds: number;
-  readonly target: SoakTarget;
+  readonly target: SoakMode;
   /** Child processes at a time. */
   readonly jobs: number;
   readonly dir: string;
@@ -22,7 +23,7 @@ export interface SoakOptions {
 }
 
 export interface SoakSummary {
-  readonly target: SoakTarget;
+  readonly target: SoakMode;
   readonly runs: number;
   readonly passed: number;
   readonly failed: number;
@@ -67,7 +68,7 @@ export async function runSoak(options: SoakOptions, log: (line: string) => void)
     const worker = async () => {
       while (next < end) {
         const seed = next++;
-        const r = await runSeed(seed, options.target, { dir: options.dir, awsEnv: aws?.env, keep: options.keep, beforeCheck: options.beforeCheck });
+        const r = options.target === 'dev' ? await runDevSeed(seed, options.dir, options.keep) : await runSeed(seed, options.target, { dir: options.dir, awsEnv: aws?.env, keep: options.keep, beforeCheck: options.beforeCheck });
         results.push(r);
         if (!r.ok) {
           log(`FAIL seed ${seed} (${r.plan.query}, ${options.target}, ${r.killed.length} kill(s)): ${r.error}`);
@@ -84,7 +85,7 @@ export async function runSoak(options: SoakOptions, log: (line: string) => void)
   return summarize(options.target, results, performance.now() - t0);
 }
 
-export function summarize(target: SoakTarget, results: readonly SeedResult[], durationMs: number): SoakSummary {
+export function summarize(target: SoakMode, results: readonly SeedResult[], durationMs: number): SoakSummary {
   const kills = new Map<string, number>();
   let records = 0;
   const sums = { lost: 0, duplicated: 0, unexpected: 0, reordered: 0 };

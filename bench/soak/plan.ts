@@ -16,7 +16,12 @@ export type Kill =
   /** SIGKILL from inside at the nth crossing of any point. */
   | { readonly kind: 'any'; readonly nth: number }
   /** SIGKILL from the soak driver this many ms after the child started. */
-  | { readonly kind: 'timer'; readonly ms: number };
+  | { readonly kind: 'timer'; readonly ms: number }
+  /** `sluice dev` SIGKILLed while a request is in flight, or between requests. */
+  | { readonly kind: 'dev'; readonly when: 'in flight' | 'between requests' };
+
+/** What a soak runs: `sluice run` on a target, or `sluice dev` with a publishing client. */
+export type SoakMode = SoakTarget | 'dev';
 
 export interface SeedPlan {
   readonly seed: number;
@@ -69,10 +74,28 @@ export function planSeed(seed: number, target: SoakTarget, counts: Census): Seed
 }
 
 export function describeKill(k: Kill): string {
-  return k.kind === 'timer' ? `SIGKILL after ${k.ms} ms` : k.kind === 'any' ? `SIGKILL at crossing ${k.nth} of any site` : `SIGKILL at ${k.point} #${k.nth}`;
+  switch (k.kind) {
+    case 'timer':
+      return `SIGKILL after ${k.ms} ms`;
+    case 'any':
+      return `SIGKILL at crossing ${k.nth} of any site`;
+    case 'site':
+      return `SIGKILL at ${k.point} #${k.nth}`;
+    case 'dev':
+      return `sluice dev SIGKILLed ${k.when}`;
+  }
 }
 
-/** The kind a report counts a kill under: its site (a site kill), "any site" or "timer". */
+/** The kind a report counts a kill under: its site (a site kill), "any site", "timer" or the dev case. */
 export function killKind(k: Kill): string {
-  return k.kind === 'site' ? k.point : k.kind === 'any' ? 'any site (nth crossing)' : 'timer (from outside)';
+  switch (k.kind) {
+    case 'site':
+      return k.point;
+    case 'any':
+      return 'any site (nth crossing)';
+    case 'timer':
+      return 'timer (from outside)';
+    case 'dev':
+      return `sluice dev, ${k.when}`;
+  }
 }

@@ -15,7 +15,7 @@ import { loadJob } from '../../lib/cli/load-job.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { generateEvent, serializeEvent } from '../../lib/nexmark/index.ts';
 import { type Comparison, compareOutputs } from '../../lib/testing/checker.ts';
-import { type Census, describeKill, INPUTS, INTERVAL_MS, type Kill, killKind, pickJob, planSeed, type Query, type SeedPlan, type SoakTarget } from './plan.ts';
+import { type Census, describeKill, INPUTS, INTERVAL_MS, type Kill, killKind, pickJob, planSeed, type Query, type SeedPlan, type SoakMode, type SoakTarget } from './plan.ts';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -43,7 +43,7 @@ export interface SoakEnv {
 }
 
 export interface SeedResult {
-  readonly plan: SeedPlan;
+  readonly plan: Omit<SeedPlan, 'query' | 'target'> & { readonly query: string; readonly target: SoakMode };
   readonly ok: boolean;
   /** Kills that happened (the child died of SIGKILL), by kind. */
   readonly killed: readonly Kill[];
@@ -199,7 +199,7 @@ export async function runSeed(seed: number, target: SoakTarget, env: SoakEnv): P
     for (let k = 0; ; k++) {
       const kill = plan.kills[k];
       const attemptArgs = [...args, ...(k > 0 ? ['--resume'] : [])];
-      const inside: Record<string, string> = kill && kill.kind !== 'timer' ? { SLUICE_KILL_AT: kill.kind === 'any' ? `any#${kill.nth}` : `${kill.point}#${kill.nth}` } : {};
+      const inside: Record<string, string> = kill?.kind === 'any' ? { SLUICE_KILL_AT: `any#${kill.nth}` } : kill?.kind === 'site' ? { SLUICE_KILL_AT: `${kill.point}#${kill.nth}` } : {};
       commands.push(`${Object.entries(inside).map(([n, v]) => `${n}=${v} `).join('')}sluice ${attemptArgs.join(' ')}${kill?.kind === 'timer' ? ` (SIGKILL after ${kill.ms} ms)` : ''}`);
       attempts++;
       const exit = await runChild(attemptArgs, childEnv(env, inside), kill?.kind === 'timer' ? kill.ms : undefined);
