@@ -92,7 +92,7 @@ const WRITERS: Record<string, readonly string[]> = {
   'lib/checkpoint/local-storage.ts': ['snapshot.write', 'coordinator.manifest', 'coordinator.stats', 'coordinator.record', 'coordinator.pointer', 'blob.delete'],
   'lib/local/committed-sink.ts': ['sink.write', 'sink.prepare', 'sink.commit.before', 'sink.commit.after'],
   'lib/local/input-log.ts': ['input-log.append', 'coordinator.truncate'],
-  'lib/local/dead-letter-store.ts': ['dead-letter.append'],
+  'lib/checkpoint/dead-letter-store.ts': ['dead-letter.append'],
   // Opening a fresh run clears its directories before any site; savepoint copies end with their meta.json.
   'lib/local/checkpointing.ts': ['coordinator.record'],
   'lib/api/sinks.ts': ['sink.write'],
