@@ -12,6 +12,23 @@ import { inject } from 'vitest';
 import { sqsRecord } from '../../lib/aws/local/lambda-event.ts';
 import type { StageQueues } from '../../lib/aws/sqs-queues.ts';
 
+/**
+ * The global setup's servers as the SDK's own endpoint variables and credentials, for a
+ * child process (the CLI starts no servers of its own then, and they outlive a killed run,
+ * as AWS does).
+ */
+export function localServerEnv(): NodeJS.ProcessEnv {
+  const { accessKeyId, secretAccessKey } = inject('awsCredentials');
+  return {
+    AWS_ENDPOINT_URL_DYNAMODB: inject('dynamodbEndpoint'),
+    AWS_ENDPOINT_URL_SQS: inject('fauxqsEndpoint'),
+    AWS_ENDPOINT_URL_S3: inject('fauxqsEndpoint'),
+    AWS_REGION: inject('awsRegion'),
+    AWS_ACCESS_KEY_ID: accessKeyId,
+    AWS_SECRET_ACCESS_KEY: secretAccessKey,
+  };
+}
+
 let counter = 0;
 /** A name no other test run or file uses (letters, digits, '-'). */
 export function unique(base: string): string {

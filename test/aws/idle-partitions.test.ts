@@ -19,33 +19,16 @@ import { LocalAwsRuntime } from '../../lib/aws/local/runner.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { keyGroupOfString, partitionOfKeyGroup } from '../../lib/graph/keygroups.ts';
 import { unique } from './helpers.ts';
+import { type Click, type Count, clickCountsJob } from '../support/click-counts.ts';
 
 const env = localAwsAt({ dynamodb: inject('dynamodbEndpoint'), sqs: inject('fauxqsEndpoint'), s3: inject('fauxqsEndpoint') }, inject('awsRegion'), inject('awsCredentials'));
 afterAll(() => env.close());
-
-interface Click {
-  user: string;
-  ts: number;
-}
-interface Count {
-  user: string;
-  start: number;
-  n: number;
-}
 
 const MAX_P = 16;
 const SOURCE_PARTITIONS = 4;
 
 function clicksJob() {
-  const job = new Job('idle-clicks', { parallelism: 2, maxParallelism: MAX_P });
-  job
-    .ingest<Click>('clicks', { timestamp: (c) => c.ts, watermark: WatermarkStrategies.boundedOutOfOrderness(0, { idleTimeoutMs: 1000 }), parallelism: SOURCE_PARTITIONS })
-    .keyBy((c) => c.user)
-    .window(Windows.tumbling(1000))
-    .process<Count>((els, { key, window }, out) => out.emit({ user: key as string, start: window.start, n: els.length }))
-    .name('counts')
-    .sinkTo(Sinks.collect(), 'out');
-  return job;
+  return clickCountsJob('idle-clicks', { parallelism: 2, sourcePartitions: SOURCE_PARTITIONS, maxParallelism: MAX_P, idleTimeoutMs: 1000 });
 }
 
 /** Idempotency keys whose hash sends a request to source partition p (the ingest handler routes by it). */

@@ -14,12 +14,13 @@
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, inject, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { Sinks, type Sink } from '../../lib/api/sinks.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { Rng } from '../../lib/nexmark/random.ts';
 import { ROOT, sluice } from '../cli/helpers.ts';
 import { countsJob, eventsFile } from './checkpoint-jobs.ts';
+import { localServerEnv } from './helpers.ts';
 
 const EVENTS = 10_000;
 const dir = mkdtempSync(join(tmpdir(), 'sluice-local-ck-cli-'));
@@ -27,20 +28,9 @@ let job: string;
 let input: string;
 let expected: string[];
 
-/** The test setup's servers, through the SDK's own endpoint variables. */
+/** The test setup's servers; the runner's handler and delete errors go to stderr, which a timeout prints. */
 function childEnv(): NodeJS.ProcessEnv {
-  const creds = inject('awsCredentials');
-  return {
-    ...process.env,
-    AWS_ENDPOINT_URL_DYNAMODB: inject('dynamodbEndpoint'),
-    AWS_ENDPOINT_URL_SQS: inject('fauxqsEndpoint'),
-    AWS_ENDPOINT_URL_S3: inject('fauxqsEndpoint'),
-    AWS_REGION: inject('awsRegion'),
-    AWS_ACCESS_KEY_ID: creds.accessKeyId,
-    AWS_SECRET_ACCESS_KEY: creds.secretAccessKey,
-    // The runner's handler and delete errors go to stderr, which a timeout prints.
-    SLUICE_DEBUG: '1',
-  };
+  return { ...process.env, ...localServerEnv(), SLUICE_DEBUG: '1' };
 }
 
 const run = (args: string[]) => sluice(args, { env: childEnv(), timeoutMs: 150_000 });

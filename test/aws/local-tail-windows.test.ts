@@ -13,40 +13,22 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { CollectSink, Sinks, type Sink } from '../../lib/api/sinks.ts';
-import { Job } from '../../lib/api/stream.ts';
-import { ManualClock, WatermarkStrategies } from '../../lib/api/types.ts';
-import { Windows } from '../../lib/api/windows.ts';
+import { CollectSink, type Sink } from '../../lib/api/sinks.ts';
+import { ManualClock } from '../../lib/api/types.ts';
 import { localAwsAt } from '../../lib/aws/local/endpoints.ts';
 import { LocalAwsRuntime } from '../../lib/aws/local/runner.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { unique } from './helpers.ts';
+import { type Click, type Count, clickCountsJob } from '../support/click-counts.ts';
 
 const env = localAwsAt({ dynamodb: inject('dynamodbEndpoint'), sqs: inject('fauxqsEndpoint'), s3: inject('fauxqsEndpoint') }, inject('awsRegion'), inject('awsCredentials'));
 afterAll(() => env.close());
 const dir = mkdtempSync(join(tmpdir(), 'sluice-tail-'));
 
-interface Click {
-  user: string;
-  ts: number;
-}
-interface Count {
-  user: string;
-  start: number;
-  n: number;
-}
-
 const IDLE_TIMEOUT_MS = 1000;
 
 function tailJob(name: string, windowMs = 1000) {
-  const job = new Job(name, { parallelism: 2, maxParallelism: 16 });
-  job
-    .ingest<Click>('clicks', { timestamp: (c) => c.ts, watermark: WatermarkStrategies.boundedOutOfOrderness(0, { idleTimeoutMs: IDLE_TIMEOUT_MS }), parallelism: 2 })
-    .keyBy((c) => c.user)
-    .window(Windows.tumbling(windowMs))
-    .process<Count>((els, { key, window }, out) => out.emit({ user: key as string, start: window.start, n: els.length }))
-    .sinkTo(Sinks.collect(), 'out');
-  return job;
+  return clickCountsJob(name, { idleTimeoutMs: IDLE_TIMEOUT_MS, windowMs });
 }
 
 /** The burst: two requests (one per source partition, round-robin), event times 0 .. 4720 over three users. */

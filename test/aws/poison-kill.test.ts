@@ -14,13 +14,14 @@ import { spawn } from 'node:child_process';
 import { appendFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, inject, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { type Sink, Sinks } from '../../lib/api/sinks.ts';
 import { EXIT } from '../../lib/cli/exit-codes.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { Rng } from '../../lib/nexmark/random.ts';
 import { assertExactlyOnce } from '../../lib/testing/checker.ts';
 import { ROOT } from '../cli/helpers.ts';
+import { localServerEnv } from './helpers.ts';
 import { type Pay, poisonEvents, poisonJob, poisonOperator, writeEvents } from './poison-jobs.ts';
 import { expectOneLetterPerPoison } from './poison-letters.ts';
 
@@ -28,19 +29,9 @@ const N = 1000;
 const dir = mkdtempSync(join(tmpdir(), 'sluice-poison-kill-'));
 let job: string;
 
-/** The test setup's servers, through the SDK's own endpoint variables (they outlive a killed run, as AWS does). */
+/** The test setup's servers (they outlive a killed run, as AWS does). */
 function childEnv(): NodeJS.ProcessEnv {
-  const creds = inject('awsCredentials');
-  return {
-    ...process.env,
-    AWS_ENDPOINT_URL_DYNAMODB: inject('dynamodbEndpoint'),
-    AWS_ENDPOINT_URL_SQS: inject('fauxqsEndpoint'),
-    AWS_ENDPOINT_URL_S3: inject('fauxqsEndpoint'),
-    AWS_REGION: inject('awsRegion'),
-    AWS_ACCESS_KEY_ID: creds.accessKeyId,
-    AWS_SECRET_ACCESS_KEY: creds.secretAccessKey,
-    SLUICE_DEBUG: '1',
-  };
+  return { ...process.env, ...localServerEnv(), SLUICE_DEBUG: '1' };
 }
 
 const readLines = (f: string) => (existsSync(f) ? readFileSync(f, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);

@@ -9,34 +9,12 @@
 import { describe, expect, it } from 'vitest';
 import { CollectSink, type Sink } from '../../lib/api/sinks.ts';
 import type { IdleAdvance } from '../../lib/api/sources.ts';
-import { Job } from '../../lib/api/stream.ts';
-import { ManualClock, OutputTag, WatermarkStrategies } from '../../lib/api/types.ts';
-import { Windows } from '../../lib/api/windows.ts';
+import { ManualClock } from '../../lib/api/types.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
-
-interface Click {
-  user: string;
-  ts: number;
-}
-interface Count {
-  user: string;
-  start: number;
-  n: number;
-}
+import { type Click, type Count, clickCountsJob } from '../support/click-counts.ts';
 
 function clicksJob(idleAdvance?: IdleAdvance) {
-  const job = new Job('idle-advance', { parallelism: 2, maxParallelism: 16 });
-  const late = new OutputTag<Click>('late');
-  const counts = job
-    .ingest<Click>('clicks', { timestamp: (c) => c.ts, watermark: WatermarkStrategies.boundedOutOfOrderness(0, { idleTimeoutMs: 1000 }), parallelism: 2, idleAdvance })
-    .keyBy((c) => c.user)
-    .window(Windows.tumbling(1000))
-    .sideOutputLateData(late)
-    .process<Count>((els, { key, window }, out) => out.emit({ user: key as string, start: window.start, n: els.length }))
-    .name('counts');
-  counts.sinkTo(new CollectSink<Count>() as Sink<any>, 'out');
-  counts.getSideOutput(late).sinkTo(new CollectSink<Click>() as Sink<any>, 'late');
-  return job;
+  return clickCountsJob('idle-advance', { idleTimeoutMs: 1000, idleAdvance, lateOutput: true });
 }
 
 async function start(idleAdvance?: IdleAdvance) {

@@ -5,28 +5,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { CollectSink, type Sink } from '../../lib/api/sinks.ts';
-import { Job } from '../../lib/api/stream.ts';
-import { ManualClock, OutputTag, WatermarkStrategies } from '../../lib/api/types.ts';
-import { Windows } from '../../lib/api/windows.ts';
+import { ManualClock } from '../../lib/api/types.ts';
 import { lateDroppedCount } from '../../lib/cli/dead-letter-report.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
+import { type Click, type Count, clickCountsJob } from '../support/click-counts.ts';
 
-interface Click {
-  user: string;
-  ts: number;
-}
-
-function clicksJob(sideOutput: boolean) {
-  const job = new Job('late-dropped', { parallelism: 1, maxParallelism: 8 });
-  const late = new OutputTag<Click>('late');
-  const windowed = job
-    .ingest<Click>('clicks', { timestamp: (c) => c.ts, watermark: WatermarkStrategies.boundedOutOfOrderness(0), parallelism: 1 })
-    .keyBy((c) => c.user)
-    .window(Windows.tumbling(1000));
-  const counts = (sideOutput ? windowed.sideOutputLateData(late) : windowed).process<{ user: string; start: number; n: number }>((els, { key, window }, out) => out.emit({ user: key as string, start: window.start, n: els.length })).name('counts');
-  counts.sinkTo(new CollectSink() as Sink<any>, 'out');
-  if (sideOutput) counts.getSideOutput(late).sinkTo(new CollectSink<Click>() as Sink<any>, 'late');
-  return job;
+function clicksJob(lateOutput: boolean) {
+  return clickCountsJob('late-dropped', { sourcePartitions: 1, maxParallelism: 8, lateOutput });
 }
 
 async function run(sideOutput: boolean) {

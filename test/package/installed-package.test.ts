@@ -11,8 +11,9 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { physicalNames, sharedNames } from '../support/physical-names.ts';
+import { localServerEnv } from '../aws/helpers.ts';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const WORK = mkdtempSync(join(tmpdir(), 'sluice-package-'));
@@ -98,17 +99,7 @@ const lines = (file: string) =>
     .sort();
 
 /** The test's local servers, as the SDK's endpoint variables (the CLI starts none of its own then). */
-function localServers(): NodeJS.ProcessEnv {
-  const { accessKeyId, secretAccessKey } = inject('awsCredentials');
-  return {
-    AWS_ENDPOINT_URL_DYNAMODB: inject('dynamodbEndpoint'),
-    AWS_ENDPOINT_URL_SQS: inject('fauxqsEndpoint'),
-    AWS_ENDPOINT_URL_S3: inject('fauxqsEndpoint'),
-    AWS_REGION: inject('awsRegion'),
-    AWS_ACCESS_KEY_ID: accessKeyId,
-    AWS_SECRET_ACCESS_KEY: secretAccessKey,
-  };
-}
+const localServers = localServerEnv;
 
 beforeAll(() => {
   // npm pack runs the prepack build (tsc into dist/), as a publish would.
