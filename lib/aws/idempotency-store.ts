@@ -9,7 +9,9 @@
  */
 import { createHash } from 'node:crypto';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import { DeleteCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { unmarshall } from '@aws-sdk/util-dynamodb';
 import { DEFAULT_RETENTION_MS, type Remembered, type RememberedAnswer } from '../transport/idempotency.ts';
 import { AwsAccounting } from './accounting.ts';
 import { itemBytes } from './dynamodb-layout.ts';
@@ -75,8 +77,10 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
       );
       return undefined;
     } catch (e) {
-      if ((e as { name?: string }).name !== 'ConditionalCheckFailedException') throw mapDynamoDbError(e, { operation: 'PutItem', table: this.db.name, write: true });
-      const old = ((e as { Item?: Item }).Item ? unmarshalled((e as { Item: Item }).Item) : undefined) ?? (await this.db.get(pk, KEY_SK));
+      if (!conditionFailed(e)) throw mapDynamoDbError(e, { operation: 'PutItem', table: this.db.name, write: true });
+      // ReturnValuesOnConditionCheckFailure gives the item in the low-level shape, not the DocumentClient's.
+      const returned = (e as { Item?: Record<string, AttributeValue> }).Item;
+      const old = (returned ? (unmarshall(returned) as Item) : undefined) ?? (await this.db.get(pk, KEY_SK));
       // Gone between the two calls (expired and deleted): claim again.
       if (!old) return this.claim(key, fingerprint, stream, now);
       return rememberedOf(old);
@@ -108,8 +112,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
         kb(text.length + 200),
       );
     } catch (e) {
-      if ((e as { name?: string }).name === 'ConditionalCheckFailedException') return;
-      throw mapDynamoDbError(e, { operation: 'UpdateItem', table: this.db.name, write: true });
+      if (!conditionFailed(e)) throw mapDynamoDbError(e, { operation: 'UpdateItem', table: this.db.name, write: true });
     }
   }
 
@@ -130,20 +133,14 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
         1,
       );
     } catch (e) {
-      if ((e as { name?: string }).name === 'ConditionalCheckFailedException') return;
-      throw mapDynamoDbError(e, { operation: 'DeleteItem', table: this.db.name, write: true });
+      if (!conditionFailed(e)) throw mapDynamoDbError(e, { operation: 'DeleteItem', table: this.db.name, write: true });
     }
   }
 }
 
-/** ReturnValuesOnConditionCheckFailure items come back in the low-level shape ({ S: ... }), not the DocumentClient's. */
-function unmarshalled(item: Item): Item {
-  const out: Item = {};
-  for (const [k, v] of Object.entries(item)) {
-    const a = v as { S?: string; N?: string } | string | number;
-    out[k] = typeof a === 'object' && a !== null ? (a.S ?? (a.N !== undefined ? Number(a.N) : a)) : a;
-  }
-  return out;
+/** The write's condition did not hold: the key is someone else's (claim) or no longer this request's (complete, release). */
+function conditionFailed(e: unknown): boolean {
+  return (e as { name?: string }).name === 'ConditionalCheckFailedException';
 }
 
 function rememberedOf(item: Item): Remembered & { stream: string } {
