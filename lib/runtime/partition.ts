@@ -49,6 +49,8 @@ export class PartitionRuntime {
   private readonly txn: StateTxn;
   private readonly nodes = new Map<number, NodeRuntime>();
   private readonly order: NodeRuntime[] = [];
+  /** Per node of `order`: its droppedLate count as last reported in a BatchResult. */
+  private readonly lateReported: number[] = [];
   private readonly expectedChannels: string[] = [];
   private inputWatermark = MIN_WATERMARK;
   private readonly outputs: Outputs;
@@ -163,7 +165,6 @@ export class PartitionRuntime {
     if (fresh.length === 0 && dups > 0 && (this.progress.aligning || !this.progress.held)) {
       return { outbox: [], version: this.version, recordsIn: 0, duplicatesDropped: dups, committed: false, parked: [], lateDropped: NONE_LATE };
     }
-    const lateBefore = this.lateCounts();
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor(fresh);
@@ -181,20 +182,21 @@ export class PartitionRuntime {
     const committing = this.commitPart(progressMoved);
     if (committing) await committing;
     const parked = this.at.end();
-    return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups, parked, lateDropped: this.lateSince(lateBefore) };
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: this.acc.recordsIn, committed: this.acc.committed, duplicatesDropped: dups, parked, lateDropped: this.lateSinceLastBatch() };
   }
 
-  /** Each operator's count of late records dropped so far (operators without one: 0). */
-  private lateCounts(): number[] {
-    return this.order.map((n) => n.op.droppedLate ?? 0);
-  }
-
-  /** What each operator dropped as late since `before` (a failed batch returns nothing: its runtime is discarded). */
-  private lateSince(before: readonly number[]): Readonly<Record<string, number>> {
+  /**
+   * What each operator dropped as late since the last batch returned. A failed batch
+   * returns nothing and its runtime is discarded, so every drop is reported once.
+   */
+  private lateSinceLastBatch(): Readonly<Record<string, number>> {
     let out: Record<string, number> | undefined;
     for (let i = 0; i < this.order.length; i++) {
-      const d = (this.order[i].op.droppedLate ?? 0) - before[i];
-      if (d > 0) (out ??= {})[this.order[i].node.name] = (out[this.order[i].node.name] ?? 0) + d;
+      const n = this.order[i].op.droppedLate ?? 0;
+      const d = n - (this.lateReported[i] ?? 0);
+      if (d <= 0) continue;
+      this.lateReported[i] = n;
+      (out ??= {})[this.order[i].node.name] = (out[this.order[i].node.name] ?? 0) + d;
     }
     return out ?? NONE_LATE;
   }
@@ -313,7 +315,6 @@ export class PartitionRuntime {
 
   /** Fire due processing-time timers (a periodic tick when no input arrives). */
   async tick(skip?: ReadonlyMap<string, ParkedFailure>): Promise<BatchResult> {
-    const lateBefore = this.lateCounts();
     this.acc = { outbox: [], recordsIn: 0, committed: false };
     this.at.begin(skip);
     if (this.deps.backend.needsPrefetch) await this.prefetchFor([]);
@@ -322,7 +323,7 @@ export class PartitionRuntime {
     const committing = this.commitPart(moved);
     if (committing) await committing;
     const parked = this.at.end();
-    return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0, parked, lateDropped: this.lateSince(lateBefore) };
+    return { outbox: this.acc.outbox, version: this.version, recordsIn: 0, committed: this.acc.committed, duplicatesDropped: 0, parked, lateDropped: this.lateSinceLastBatch() };
   }
 
   /** The earliest pending processing-time timer (for scheduling ticks). */
