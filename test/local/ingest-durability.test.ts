@@ -11,13 +11,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Sinks, type Sink } from '../../lib/api/sinks.ts';
 import { valueState } from '../../lib/api/state.ts';
 import { Job } from '../../lib/api/stream.ts';
-import { type CheckpointingOptions, type LocalCheckpointing, openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
-import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
-import { type EmbeddedRuntime, runJob } from '../../lib/local/embedded.ts';
+import { type CheckpointingOptions, type LocalCheckpointing } from '../../lib/local/checkpointing.ts';
+import { runJob } from '../../lib/local/embedded.ts';
 import { SourceLog } from '../../lib/local/input-log.ts';
-import { type IngestServer, startIngestServer } from '../../lib/local/ingest-server.ts';
 import { assertExactlyOnce } from '../../lib/testing/checker.ts';
 import { type Ev, lines, payments, tmp } from '../checkpoint/jobs.ts';
+import { type Run, checkpointedRuns, drainAndCheckpoint, until } from '../support/checkpointed-runs.ts';
 
 /** Running totals per user from one ingestion partition (deterministic), or the same over items. */
 function job(sink: Sink<unknown>, items?: readonly Ev[]): Job {
@@ -38,50 +37,10 @@ function job(sink: Sink<unknown>, items?: readonly Ev[]): Job {
   return j;
 }
 
-interface Run {
-  runtime: EmbeddedRuntime;
-  checkpoints: LocalCheckpointing;
-  loop: Promise<void>;
-  server?: IngestServer;
-}
-const open: Run[] = [];
-afterEach(async () => {
-  for (const r of open.splice(0)) await stop(r);
-});
-
-async function start(dir: string, ck: Partial<CheckpointingOptions> = {}, before?: (c: LocalCheckpointing) => void, serve = false): Promise<Run> {
-  const sink = new CommittedFileSink(join(dir, 'out.jsonl'), join(dir, 'sinks', 'out'), false);
-  const { runtime, checkpoints } = await openCheckpointedRuntime(job(sink), { sinks: { out: sink }, sourceBatchSize: 50 }, { dir, intervalMs: 0, sinks: [sink], durable: false, ...ck });
-  before?.(checkpoints);
-  await runtime.start();
-  const run: Run = { runtime, checkpoints, loop: runtime.loop() };
-  if (serve) run.server = await startIngestServer(runtime, { port: 0 });
-  open.push(run);
-  return run;
-}
-
-/** Stops without a checkpoint: what was not committed is gone, as after a kill. */
-async function stop(r: Run): Promise<void> {
-  const i = open.indexOf(r);
-  if (i >= 0) open.splice(i, 1);
-  await r.server?.close();
-  r.runtime.stop();
-  await r.loop;
-  r.checkpoints.close();
-}
-
-const until = async (f: () => boolean) => {
-  for (let i = 0; !f(); i++) {
-    if (i > 10_000) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 1));
-  }
-};
-
-/** Everything accepted went through and is committed. */
-async function drainAndCheckpoint(r: Run, accepted: number): Promise<void> {
-  await until(() => r.runtime.stats().sourceRecords >= accepted && !r.runtime.replaying() && r.runtime.stats().queuedRecords === 0);
-  await r.checkpoints.checkpointNow();
-}
+const runs = checkpointedRuns(job);
+afterEach(runs.stopAll);
+const stop = runs.stop;
+const start = (dir: string, checkpointing: Partial<CheckpointingOptions> = {}, before?: (c: LocalCheckpointing) => void, serve = false) => runs.start(dir, { checkpointing, before, serve });
 
 async function expectOutput(dir: string, events: readonly Ev[]): Promise<void> {
   const ref = Sinks.collect<unknown>();

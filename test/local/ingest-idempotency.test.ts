@@ -10,14 +10,14 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Sinks, type Sink } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
-import { type CheckpointingOptions, type LocalCheckpointing, openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
-import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
-import { type EmbeddedRuntime, runJob } from '../../lib/local/embedded.ts';
+import { type CheckpointingOptions } from '../../lib/local/checkpointing.ts';
+import { runJob } from '../../lib/local/embedded.ts';
 import { KeyMemory } from '../../lib/local/ingest-keys.ts';
 import { SourceLog } from '../../lib/local/input-log.ts';
-import { type IngestServer, startIngestServer } from '../../lib/local/ingest-server.ts';
+import { type IngestServer } from '../../lib/local/ingest-server.ts';
 import { assertExactlyOnce } from '../../lib/testing/checker.ts';
 import { type Ev, lines, payments, tmp } from '../checkpoint/jobs.ts';
+import { type Run, checkpointedRuns, drainAndCheckpoint, until } from '../support/checkpointed-runs.ts';
 
 function job(sink: Sink<unknown>, items?: readonly Ev[]): Job {
   const j = new Job('ingest-keys', { parallelism: 2 });
@@ -26,51 +26,19 @@ function job(sink: Sink<unknown>, items?: readonly Ev[]): Job {
   return j;
 }
 
-interface Run {
-  runtime: EmbeddedRuntime;
-  checkpoints: LocalCheckpointing;
-  loop: Promise<void>;
-  server: IngestServer;
-}
-const open: Run[] = [];
-afterEach(async () => {
-  for (const r of open.splice(0)) await stop(r);
-});
+const runs = checkpointedRuns(job);
+afterEach(runs.stopAll);
+const stop = runs.stop;
+type Served = Run & { server: IngestServer };
+const start = async (dir: string, checkpointing: Partial<CheckpointingOptions> = {}): Promise<Served> => (await runs.start(dir, { checkpointing, serve: true, sourceBatchSize: 4 })) as Served;
 
-async function start(dir: string, ck: Partial<CheckpointingOptions> = {}): Promise<Run> {
-  const sink = new CommittedFileSink(join(dir, 'out.jsonl'), join(dir, 'sinks', 'out'), false);
-  const { runtime, checkpoints } = await openCheckpointedRuntime(job(sink), { sinks: { out: sink }, sourceBatchSize: 4 }, { dir, intervalMs: 0, sinks: [sink], durable: false, ...ck });
-  await runtime.start();
-  const run: Run = { runtime, checkpoints, loop: runtime.loop(), server: await startIngestServer(runtime, { port: 0 }) };
-  open.push(run);
-  return run;
-}
-
-/** Stops without a checkpoint: what was not committed is gone, as after a kill. */
-async function stop(r: Run): Promise<void> {
-  const i = open.indexOf(r);
-  if (i >= 0) open.splice(i, 1);
-  await r.server.close();
-  r.runtime.stop();
-  await r.loop;
-  r.checkpoints.close();
-}
-
-const until = async (f: () => boolean) => {
-  for (let i = 0; !f(); i++) {
-    if (i > 10_000) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 1));
-  }
-};
-
-async function post(r: Run, body: string, key?: string) {
+async function post(r: Served, body: string, key?: string) {
   const res = await fetch(`${r.server.url}/streams/events/events`, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) }, body });
   return { status: res.status, replayed: res.headers.get('idempotent-replayed'), body: (await res.json()) as Record<string, any> };
 }
 
 async function finish(r: Run, accepted: number): Promise<void> {
-  await until(() => r.runtime.stats().sourceRecords >= accepted && !r.runtime.replaying() && r.runtime.stats().queuedRecords === 0);
-  await r.checkpoints.checkpointNow();
+  await drainAndCheckpoint(r, accepted);
   await stop(r);
 }
 
