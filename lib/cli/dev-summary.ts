@@ -1,3 +1,6 @@
+import type { RuntimeStats } from '../local/embedded-options.ts';
+import type { IngestRejections } from '../local/ingest-bounds.ts';
+
 /** What `sluice dev` ends with on either target (dev.ts, target-local-aws.ts; `--json`: this object, the last line on stdout). */
 export interface DevSummary {
   job: string;
@@ -20,4 +23,9 @@ export interface DevSummary {
   finalCheckpoint: number | null;
   /** The runtime failed (the command exits 1). */
   failed: boolean;
+}
+
+/** The embedded dev's rejections as DevSummary and DevStatus give them: the endpoint's per status, and the events the runtime could not read. */
+export function rejectedCounts(s: Pick<RuntimeStats, 'rejectedInputs'>, endpoint: IngestRejections): DevSummary['rejected'] {
+  return { invalid: (endpoint.byStatus[400] ?? 0) + s.rejectedInputs, overBounds: endpoint.byStatus[429] ?? 0, requestsRefused: endpoint.requests };
 }

@@ -17,7 +17,7 @@ import { DeadLetterFeed, deadLetterCount, lateDroppedCount } from './dead-letter
 import { fmt, validateFlags } from './options.ts';
 import { type CheckpointFlags, openDevRuntime } from './checkpoints.ts';
 import { EXIT, outcomeCode, type RejectPolicy } from './exit-codes.ts';
-import type { DevSummary } from './dev-summary.ts';
+import { type DevSummary, rejectedCounts } from './dev-summary.ts';
 
 export type { DevSummary };
 import type { Target } from './targets.ts';
@@ -218,7 +218,7 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
     target: 'embedded',
     url: server.url,
     recordsIngested: s.sourceRecords,
-    rejected: { invalid: (endpoint.byStatus[400] ?? 0) + s.rejectedInputs, overBounds: endpoint.byStatus[429] ?? 0, requestsRefused: endpoint.requests },
+    rejected: rejectedCounts(s, endpoint),
     deadLetters: s.deadLetters,
     deadLetterFile: s.deadLetterFile ?? null,
     lateDropped: { ...s.lateDropped },

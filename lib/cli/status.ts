@@ -10,6 +10,7 @@ import { MAX_WATERMARK, MIN_WATERMARK } from '../api/types.ts';
 import type { RuntimeStats } from '../local/embedded-options.ts';
 import type { IngestRejections } from '../local/ingest-bounds.ts';
 import { defaultCheckpointDir } from '../local/checkpointing.ts';
+import { rejectedCounts } from './dev-summary.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { fmt } from './options.ts';
 
@@ -48,7 +49,7 @@ export function devStatus(job: string, url: string, startedAt: number, s: Runtim
     uptimeMs: now - startedAt,
     recordsIngested: s.sourceRecords,
     queuedRecords: s.queuedRecords,
-    rejected: { invalid: (endpoint.byStatus[400] ?? 0) + s.rejectedInputs, overBounds: endpoint.byStatus[429] ?? 0, requestsRefused: endpoint.requests },
+    rejected: rejectedCounts(s, endpoint),
     deadLetters: s.deadLetters,
     deadLetterFile: s.deadLetterFile ?? null,
     lateDropped: { ...s.lateDropped },
