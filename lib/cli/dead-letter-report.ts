@@ -26,9 +26,8 @@ export function deadLetterCount(n: number, file: string | undefined): string {
   return `${fmt.int(n)} dead letters${file !== undefined && n > 0 ? ` (in ${file})` : ''}`;
 }
 
-/** "N late dropped", naming the operators that dropped them; `undefined`: the runtime does not count them here. */
-export function lateDroppedCount(byOperator: Readonly<Record<string, number>> | undefined): string {
-  if (byOperator === undefined) return 'late dropped: see the lateDropped metric';
+/** "N late dropped", naming the operators that dropped them. */
+export function lateDroppedCount(byOperator: Readonly<Record<string, number>>): string {
   const entries = Object.entries(byOperator).filter(([, n]) => n > 0);
   const total = entries.reduce((t, [, n]) => t + n, 0);
   return `${fmt.int(total)} late dropped${entries.length ? ` (${entries.map(([op, n]) => `${op} ${fmt.int(n)}`).join(', ')})` : ''}`;
