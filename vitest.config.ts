@@ -20,14 +20,14 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: 'unit', include: ['test/**/*.test.ts'], exclude: ['test/aws/**', 'test/package/**'] },
+        test: { name: 'unit', include: ['test/**/*.test.ts'], exclude: ['test/aws/**', 'test/testing/local-aws/**', 'test/package/**'] },
       },
       {
         // Tests against real local servers (and the packed package, whose assembly runs use
         // them): DynamoDB Local and fauxqs start once for the
         // project; endpoints reach tests through inject(). Only this project pays for them.
         extends: true,
-        test: { name: 'aws', include: ['test/aws/**/*.test.ts', 'test/package/**/*.test.ts'], globalSetup: ['test/support/global-setup.ts'] },
+        test: { name: 'aws', include: ['test/aws/**/*.test.ts', 'test/testing/local-aws/**/*.test.ts', 'test/package/**/*.test.ts'], globalSetup: ['test/support/global-setup.ts'] },
       },
     ],
   },

@@ -1,7 +1,7 @@
 /**
  * AWS-path cost of the Nexmark queries: each query runs in local-AWS mode (the real
  * ingest and operator Lambda handlers against DynamoDB Local and fauxqs, started here),
- * every request and capacity unit is counted, and the price table (lib/aws/prices.ts)
+ * every request and capacity unit is counted, and the price table (lib/aws/cost/prices.ts)
  * turns them into dollars per million events, next to the naive baseline (one DynamoDB
  * update and one SQS message per event), the smallest Managed Flink application's
  * monthly bill and the break-even volume.
@@ -22,12 +22,12 @@ import { parseArgs } from 'node:util';
 import { pathToFileURL } from 'node:url';
 import { Sinks, type Sink } from '../lib/api/sinks.ts';
 import type { Job } from '../lib/api/stream.ts';
-import type { AwsAccounting } from '../lib/aws/accounting.ts';
-import { modelledLambdaGbSeconds, breakEvenEventsPerMonth, type CoordinatorShape, coordinatorLines, dollarsPerMillion, type FlinkMonthly, managedFlinkMonthly, mergeLines, naiveBaselinePerMillion, ratesOf, type UsageRate } from '../lib/aws/cost-model.ts';
-import { ITEM_KINDS_SERVICE } from '../lib/aws/dynamodb-layout.ts';
-import { type LocalAwsEnvironment, openLocalAws } from '../lib/aws/local/endpoints.ts';
-import { LocalAwsRuntime } from '../lib/aws/local/runner.ts';
-import { type CostLine, estimateCost, formatDollars, PRICES } from '../lib/aws/prices.ts';
+import type { AwsAccounting } from '../lib/aws/cost/accounting.ts';
+import { modelledLambdaGbSeconds, breakEvenEventsPerMonth, type CoordinatorShape, coordinatorLines, dollarsPerMillion, type FlinkMonthly, managedFlinkMonthly, mergeLines, naiveBaselinePerMillion, ratesOf, type UsageRate } from '../lib/aws/cost/cost-model.ts';
+import { ITEM_KINDS_SERVICE } from '../lib/aws/dynamodb/dynamodb-layout.ts';
+import { type LocalAwsEnvironment, openLocalAws } from '../lib/testing/local-aws/endpoints.ts';
+import { LocalAwsRuntime } from '../lib/testing/local-aws/runner.ts';
+import { type CostLine, estimateCost, formatDollars, PRICES } from '../lib/aws/cost/prices.ts';
 import { compile } from '../lib/graph/compile.ts';
 import { generateEvents, type NexmarkEvent } from '../lib/nexmark/index.ts';
 import { QUERIES } from './nexmark/queries.ts';
@@ -142,7 +142,7 @@ export async function measureQuery(env: LocalAwsEnvironment, name: string, event
   const run = await runtime.run();
   // A run shorter than the state log's compaction period would never pay for compaction:
   // compact every partition once at the end and count it (more often than by default).
-  const { DynamoDbStateBackend } = await import('../lib/aws/dynamodb-state.ts');
+  const { DynamoDbStateBackend } = await import('../lib/aws/dynamodb/dynamodb-state.ts');
   const backend = new DynamoDbStateBackend({ client: env.clients.dynamodb, tableName: runtime.tableName, accounting: runtime.accounting });
   for (const stage of runtime.plan.stages) {
     for (let partition = 0; partition < stage.parallelism; partition++) {

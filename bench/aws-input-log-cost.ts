@@ -1,9 +1,9 @@
 /**
  * What the AWS input log adds to the cost: Nexmark Q5 in local-AWS mode with checkpoints
- * (so source partitions log their input, lib/aws/input-log.ts), fed straight to the
+ * (so source partitions log their input, lib/aws/operator/input-log.ts), fed straight to the
  * source queue in chunks of --chunk events (one SQS message each, as one ingest request
  * would be), and the segments counted: objects (one S3 PUT each), inline ones, and the
- * write units of their items, priced with lib/aws/prices.ts.
+ * write units of their items, priced with lib/aws/cost/prices.ts.
  *
  *   npx tsx bench/aws-input-log-cost.ts [events=20000] [chunk=2000]
  */
@@ -11,9 +11,9 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sinks, type Sink } from '../lib/api/sinks.ts';
-import { openLocalAws } from '../lib/aws/local/endpoints.ts';
-import { LocalAwsRuntime } from '../lib/aws/local/runner.ts';
-import { PRICES } from '../lib/aws/prices.ts';
+import { openLocalAws } from '../lib/testing/local-aws/endpoints.ts';
+import { LocalAwsRuntime } from '../lib/testing/local-aws/runner.ts';
+import { PRICES } from '../lib/aws/cost/prices.ts';
 import { compile } from '../lib/graph/compile.ts';
 import { generateEvents } from '../lib/nexmark/generator.ts';
 import q5 from '../examples/nexmark/q5.ts';

@@ -1,6 +1,6 @@
 /**
  * Lambda entry of the checkpoint state machine's tasks (infra/checkpoint-state-machine.ts):
- * one function, the action in the event. Logic: lib/aws/checkpoint-steps.ts.
+ * one function, the action in the event. Logic: lib/aws/checkpoint/checkpoint-steps.ts.
  * Built on the first call, so loading the bundle needs no configuration.
  */
 import { Metrics } from '@aws-lambda-powertools/metrics';
@@ -8,7 +8,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { handlerClientConfig } from '../lib/aws/clients.ts';
-import { type CheckpointHandler, createCheckpointHandler } from '../lib/aws/checkpoint-handler.ts';
+import { type CheckpointHandler, createCheckpointHandler } from '../lib/aws/checkpoint/checkpoint-handler.ts';
 import { METRICS_NAMESPACE } from '../lib/aws/handler-metrics.ts';
 import { deployment, job } from './job.ts';
 

@@ -3,7 +3,7 @@
  * POST /streams/<name>/events -> the source stage's SQS FIFO queue.
  * With checkpoints deployed, accepted input wakes the coordinator's state machine.
  * Idempotency-Keys are claimed in the state table.
- * Logic: lib/aws/ingest-handler.ts, lib/aws/idempotency-store.ts, lib/aws/checkpoint-wakeup.ts.
+ * Logic: lib/aws/ingest/ingest-handler.ts, lib/aws/ingest/idempotency-store.ts, lib/aws/checkpoint/checkpoint-wakeup.ts.
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { SFNClient } from '@aws-sdk/client-sfn';
@@ -12,14 +12,14 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import { handlerClientConfig } from '../lib/aws/clients.ts';
 import { METRICS_NAMESPACE } from '../lib/aws/handler-metrics.ts';
-import { AwsAccounting } from '../lib/aws/accounting.ts';
-import { DynamoDbAckStore } from '../lib/aws/checkpoint-acks.ts';
-import { DEFAULT_ACTIVITY_GRAIN_MS } from '../lib/aws/checkpoint-task.ts';
-import { CoordinatorWakeUp } from '../lib/aws/checkpoint-wakeup.ts';
-import { DynamoDbPointerStore } from '../lib/aws/dynamodb-pointers.ts';
-import { DynamoDbIdempotencyStore } from '../lib/aws/idempotency-store.ts';
-import { createIngestHandler } from '../lib/aws/ingest-handler.ts';
-import { NamedQueues } from '../lib/aws/sqs-queues.ts';
+import { AwsAccounting } from '../lib/aws/cost/accounting.ts';
+import { DynamoDbAckStore } from '../lib/aws/checkpoint/checkpoint-acks.ts';
+import { DEFAULT_ACTIVITY_GRAIN_MS } from '../lib/aws/checkpoint/checkpoint-task.ts';
+import { CoordinatorWakeUp } from '../lib/aws/checkpoint/checkpoint-wakeup.ts';
+import { DynamoDbPointerStore } from '../lib/aws/dynamodb/dynamodb-pointers.ts';
+import { DynamoDbIdempotencyStore } from '../lib/aws/ingest/idempotency-store.ts';
+import { createIngestHandler } from '../lib/aws/ingest/ingest-handler.ts';
+import { NamedQueues } from '../lib/aws/sqs/sqs-queues.ts';
 import { deployment, job } from './job.ts';
 
 const sqs = new SQSClient(handlerClientConfig());

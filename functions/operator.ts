@@ -1,7 +1,7 @@
 /**
  * Lambda entry of every stage function (SQS FIFO event source with
  * ReportBatchItemFailures). The stage is read from the event source queue's name;
- * endpoints and region come from the SDK's own configuration. Logic: lib/aws/operator-handler.ts.
+ * endpoints and region come from the SDK's own configuration. Logic: lib/aws/operator/operator-handler.ts.
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
@@ -10,8 +10,8 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import { handlerClientConfig } from '../lib/aws/clients.ts';
 import { METRICS_NAMESPACE } from '../lib/aws/handler-metrics.ts';
-import { createOperatorHandler } from '../lib/aws/operator-handler.ts';
-import { S3BlobStore } from '../lib/aws/s3-blob-store.ts';
+import { createOperatorHandler } from '../lib/aws/operator/operator-handler.ts';
+import { S3BlobStore } from '../lib/aws/s3/s3-blob-store.ts';
 import { deployment, job } from './job.ts';
 
 const s3 = new S3Client(handlerClientConfig());

@@ -16,11 +16,11 @@
  * default 60 s interval a busy job pays at most 43,200 epochs x 8 x $0.000025 = $8.64 a
  * month (checkpointPlan().monthlyCostUsd). A job with no input and no event-time timers
  * pending pays nothing: the execution ends at the first idle Open. With timers pending,
- * each wake-up (lib/aws/checkpoint-idle.ts) is WaitTimers, Probe, AfterOpen and an epoch
+ * each wake-up (lib/aws/checkpoint/checkpoint-idle.ts) is WaitTimers, Probe, AfterOpen and an epoch
  * (Inject ... Commit, WaitInterval, Open, AfterOpen): 11 transitions and 5 invocations of
  * the task function, plus one probe message per source partition; the wait between two is
  * the processing time until the earliest timer is due, at least the sources' idle timeout
- * and at most an hour (lib/aws/checkpoint-timers.ts).
+ * and at most an hour (lib/aws/checkpoint/checkpoint-timers.ts).
  *
  * History: a Lambda task state logs 5 events, a Wait or Choice 2, so a normal epoch logs
  * 28. maxEpochs (epochs per execution before continuing as new) is sized by
@@ -30,7 +30,7 @@
  * half the 25,000-event limit. A longer epoch timeout or a shorter poll means fewer
  * epochs per execution; checkpointPlan().eventsPerEpoch reports both figures.
  *
- * Waking up (lib/aws/checkpoint-wakeup.ts): the ingest function touches the activity
+ * Waking up (lib/aws/checkpoint/checkpoint-wakeup.ts): the ingest function touches the activity
  * item (DynamoDbAckStore.touch, at most once per activityGrain per container) and then,
  * when the lease item (`${job}#c` ptr#execution) has no live owner, calls StartExecution
  * named `<job>-<floor(now / grain)>`: duplicates within a bucket are refused by name, and
@@ -45,8 +45,8 @@ import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as tasks from 'aws-cdk-lib/aws-stepfunctions-tasks';
 import { NagSuppressions } from 'cdk-nag';
 import type { Construct } from 'constructs';
-import { signalsPk } from '../lib/aws/checkpoint-acks.ts';
-import { type Action, DEFAULT_ACTIVITY_GRAIN_MS, type Limits, TASK_ERRORS } from '../lib/aws/checkpoint-task.ts';
+import { signalsPk } from '../lib/aws/checkpoint/checkpoint-acks.ts';
+import { type Action, DEFAULT_ACTIVITY_GRAIN_MS, type Limits, TASK_ERRORS } from '../lib/aws/checkpoint/checkpoint-task.ts';
 import type { CheckpointStateMachineFactory } from './checkpoints.ts';
 import { SluiceJobPropsError } from './errors.ts';
 import { ENTRIES } from './function.ts';
@@ -92,7 +92,7 @@ const RETRIED_TASKS = 2;
 export const TRANSITIONS_PER_EPOCH = 8;
 export const PRICE_PER_TRANSITION = 0.000025;
 
-/** The operator handler's first three failure backoffs (lib/aws/group-backoff.ts: 2 s doubling): 2 + 4 + 8. */
+/** The operator handler's first three failure backoffs (lib/aws/operator/group-backoff.ts: 2 s doubling): 2 + 4 + 8. */
 const FAILURE_BACKOFF_SECONDS = 2 + 4 + 8;
 
 /**
@@ -185,7 +185,7 @@ export function checkpointDefinition(scope: Construct, props: CheckpointDefiniti
   const decide = task('Decide', 'decide');
   const commit = task('Commit', 'commit');
   const abort = task('Abort', 'abort');
-  // Idle, but timers wait for the watermark (lib/aws/checkpoint-timers.ts): wait as long as the open step computed, then probe.
+  // Idle, but timers wait for the watermark (lib/aws/checkpoint/checkpoint-timers.ts): wait as long as the open step computed, then probe.
   const waitTimers = new sfn.Wait(scope, 'WaitTimers', { time: sfn.WaitTime.secondsPath('$.wait') });
   const probe = task('Probe', 'probe');
   // A failure past the retries resumes the coordinator from its control items; the resume step counts failures.

@@ -10,7 +10,7 @@ import { Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import type { Construct } from 'constructs';
-import { ingestStreams } from '../lib/aws/ingest-handler.ts';
+import { ingestStreams } from '../lib/aws/ingest/ingest-handler.ts';
 import { COORDINATOR_METRICS, INGEST_METRICS, METRIC_DIMENSIONS, METRICS_NAMESPACE, OPERATOR_METRICS } from '../lib/aws/handler-metrics.ts';
 import type { Ingestion } from './ingestion.ts';
 import type { ResolvedProps } from './props.ts';
@@ -20,7 +20,7 @@ export { METRICS_NAMESPACE } from '../lib/aws/handler-metrics.ts';
 
 /**
  * The checkpoint coordinator's count of aborted epochs (namespace METRICS_NAMESPACE,
- * dimension service = the job), as lib/aws/checkpoint-steps.ts emits it.
+ * dimension service = the job), as lib/aws/checkpoint/checkpoint-steps.ts emits it.
  */
 export const EPOCHS_ABORTED_METRIC = COORDINATOR_METRICS.epochsAborted;
 /**
@@ -34,7 +34,7 @@ export const ABORTED_EPOCHS_THRESHOLD = 3;
 export const ABORTED_EPOCHS_PERIOD = Duration.minutes(15);
 
 /**
- * A stalled partition (lib/aws/group-backoff.ts) is tried again every 3 hours and emits
+ * A stalled partition (lib/aws/operator/group-backoff.ts) is tried again every 3 hours and emits
  * `stalledPartitions` each time; the alarm stays on while any datapoint of the last
  * STALL_ALARM_WINDOW is one, so it does not clear between two tries.
  */

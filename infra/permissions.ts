@@ -6,14 +6,14 @@
  */
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
-import { signalsPk } from '../lib/aws/checkpoint-acks.ts';
+import { signalsPk } from '../lib/aws/checkpoint/checkpoint-acks.ts';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 
 /**
- * What a stage's partitions do on the table (lib/aws/dynamodb-state.ts,
+ * What a stage's partitions do on the table (lib/aws/dynamodb/dynamodb-state.ts,
  * record-attempts.ts): recover (GetItem, Query), commit (TransactWriteItems is
  * authorised per item as Put/Update/Delete/ConditionCheck), clear the outbox and the
  * redo log (BatchWriteItem), count record attempts (PutItem). No Scan: with
@@ -29,17 +29,17 @@ export const STAGE_TABLE_ACTIONS = [
   'dynamodb:BatchWriteItem',
 ] as const;
 
-/** Checkpoint acks (lib/aws/checkpoint-acks.ts): created once per epoch and partition (conditional PutItem). */
+/** Checkpoint acks (lib/aws/checkpoint/checkpoint-acks.ts): created once per epoch and partition (conditional PutItem). */
 export const STAGE_ACK_TABLE_ACTIONS = ['dynamodb:PutItem'] as const;
 
 /**
- * The ingest function waking the coordinator (lib/aws/checkpoint-wakeup.ts): touch the
+ * The ingest function waking the coordinator (lib/aws/checkpoint/checkpoint-wakeup.ts): touch the
  * activity item (UpdateItem on `${job}#a`), read the lease item (GetItem on `${job}#c`).
  */
 export const WAKE_TABLE_ACTIONS = { activity: ['dynamodb:UpdateItem'], lease: ['dynamodb:GetItem'] } as const;
 
 /**
- * The ingest function's Idempotency-Keys (lib/aws/idempotency-store.ts): claim (conditional
+ * The ingest function's Idempotency-Keys (lib/aws/ingest/idempotency-store.ts): claim (conditional
  * PutItem, the old item returned on conflict, else read), record the answer (UpdateItem),
  * release a claim that enqueued nothing (DeleteItem). Only the key items, `${job}#k#*`.
  */
@@ -49,7 +49,7 @@ export function ingestKeyLeadingKeys(job: string): string[] {
   return [`${job}#k#*`];
 }
 
-/** Checkpoint pointers and coordinator records: read, compare-and-set (lib/aws/dynamodb-pointers.ts). */
+/** Checkpoint pointers and coordinator records: read, compare-and-set (lib/aws/dynamodb/dynamodb-pointers.ts). */
 export const COORDINATOR_TABLE_ACTIONS = ['dynamodb:GetItem', 'dynamodb:PutItem'] as const;
 
 /**
@@ -66,10 +66,10 @@ export function operateLeadingKeys(job: string): string[] {
   return [...coordinatorLeadingKeys(job), signalsPk(job), `${job}#p#*`, `${job}#s#*`];
 }
 
-/** What a restore does to the stages' consumers (lib/aws/job-control.ts): find, disable, enable and watch the event source mappings. */
+/** What a restore does to the stages' consumers (lib/aws/restore/job-control.ts): find, disable, enable and watch the event source mappings. */
 export const OPERATE_MAPPING_ACTIONS = ['lambda:GetEventSourceMapping', 'lambda:UpdateEventSourceMapping'] as const;
 
-/** Input log truncation (lib/aws/input-log.ts): list a source partition's segment items, delete them. */
+/** Input log truncation (lib/aws/operator/input-log.ts): list a source partition's segment items, delete them. */
 export const INPUT_LOG_TRUNCATE_ACTIONS = ['dynamodb:Query', 'dynamodb:BatchWriteItem'] as const;
 
 /** The control items of the partitions of stage `stage` (where its input log segments are named). */
@@ -78,7 +78,7 @@ export function partitionControlKeys(job: string, stage: number): string[] {
 }
 
 /**
- * The partition keys of stage `stage` (layouts in lib/aws/dynamodb-layout.ts and
+ * The partition keys of stage `stage` (layouts in lib/aws/dynamodb/dynamodb-layout.ts and
  * record-attempts.ts): state per key group, control items per partition, record
  * attempts per partition. State is per stage, not per partition (rescaling moves key
  * groups), so the finest practical scope is the stage.
@@ -87,22 +87,22 @@ export function stageLeadingKeys(job: string, stage: number): string[] {
   return [`${job}#s#${stage}#*`, `${job}#p#${stage}#*`, `${job}#f#${stage}#*`];
 }
 
-/** The checkpoint coordinator's items (lib/aws/dynamodb-pointers.ts). */
+/** The checkpoint coordinator's items (lib/aws/dynamodb/dynamodb-pointers.ts). */
 export function coordinatorLeadingKeys(job: string): string[] {
   return [`${job}#c`];
 }
 
-/** Bucket prefixes (keys under `${job}/`, see lib/aws/sqs-transport.ts and lib/checkpoint). */
+/** Bucket prefixes (keys under `${job}/`, see lib/aws/sqs/sqs-transport.ts and lib/checkpoint). */
 export function bucketPrefixes(job: string) {
   return {
     /** Oversized envelopes (claim check): the operator's blob store has prefix `${job}/`, its keys start `spill/${job}/`. */
     spill: `${job}/spill/`,
     snapshots: `${job}/snapshots/`,
-    /** Logged source input (lib/aws/input-log.ts): written by source stages, deleted by the coordinator's truncation. */
+    /** Logged source input (lib/aws/operator/input-log.ts): written by source stages, deleted by the coordinator's truncation. */
     inputLog: `${job}/input-log/`,
     manifests: `${job}/manifests/`,
     checkpoints: `${job}/checkpoints/`,
-    /** Savepoints copied out of the chain (lib/aws/savepoints.ts): written by the coordinator, never deleted by it. */
+    /** Savepoints copied out of the chain (lib/aws/restore/savepoints.ts): written by the coordinator, never deleted by it. */
     savepoints: `${job}/savepoints/`,
   } as const;
 }

@@ -147,7 +147,7 @@ export interface SluiceJobProps {
    * (70,000 messages per second in the largest regions). Deduplication per group loses
    * nothing: a stage's deduplication ids are per envelope and its envelopes stay in their
    * partition's group; the ingest function's Idempotency-Key must send a retried request
-   * to the groups it was first sent to (lib/aws/ingest-handler.ts). Turn it off only for
+   * to the groups it was first sent to (lib/aws/ingest/ingest-handler.ts). Turn it off only for
    * a queue that must deduplicate across groups.
    * @default true
    */

@@ -1,5 +1,5 @@
 /**
- * What the job's AWS sinks need (lib/aws/sink-options.ts describes each as
+ * What the job's AWS sinks need (lib/aws/sinks/sink-options.ts describes each as
  * `awsResources`): the stage functions that run a sink write to it, the checkpoint task
  * commits S3 file sinks, readers read them.
  *
@@ -18,7 +18,7 @@ import type * as kms from 'aws-cdk-lib/aws-kms';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import { NagSuppressions } from 'cdk-nag';
 import { Construct } from 'constructs';
-import { type AwsSinkResources, isAwsBindable } from '../lib/aws/sink-options.ts';
+import { type AwsSinkResources, isAwsBindable } from '../lib/aws/sinks/sink-options.ts';
 import type { PhysicalPlan } from '../lib/graph/compile.ts';
 import { grantKey, grantObjects, grantTable } from './permissions.ts';
 

@@ -19,7 +19,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { Construct } from 'constructs';
-import { ingestStreams } from '../lib/aws/ingest-handler.ts';
+import { ingestStreams } from '../lib/aws/ingest/ingest-handler.ts';
 import { stackNameFor, stateTableName } from '../lib/aws/naming.ts';
 import { planFingerprint } from '../lib/checkpoint/fingerprint.ts';
 import { compile, type PhysicalPlan } from '../lib/graph/compile.ts';
@@ -46,7 +46,7 @@ import {
   operateLeadingKeys,
   partitionControlKeys,
 } from './permissions.ts';
-import { loggingPartitions } from '../lib/aws/input-log.ts';
+import { loggingPartitions } from '../lib/aws/operator/input-log.ts';
 import { checkSources, type ResolvedProps, resolveProps, type SluiceJobProps } from './props.ts';
 import { awsSinksOf, SinkGrants } from './sinks.ts';
 import { createStages, type StageResources } from './stages.ts';
@@ -114,7 +114,7 @@ export class SluiceJob extends Construct {
       environment,
     );
     this.endpointUrl = this.ingestion.url;
-    // Idempotency-Keys are claimed in the state table (lib/aws/idempotency-store.ts).
+    // Idempotency-Keys are claimed in the state table (lib/aws/ingest/idempotency-store.ts).
     grantTable(this.ingestion.function.fn, this.table, INGEST_KEY_TABLE_ACTIONS, ingestKeyLeadingKeys(p.job.name), p.encryptionKey);
     const sinkStages = new Set(this.plan.job.sinks().map((n) => this.plan.stageOfNode[n.id]));
     this.resultLogGroups = this.stages.filter((s) => sinkStages.has(s.stage.id)).map((s) => s.operator.logGroup);
@@ -158,7 +158,7 @@ export class SluiceJob extends Construct {
       };
       this.stateMachine = p.checkpoints(scope, context);
       suppressStateMachineFindings(this.stateMachine);
-      // Input arriving wakes the coordinator (it ends itself at zero traffic): lib/aws/checkpoint-wakeup.ts.
+      // Input arriving wakes the coordinator (it ends itself at zero traffic): lib/aws/checkpoint/checkpoint-wakeup.ts.
       this.ingestion.function.fn.addEnvironment(HANDLER_ENV.stateMachineArn, this.stateMachine.stateMachineArn);
       // Not read by the stage handlers: `sluice savepoint|restore --target aws` finds the machine through a stage queue's function.
       for (const s of this.stages) s.operator.fn.addEnvironment(HANDLER_ENV.stateMachineArn, this.stateMachine.stateMachineArn);

@@ -9,18 +9,18 @@ import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
-import { DEFAULT_MAX_RECEIVE_COUNT } from '../lib/aws/group-backoff.ts';
+import { DEFAULT_MAX_RECEIVE_COUNT } from '../lib/aws/operator/group-backoff.ts';
 import { deadLetterQueueName, stageQueueName } from '../lib/aws/naming.ts';
-import { DEFAULT_MAX_MESSAGE_BYTES } from '../lib/aws/sqs-codec.ts';
+import { DEFAULT_MAX_MESSAGE_BYTES } from '../lib/aws/sqs/sqs-codec.ts';
 import type { StagePlan } from '../lib/graph/compile.ts';
 import { ENTRIES, type SluiceFunction, sluiceFunction } from './function.ts';
-import { signalsPk } from '../lib/aws/checkpoint-acks.ts';
+import { signalsPk } from '../lib/aws/checkpoint/checkpoint-acks.ts';
 import { bucketPrefixes, grantObjects, grantSend, grantTable, STAGE_ACK_TABLE_ACTIONS, STAGE_TABLE_ACTIONS, stageLeadingKeys } from './permissions.ts';
 import { DLQ_RETENTION, QUEUE_RETENTION, type ResolvedProps } from './props.ts';
 
 /**
  * Receives before SQS moves a message to the DLQ: the operator handler's default
- * `maxReceiveCount` (lib/aws/group-backoff.ts), so the two agree; not a prop. It is for
+ * `maxReceiveCount` (lib/aws/operator/group-backoff.ts), so the two agree; not a prop. It is for
  * messages that can never be decoded: a record whose user code keeps throwing is parked
  * by the handler after its attempts, and a group failing on the infrastructure backs off
  * and stalls before this count (an alarm, infra/monitoring.ts), instead of being moved.
@@ -44,7 +44,7 @@ function fifoQueue(scope: Construct, id: string, p: ResolvedProps, props: sqs.Qu
   return new sqs.Queue(scope, id, {
     ...props,
     fifo: true,
-    // Deduplication ids are deterministic per envelope (lib/aws/sqs-transport.ts).
+    // Deduplication ids are deterministic per envelope (lib/aws/sqs/sqs-transport.ts).
     contentBasedDeduplication: false,
     maxMessageSizeBytes: DEFAULT_MAX_MESSAGE_BYTES,
     ...(p.encryptionKey
@@ -102,7 +102,7 @@ export function createStages(scope: Construct, p: ResolvedProps, storage: { tabl
     if (p.checkpoints) {
       // Checkpoints: snapshot objects (the blob store reads a key before writing it) and ack items.
       grantObjects(grantee, storage.bucket, [bucketPrefixes(job).snapshots], { read: true, write: true }, p.encryptionKey);
-      // Source stages log the input they consume (lib/aws/input-log.ts).
+      // Source stages log the input they consume (lib/aws/operator/input-log.ts).
       if (stage.inputs.some((e) => p.plan.edges[e].from.kind === 'source')) grantObjects(grantee, storage.bucket, [bucketPrefixes(job).inputLog], { read: true, write: true }, p.encryptionKey);
       grantTable(grantee, storage.table, STAGE_ACK_TABLE_ACTIONS, [signalsPk(job)], p.encryptionKey);
     }

@@ -1,6 +1,6 @@
 /**
  * The job's durable storage: the state table (state, progress, outboxes, checkpoint
- * pointers; layout in lib/aws/dynamodb-state.ts) and the snapshot bucket (snapshots,
+ * pointers; layout in lib/aws/dynamodb/dynamodb-state.ts) and the snapshot bucket (snapshots,
  * manifests, checkpoint stats, spilled envelopes), with a bucket for its access logs.
  */
 import { Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
@@ -12,7 +12,7 @@ import { stateTableName } from '../lib/aws/naming.ts';
 import { bucketPrefixes } from './permissions.ts';
 import type { ResolvedProps } from './props.ts';
 
-/** The TTL attribute of redo-log leftovers (createStateTable in lib/aws/dynamodb-table.ts). */
+/** The TTL attribute of redo-log leftovers (createStateTable in lib/aws/dynamodb/dynamodb-table.ts). */
 export const TTL_ATTRIBUTE = 'expires';
 
 export function stateTable(scope: Construct, p: ResolvedProps): dynamodb.Table {

@@ -3,7 +3,7 @@
  * time, and sums what happened: seeds passed and failed, kills by kind, records checked
  * and the checker's four counts. Each failure is printed with its reproducing command.
  */
-import { LOCAL_CREDENTIALS, LOCAL_REGION, type LocalServer, startDynamoDbLocal, startFauxqs } from '../../lib/aws/local/servers.ts';
+import { LOCAL_CREDENTIALS, LOCAL_REGION, type LocalServer, startDynamoDbLocal, startFauxqs } from '../../lib/testing/local-aws/servers.ts';
 import { killKind, runSeed, type SeedResult } from './seed.ts';
 import { runDevSeed } from './dev.ts';
 import type { SoakMode } from './plan.ts';

@@ -18,8 +18,8 @@ import { GetQueueAttributesCommand, GetQueueUrlCommand, SQSClient } from '@aws-s
 import type { LambdaClient } from '@aws-sdk/client-lambda';
 import { ConfigError } from '../errors.ts';
 import type { PhysicalPlan } from '../graph/compile.ts';
-import type { StageQueueRef } from './job-control.ts';
-import { configuredEndpoint } from './local/endpoints.ts';
+import type { StageQueueRef } from './restore/job-control.ts';
+import { configuredEndpoint } from './configured-endpoints.ts';
 import { stageQueueName, stateTableName } from './naming.ts';
 
 export interface DeploymentFlags {

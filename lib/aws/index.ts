@@ -3,12 +3,12 @@
  * (`AwsSinks.dynamodbUpsert`, `AwsSinks.s3Files`), and the Lambda handler factories
  * SluiceJob's functions are built from, for custom entries or tests.
  */
-export { createOperatorHandler, type OperatorHandler, type OperatorHandlerConfig } from './operator-handler.ts';
-export { createIngestHandler, type IngestHandler, type IngestHandlerConfig } from './ingest-handler.ts';
-export { DynamoDbIdempotencyStore, type DynamoDbIdempotencyStoreOptions, type IdempotencyStore } from './idempotency-store.ts';
-export { createCheckpointHandler, type CheckpointHandler, type CheckpointHandlerConfig } from './checkpoint-handler.ts';
-export { AwsSinks, S3FilesSink, DynamoDbUpsert } from './sinks.ts';
-export { DynamoDbUpsertSink, SinkRecordError } from './dynamodb-upsert-sink.ts';
-export { S3FileSink, readCommittedFiles, SinkNotBoundError, SinkManifestMissingError, type S3FileLocation } from './s3-file-sink.ts';
-export { SinkRecordsRejectedError, type DynamoDbUpsertSinkOptions, type S3FileSinkOptions } from './sink-options.ts';
+export { createOperatorHandler, type OperatorHandler, type OperatorHandlerConfig } from './operator/operator-handler.ts';
+export { createIngestHandler, type IngestHandler, type IngestHandlerConfig } from './ingest/ingest-handler.ts';
+export { DynamoDbIdempotencyStore, type DynamoDbIdempotencyStoreOptions, type IdempotencyStore } from './ingest/idempotency-store.ts';
+export { createCheckpointHandler, type CheckpointHandler, type CheckpointHandlerConfig } from './checkpoint/checkpoint-handler.ts';
+export { AwsSinks, S3FilesSink, DynamoDbUpsert } from './sinks/sinks.ts';
+export { DynamoDbUpsertSink, SinkRecordError } from './sinks/dynamodb-upsert-sink.ts';
+export { S3FileSink, readCommittedFiles, SinkNotBoundError, SinkManifestMissingError, type S3FileLocation } from './sinks/s3-file-sink.ts';
+export { SinkRecordsRejectedError, type DynamoDbUpsertSinkOptions, type S3FileSinkOptions } from './sinks/sink-options.ts';
 export { stageQueueName, deadLetterQueueName, stateTableName, stackNameFor } from './naming.ts';

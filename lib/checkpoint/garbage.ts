@@ -1,6 +1,6 @@
 /**
  * Checkpoint garbage, shared by the in-process driver (driver.ts) and the Step Functions
- * tasks (lib/aws/checkpoint-steps.ts): the manifests and stats of epochs outside `keep`,
+ * tasks (lib/aws/checkpoint/checkpoint-steps.ts): the manifests and stats of epochs outside `keep`,
  * and the snapshot objects that no kept manifest's chain names. It lists the stores, so it
  * also finds what a crashed coordinator left behind (snapshots of an epoch that never
  * committed). Call it only with no epoch in flight: a live epoch's snapshots are in no

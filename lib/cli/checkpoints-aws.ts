@@ -1,6 +1,6 @@
 /**
  * `sluice checkpoints|savepoint|restore --target local-aws|aws`: the checkpoints of a job
- * whose coordinator runs the AWS checkpoint steps (lib/aws/checkpoint-steps.ts).
+ * whose coordinator runs the AWS checkpoint steps (lib/aws/checkpoint/checkpoint-steps.ts).
  *
  * - local-aws: the control table and bucket of the last `sluice run --target local-aws
  *   --checkpoint-interval` in --checkpoint-dir (its local-aws.json), on the servers the
@@ -9,21 +9,21 @@
  *   waits for the next `--resume`.
  * - aws: a deployed SluiceJob, found by its name (lib/aws/deployment.ts); a savepoint
  *   starts a coordinator execution when none runs, so a quiet job takes it too; a restore
- *   stops the job's consumers and coordinator around the install (lib/aws/job-control.ts).
+ *   stops the job's consumers and coordinator around the install (lib/aws/restore/job-control.ts).
  */
 import type { Job } from '../api/stream.ts';
-import { AwsAccounting } from '../aws/accounting.ts';
-import { LEASE_NAME, type Lease } from '../aws/checkpoint-task.ts';
+import { AwsAccounting } from '../aws/cost/accounting.ts';
+import { LEASE_NAME, type Lease } from '../aws/checkpoint/checkpoint-task.ts';
 import { awsClients, type AwsClients, type DeployedJob, type DeploymentFlags, findDeployedJob } from '../aws/deployment.ts';
-import { DynamoDbPointerStore } from '../aws/dynamodb-pointers.ts';
-import { configuredEndpoint } from '../aws/local/endpoints.ts';
-import { LOCAL_AWS_PROCESS, localAwsControl, readLocalAwsIdentity } from '../aws/local/checkpointing.ts';
-import { S3BlobStore } from '../aws/s3-blob-store.ts';
-import { AwsJobControlPort, JobControl, restoreLeaseOwner, whileStopped } from '../aws/job-control.ts';
-import { NamedQueues } from '../aws/sqs-queues.ts';
-import { DynamoDbTable } from '../aws/dynamodb-table.ts';
-import { adoptPlan, remapSavepoint } from '../aws/savepoint-remap.ts';
-import { type AwsRestorePoint, installableManifest, listAwsCheckpoints, loadRestorePoint, requestSavepoint, savepointFit, savepointMetaKey, type AwsSavepointMeta } from '../aws/savepoints.ts';
+import { DynamoDbPointerStore } from '../aws/dynamodb/dynamodb-pointers.ts';
+import { configuredEndpoint } from '../aws/configured-endpoints.ts';
+import { LOCAL_AWS_PROCESS, localAwsControl, readLocalAwsIdentity } from '../testing/local-aws/checkpointing.ts';
+import { S3BlobStore } from '../aws/s3/s3-blob-store.ts';
+import { AwsJobControlPort, JobControl, restoreLeaseOwner, whileStopped } from '../aws/restore/job-control.ts';
+import { NamedQueues } from '../aws/sqs/sqs-queues.ts';
+import { DynamoDbTable } from '../aws/dynamodb/dynamodb-table.ts';
+import { adoptPlan, remapSavepoint } from '../aws/restore/savepoint-remap.ts';
+import { type AwsRestorePoint, installableManifest, listAwsCheckpoints, loadRestorePoint, requestSavepoint, savepointFit, savepointMetaKey, type AwsSavepointMeta } from '../aws/restore/savepoints.ts';
 import { fromBytes } from '../checkpoint/codec.ts';
 import { ConfigError } from '../errors.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
@@ -185,8 +185,8 @@ export async function savepointAwsCommand(jobPath: string, flags: AwsTargetFlags
 
 /**
  * Check the restore point against the job as it is now (StateCompatibilityError names
- * each problem), then install it in place (lib/aws/restore.ts): a deployed job is stopped
- * around the install (lib/aws/job-control.ts); a local-AWS run must not be running, and
+ * each problem), then install it in place (lib/aws/restore/restore.ts): a deployed job is stopped
+ * around the install (lib/aws/restore/job-control.ts); a local-AWS run must not be running, and
  * continues from it with `sluice run ... --resume`.
  */
 /** What `sluice restore --target local-aws|aws --json` prints. */
@@ -216,7 +216,7 @@ export async function restoreAwsCommand(jobPath: string, flags: AwsTargetFlags &
     const { manifest, manifestKey } = point.meta
       ? await remapSavepoint({ blobs: r.blobs, db: new DynamoDbTable(r.clients.dynamodb, r.table, new AwsAccounting()), plan: r.plan, point })
       : await installableManifest(r.blobs, point);
-    const { restoreInPlace } = await import('../aws/restore.ts');
+    const { restoreInPlace } = await import('../aws/restore/restore.ts');
     const install = async () => {
       const result = await restoreInPlace({
         job: r.job,

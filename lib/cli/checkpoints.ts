@@ -17,7 +17,7 @@ import { DirectoryBlobStore, FilePointerStore, writeFileAtomic } from '../checkp
 import type { CommitPointer } from '../checkpoint/protocol.ts';
 import { ConfigError } from '../errors.ts';
 import { type CheckpointingOptions, defaultCheckpointDir, type LocalCheckpointing, openCheckpointedRuntime } from '../local/checkpointing.ts';
-import type { LocalAwsCheckpointing, LocalAwsCheckpointOptions } from '../aws/local/checkpointing.ts';
+import type { LocalAwsCheckpointing, LocalAwsCheckpointOptions } from '../testing/local-aws/checkpointing.ts';
 import { CommittedFileSink } from '../local/committed-sink.ts';
 import type { EmbeddedOptions } from '../local/embedded-options.ts';
 import type { EmbeddedRuntime } from '../local/embedded.ts';

@@ -10,7 +10,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative, resolve } from 'node:path';
 import type { Job } from '../api/stream.ts';
-import { type IdleMonthly, idleMonthly } from '../aws/cost-model.ts';
+import { type IdleMonthly, idleMonthly } from '../aws/cost/cost-model.ts';
 import { ConfigError, SluiceError } from '../errors.ts';
 import { loadJob, parseParams } from './load-job.ts';
 

@@ -3,14 +3,14 @@
  * against local servers. The cloud assembly (`--assembly DIR`, or a fresh synth into a
  * temporary directory) supplies the exact Lambda bundles, their environment, event source
  * mappings, queues, table and bucket, and the roles whose policies every AWS call is
- * checked against (lib/aws/local/assembly/). A denied call fails the run.
+ * checked against (lib/testing/local-aws/assembly/). A denied call fails the run.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Sink } from '../api/sinks.ts';
 import type { Job } from '../api/stream.ts';
-import { AssemblyRun } from '../aws/local/assembly/run.ts';
+import { AssemblyRun } from '../testing/local-aws/assembly/run.ts';
 import { ConfigError } from '../errors.ts';
 import type { RejectedInput } from '../transport/sources.ts';
 import type { DeadLetter } from '../transport/envelope.ts';

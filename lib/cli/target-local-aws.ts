@@ -1,18 +1,18 @@
 /**
  * `--target local-aws` for `sluice run` and `sluice dev`: the job through the real
- * Lambda handlers against local servers (lib/aws/local/). Endpoints come from the SDK's
+ * Lambda handlers against local servers (lib/testing/local-aws/). Endpoints come from the SDK's
  * variables (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB, ..._SQS, ..._S3); for a
  * service without one, DynamoDB Local or fauxqs is started here and stopped at the end.
  */
 import type { Sink } from '../api/sinks.ts';
 import type { SourceBinding } from '../api/sources.ts';
 import type { Job } from '../api/stream.ts';
-import { type LocalAwsEnvironment, openLocalAws } from '../aws/local/endpoints.ts';
-import { crossFaultSites } from '../aws/local/fault-sites.ts';
-import { startFunctionUrl } from '../aws/local/http-ingest.ts';
-import { asDeadLetter } from '../aws/local/dead-letters.ts';
-import { type LocalAwsRunResult, LocalAwsRuntime } from '../aws/local/runner.ts';
-import { type CostEstimate, formatDollars, type LambdaUsage } from '../aws/prices.ts';
+import { type LocalAwsEnvironment, openLocalAws } from '../testing/local-aws/endpoints.ts';
+import { crossFaultSites } from '../testing/local-aws/fault-sites.ts';
+import { startFunctionUrl } from '../testing/local-aws/http-ingest.ts';
+import { asDeadLetter } from '../testing/local-aws/dead-letters.ts';
+import { type LocalAwsRunResult, LocalAwsRuntime } from '../testing/local-aws/runner.ts';
+import { type CostEstimate, formatDollars, type LambdaUsage } from '../aws/cost/prices.ts';
 import type { RejectedInput } from '../transport/sources.ts';
 import type { DeadLetter } from '../transport/envelope.ts';
 import type { LocalAwsRunCheckpoints } from './checkpoints.ts';

@@ -1,6 +1,6 @@
 /**
  * The runtime side of an input log replay after an in-place restore on AWS
- * (lib/aws/restore-replay.ts): the installed progress names, per source channel, the
+ * (lib/aws/restore/restore-replay.ts): the installed progress names, per source channel, the
  * record count the replay must reach (PartitionProgress.replay); replayed envelopes move
  * the channel's record count, never its offset, and clear the marker once it is reached.
  */

@@ -87,7 +87,7 @@ export interface PartitionProgress {
    */
   readonly held?: readonly Envelope[];
   /**
-   * In-place restore on AWS (lib/aws/restore.ts): per source channel, the record count the
+   * In-place restore on AWS (lib/aws/restore/restore.ts): per source channel, the record count the
    * input log's replay must reach before the channel's queue continues (records
    * `inputs[c].records` .. `replay[c] - 1` are in the log). Cleared as they are consumed.
    */

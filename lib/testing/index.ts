@@ -17,6 +17,6 @@ export { EmbeddedRuntime, runJob, type EmbeddedOptions, type RuntimeStats } from
 export { FaultInjector, mulberry32, type CrashPoint, type FaultPlanOptions } from '../local/faults.ts';
 export { compareOutputs, assertExactlyOnce, canonicalJson, type Comparison, type CompareOptions, type DuplicatedRecord, type OrderViolation } from './checker.ts';
 export { readJsonLines } from './jsonl.ts';
-export { openLocalAws, localAwsAt, type LocalAwsEnvironment, type ServiceEndpoint } from '../aws/local/endpoints.ts';
-export { startDynamoDbLocal, startFauxqs, LOCAL_CREDENTIALS, LOCAL_REGION, type LocalServer } from '../aws/local/servers.ts';
-export { LocalAwsRuntime, type LocalAwsOptions, type LocalAwsRunResult } from '../aws/local/runner.ts';
+export { openLocalAws, localAwsAt, type LocalAwsEnvironment, type ServiceEndpoint } from './local-aws/endpoints.ts';
+export { startDynamoDbLocal, startFauxqs, LOCAL_CREDENTIALS, LOCAL_REGION, type LocalServer } from './local-aws/servers.ts';
+export { LocalAwsRuntime, type LocalAwsOptions, type LocalAwsRunResult } from './local-aws/runner.ts';

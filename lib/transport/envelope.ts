@@ -38,7 +38,7 @@ export interface Envelope {
   /** A checkpoint barrier (no records): everything before it on this channel belongs to checkpoint `barrier.epoch`. */
   readonly barrier?: Barrier;
   /**
-   * Source channels after an in-place restore on AWS (lib/aws/restore.ts): records the
+   * Source channels after an in-place restore on AWS (lib/aws/restore/restore.ts): records the
    * input log replays, consumed before anything of the queue (PartitionProgress.replay).
    * They move the channel's record count, never its offset, and are not logged again.
    */

@@ -1,5 +1,5 @@
 /**
- * Idempotency-Key semantics shared by both ingestion endpoints (lib/aws/ingest-handler.ts,
+ * Idempotency-Key semantics shared by both ingestion endpoints (lib/aws/ingest/ingest-handler.ts,
  * lib/local/ingest-server.ts). A keyed request is remembered as its body's fingerprint,
  * then its answer; a later request with the same key is decided against that memory:
  *

@@ -1,7 +1,7 @@
 /**
  * The ingestion endpoint's request semantics as pure functions, shared by the
  * embedded HTTP server (lib/local/ingest-server.ts) and the ingest Lambda handler
- * (lib/aws/ingest-handler.ts), so both answer the same input with the same status,
+ * (lib/aws/ingest/ingest-handler.ts), so both answer the same input with the same status,
  * error code and message:
  *
  *   POST /streams/:name/events   body: JSON array, or JSON lines (one event per line)

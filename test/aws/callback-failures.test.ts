@@ -13,11 +13,11 @@ import { CollectSink, Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { type Clock, ManualClock } from '../../lib/api/types.ts';
 import { Windows } from '../../lib/api/windows.ts';
-import { createStateTable } from '../../lib/aws/dynamodb-state.ts';
-import { createIngestHandler } from '../../lib/aws/ingest-handler.ts';
-import { createOperatorHandler } from '../../lib/aws/operator-handler.ts';
-import { decodeBody, type DeadLetterMessage } from '../../lib/aws/sqs-codec.ts';
-import { createStageQueues, StaticQueues } from '../../lib/aws/sqs-queues.ts';
+import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-state.ts';
+import { createIngestHandler } from '../../lib/aws/ingest/ingest-handler.ts';
+import { createOperatorHandler } from '../../lib/aws/operator/operator-handler.ts';
+import { decodeBody, type DeadLetterMessage } from '../../lib/aws/sqs/sqs-codec.ts';
+import { createStageQueues, StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { drainQueue, localClients, runUntilDrained, unique } from './helpers.ts';
 

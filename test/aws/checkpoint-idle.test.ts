@@ -1,5 +1,5 @@
 /**
- * The coordinator at zero traffic (lib/aws/checkpoint-idle.ts, checkpoint-timers.ts): the
+ * The coordinator at zero traffic (lib/aws/checkpoint/checkpoint-idle.ts, checkpoint-timers.ts): the
  * task actions as the state machine calls them (createCheckpointHandler against DynamoDB
  * Local and fauxqs, a fake clock), partitions played by the test. After an epoch with no
  * input since, the open step releases the lease and either ends (no event-time timers in
@@ -12,15 +12,15 @@ import { Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { WatermarkStrategies } from '../../lib/api/types.ts';
 import { Windows } from '../../lib/api/windows.ts';
-import { barrierOfBody } from '../../lib/aws/checkpoint-barriers.ts';
-import { createCheckpointHandler } from '../../lib/aws/checkpoint-handler.ts';
-import { DEFAULT_MAX_WAKE_UP_WAIT_MS, timerWakeUpConfig, wakeUpWaitSeconds } from '../../lib/aws/checkpoint-timers.ts';
-import { type Carry, LEASE_NAME, type Lease, type Limits } from '../../lib/aws/checkpoint-task.ts';
-import { DynamoDbPointerStore } from '../../lib/aws/dynamodb-pointers.ts';
-import { createStateTable } from '../../lib/aws/dynamodb-table.ts';
-import { createBucket } from '../../lib/aws/s3-blob-store.ts';
-import { decodeBody } from '../../lib/aws/sqs-codec.ts';
-import { createStageQueues, StaticQueues } from '../../lib/aws/sqs-queues.ts';
+import { barrierOfBody } from '../../lib/aws/checkpoint/checkpoint-barriers.ts';
+import { createCheckpointHandler } from '../../lib/aws/checkpoint/checkpoint-handler.ts';
+import { DEFAULT_MAX_WAKE_UP_WAIT_MS, timerWakeUpConfig, wakeUpWaitSeconds } from '../../lib/aws/checkpoint/checkpoint-timers.ts';
+import { type Carry, LEASE_NAME, type Lease, type Limits } from '../../lib/aws/checkpoint/checkpoint-task.ts';
+import { DynamoDbPointerStore } from '../../lib/aws/dynamodb/dynamodb-pointers.ts';
+import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-table.ts';
+import { createBucket } from '../../lib/aws/s3/s3-blob-store.ts';
+import { decodeBody } from '../../lib/aws/sqs/sqs-codec.ts';
+import { createStageQueues, StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
 import { sourcePartitionKey } from '../../lib/checkpoint/protocol.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import type { AckTimers, BarrierAck } from '../../lib/transport/envelope.ts';

@@ -4,10 +4,10 @@
  * the DynamoDB pointer store on DynamoDB Local (compare-and-set under races).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AwsAccounting } from '../../lib/aws/accounting.ts';
-import { createStateTable } from '../../lib/aws/dynamodb-state.ts';
-import { DynamoDbPointerStore } from '../../lib/aws/dynamodb-pointers.ts';
-import { createBucket, S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
+import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
+import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-state.ts';
+import { DynamoDbPointerStore } from '../../lib/aws/dynamodb/dynamodb-pointers.ts';
+import { createBucket, S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
 import { BlobConflictError } from '../../lib/aws/transport-errors.ts';
 import { localClients, unique } from './helpers.ts';
 

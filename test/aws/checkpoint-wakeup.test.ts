@@ -1,5 +1,5 @@
 /**
- * The ingest path wakes the checkpoint coordinator (lib/aws/checkpoint-wakeup.ts) against
+ * The ingest path wakes the checkpoint coordinator (lib/aws/checkpoint/checkpoint-wakeup.ts) against
  * DynamoDB Local (activity and lease items) and a loopback Step Functions endpoint that
  * speaks StartExecution's JSON protocol (no local Step Functions server exists; this one
  * refuses a second execution of the same name with ExecutionAlreadyExists, as AWS does):
@@ -13,16 +13,16 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { ManualClock } from '../../lib/api/types.ts';
-import { AwsAccounting } from '../../lib/aws/accounting.ts';
-import { DynamoDbAckStore } from '../../lib/aws/checkpoint-acks.ts';
-import { LEASE_NAME, type Lease } from '../../lib/aws/checkpoint-task.ts';
-import { CoordinatorWakeUp, wakeUpExecutionName } from '../../lib/aws/checkpoint-wakeup.ts';
-import { DynamoDbPointerStore } from '../../lib/aws/dynamodb-pointers.ts';
-import { createStateTable } from '../../lib/aws/dynamodb-table.ts';
-import { apiEvent } from '../../lib/aws/local/feeder.ts';
-import { createIngestHandler } from '../../lib/aws/ingest-handler.ts';
-import { estimateCost } from '../../lib/aws/prices.ts';
-import { createStageQueues, StaticQueues } from '../../lib/aws/sqs-queues.ts';
+import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
+import { DynamoDbAckStore } from '../../lib/aws/checkpoint/checkpoint-acks.ts';
+import { LEASE_NAME, type Lease } from '../../lib/aws/checkpoint/checkpoint-task.ts';
+import { CoordinatorWakeUp, wakeUpExecutionName } from '../../lib/aws/checkpoint/checkpoint-wakeup.ts';
+import { DynamoDbPointerStore } from '../../lib/aws/dynamodb/dynamodb-pointers.ts';
+import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-table.ts';
+import { apiEvent } from '../../lib/testing/local-aws/feeder.ts';
+import { createIngestHandler } from '../../lib/aws/ingest/ingest-handler.ts';
+import { estimateCost } from '../../lib/aws/cost/prices.ts';
+import { createStageQueues, StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { localClients, unique } from './helpers.ts';
 

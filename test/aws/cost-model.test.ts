@@ -1,7 +1,7 @@
 /** The cost model's arithmetic (pure): rates per 1,000 events, the baselines, break-even, the coordinator's share. */
 import { describe, expect, it } from 'vitest';
-import { AWS_CALL_LATENCY_MS, breakEvenEventsPerMonth, modelledLambdaGbSeconds, coordinatorLines, dollarsPerMillion, idleMonthly, managedFlinkMonthly, mergeLines, naiveBaselinePerMillion, ratesOf } from '../../lib/aws/cost-model.ts';
-import { PRICES } from '../../lib/aws/prices.ts';
+import { AWS_CALL_LATENCY_MS, breakEvenEventsPerMonth, modelledLambdaGbSeconds, coordinatorLines, dollarsPerMillion, idleMonthly, managedFlinkMonthly, mergeLines, naiveBaselinePerMillion, ratesOf } from '../../lib/aws/cost/cost-model.ts';
+import { PRICES } from '../../lib/aws/cost/prices.ts';
 import { ConfigError } from '../../lib/errors.ts';
 
 describe('cost model', () => {

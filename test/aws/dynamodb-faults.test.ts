@@ -6,7 +6,7 @@
 import { DynamoDBClient, ProvisionedThroughputExceededException, TransactionCanceledException } from '@aws-sdk/client-dynamodb';
 import { DynamoDBDocumentClient, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb-state.ts';
+import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb/dynamodb-state.ts';
 import { CommitRollForwardError, DynamoDbRequestError, DynamoDbThrottledError, DynamoDbTransactionConflictError, DynamoDbUnknownOutcomeError, DynamoDbValidationError } from '../../lib/aws/errors.ts';
 import { CommitConflictError } from '../../lib/errors.ts';
 import type { PartitionScope, StateWrite } from '../../lib/state/backend.ts';

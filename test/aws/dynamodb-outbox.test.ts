@@ -4,10 +4,10 @@
  * recovering partition reads it back whichever way it was stored.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AwsAccounting } from '../../lib/aws/accounting.ts';
-import { loadOutbox, storeOutbox } from '../../lib/aws/dynamodb-layout.ts';
-import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb-state.ts';
-import { createBucket, S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
+import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
+import { loadOutbox, storeOutbox } from '../../lib/aws/dynamodb/dynamodb-layout.ts';
+import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb/dynamodb-state.ts';
+import { createBucket, S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
 import { InvariantError } from '../../lib/errors.ts';
 import { backendConformance, batch, freshScope } from '../state/backend-conformance.ts';
 import { localClients, unique } from './helpers.ts';

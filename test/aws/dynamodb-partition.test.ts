@@ -10,7 +10,7 @@ import { Sinks } from '../../lib/api/sinks.ts';
 import { valueState } from '../../lib/api/state.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { keyToString, ManualClock, MAX_WATERMARK } from '../../lib/api/types.ts';
-import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb-state.ts';
+import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb/dynamodb-state.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { keyGroupOf } from '../../lib/graph/keygroups.ts';
 import { entityId, PartitionRuntime } from '../../lib/runtime/partition.ts';

@@ -6,9 +6,9 @@
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { AwsAccounting } from '../../lib/aws/accounting.ts';
-import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb-state.ts';
-import { PartitionLog } from '../../lib/aws/dynamodb-state-log.ts';
+import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
+import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb/dynamodb-state.ts';
+import { PartitionLog } from '../../lib/aws/dynamodb/dynamodb-state-log.ts';
 import { Rng } from '../../lib/nexmark/index.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';
 import type { StateBackend, StateWrite, TimerEntry } from '../../lib/state/backend.ts';

@@ -1,8 +1,8 @@
 /** The DynamoDB state backend against DynamoDB Local: the shared contract, then what only DynamoDB has (limits, layout, cost). */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { AwsAccounting } from '../../lib/aws/accounting.ts';
-import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb-state.ts';
+import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
+import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb/dynamodb-state.ts';
 import { StateItemTooLargeError, StateNotPrefetchedError } from '../../lib/aws/errors.ts';
 import { backendConformance, batch, freshScope, read } from '../state/backend-conformance.ts';
 

@@ -9,11 +9,11 @@ import { CreateTableCommand, DynamoDBClient, ProvisionedThroughputExceededExcept
 import { DynamoDBDocumentClient, GetCommand, PutCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AwsSinks } from '../../lib/aws/sinks.ts';
-import { AwsAccounting } from '../../lib/aws/accounting.ts';
-import { DynamoDbUpsertSink } from '../../lib/aws/dynamodb-upsert-sink.ts';
+import { AwsSinks } from '../../lib/aws/sinks/sinks.ts';
+import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
+import { DynamoDbUpsertSink } from '../../lib/aws/sinks/dynamodb-upsert-sink.ts';
 import { DynamoDbThrottledError } from '../../lib/aws/errors.ts';
-import { type DynamoDbUpsertSinkOptions, parseUpsertOptions, SinkRecordsRejectedError } from '../../lib/aws/sink-options.ts';
+import { type DynamoDbUpsertSinkOptions, parseUpsertOptions, SinkRecordsRejectedError } from '../../lib/aws/sinks/sink-options.ts';
 import { ConfigError } from '../../lib/errors.ts';
 import { localClients, unique } from './helpers.ts';
 

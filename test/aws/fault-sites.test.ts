@@ -3,7 +3,7 @@
  * (lib/util/fault-sites.ts). A local-AWS run with checkpoints, killed-and-resumed in place
  * (restore reads, log replay) and with a dead letter, records every SDK command its
  * handlers, event source mappings and coordinator steps send; each must map to a site,
- * and the crossing middleware the CLI installs (lib/aws/local/fault-sites.ts) must cross
+ * and the crossing middleware the CLI installs (lib/testing/local-aws/fault-sites.ts) must cross
  * that site before and after each call. A command outside the list crosses
  * `aws.uncovered`, which fails this test.
  */
@@ -12,9 +12,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ListQueuesCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { localAwsAt } from '../../lib/aws/local/endpoints.ts';
-import { crossFaultSites } from '../../lib/aws/local/fault-sites.ts';
-import { LocalAwsRuntime } from '../../lib/aws/local/runner.ts';
+import { localAwsAt } from '../../lib/testing/local-aws/endpoints.ts';
+import { crossFaultSites } from '../../lib/testing/local-aws/fault-sites.ts';
+import { LocalAwsRuntime } from '../../lib/testing/local-aws/runner.ts';
 import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
 import { countCrossings, FAULT_SITES, faultCrossings, faultPoints, parseKillSpec, siteOfCommand } from '../../lib/util/fault-sites.ts';
 import { countsJob, eventsFile } from './checkpoint-jobs.ts';

@@ -1,5 +1,5 @@
 /**
- * The failure policy for groups that fail on the infrastructure (lib/aws/group-backoff.ts)
+ * The failure policy for groups that fail on the infrastructure (lib/aws/operator/group-backoff.ts)
  * and the operator handler applying it against fauxqs and DynamoDB Local:
  * - the backoff: bounded, exponential in the receive count, jittered deterministically;
  * - a throttled group's messages get that visibility (ChangeMessageVisibilityBatch), the
@@ -16,12 +16,12 @@ import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { CollectSink, Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
-import { createStateTable } from '../../lib/aws/dynamodb-state.ts';
-import { backoffFor, DEFAULT_MAX_RECEIVE_COUNT, resolveGroupBackoff } from '../../lib/aws/group-backoff.ts';
-import { createIngestHandler } from '../../lib/aws/ingest-handler.ts';
-import { queueDepth } from '../../lib/aws/local/queues.ts';
-import { createOperatorHandler } from '../../lib/aws/operator-handler.ts';
-import { createStageQueues, StaticQueues } from '../../lib/aws/sqs-queues.ts';
+import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-state.ts';
+import { backoffFor, DEFAULT_MAX_RECEIVE_COUNT, resolveGroupBackoff } from '../../lib/aws/operator/group-backoff.ts';
+import { createIngestHandler } from '../../lib/aws/ingest/ingest-handler.ts';
+import { queueDepth } from '../../lib/testing/local-aws/queues.ts';
+import { createOperatorHandler } from '../../lib/aws/operator/operator-handler.ts';
+import { createStageQueues, StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { drainQueue, localClients, receive, sqsEvent, unique } from './helpers.ts';
 

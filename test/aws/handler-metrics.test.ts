@@ -12,10 +12,10 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { job as q5 } from '../../examples/nexmark/q5.ts';
 import { ManualClock } from '../../lib/api/types.ts';
 import { countIncident, groupLag, METRICS_NAMESPACE, OPERATOR_METRICS, stageDimension } from '../../lib/aws/handler-metrics.ts';
-import { createIngestHandler } from '../../lib/aws/ingest-handler.ts';
+import { createIngestHandler } from '../../lib/aws/ingest/ingest-handler.ts';
 import { stageQueueName } from '../../lib/aws/naming.ts';
-import { createOperatorHandler } from '../../lib/aws/operator-handler.ts';
-import { WAKE_BODY } from '../../lib/aws/sqs-codec.ts';
+import { createOperatorHandler } from '../../lib/aws/operator/operator-handler.ts';
+import { WAKE_BODY } from '../../lib/aws/sqs/sqs-codec.ts';
 
 interface Emf {
   readonly _aws: { readonly CloudWatchMetrics: { readonly Namespace: string; readonly Dimensions: string[][]; readonly Metrics: { Name: string; Unit: string }[] }[] };

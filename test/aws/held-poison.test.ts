@@ -12,12 +12,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CollectSink, Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
-import { createStateTable } from '../../lib/aws/dynamodb-state.ts';
-import { createOperatorHandler } from '../../lib/aws/operator-handler.ts';
-import { createBucket, S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
-import { type DeadLetterMessage, decodeBody } from '../../lib/aws/sqs-codec.ts';
-import { createStageQueues, StaticQueues } from '../../lib/aws/sqs-queues.ts';
-import { SqsTransport } from '../../lib/aws/sqs-transport.ts';
+import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-state.ts';
+import { createOperatorHandler } from '../../lib/aws/operator/operator-handler.ts';
+import { createBucket, S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
+import { type DeadLetterMessage, decodeBody } from '../../lib/aws/sqs/sqs-codec.ts';
+import { createStageQueues, StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
+import { SqsTransport } from '../../lib/aws/sqs/sqs-transport.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { keyGroupOf, partitionOfKeyGroup } from '../../lib/graph/keygroups.ts';
 import type { BarrierAck, Envelope } from '../../lib/transport/envelope.ts';

@@ -9,8 +9,8 @@ import { S3Client } from '@aws-sdk/client-s3';
 import { ChangeMessageVisibilityBatchCommand, DeleteMessageBatchCommand, type Message, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { inject } from 'vitest';
-import { sqsRecord } from '../../lib/aws/local/lambda-event.ts';
-import type { StageQueues } from '../../lib/aws/sqs-queues.ts';
+import { sqsRecord } from '../../lib/testing/local-aws/lambda-event.ts';
+import type { StageQueues } from '../../lib/aws/sqs/sqs-queues.ts';
 
 /**
  * The global setup's servers as the SDK's own endpoint variables and credentials, for a

@@ -1,5 +1,5 @@
 /**
- * The AWS input log (lib/aws/input-log.ts) against DynamoDB Local and fauxqs' S3: a
+ * The AWS input log (lib/aws/operator/input-log.ts) against DynamoDB Local and fauxqs' S3: a
  * commit's consumed source records become one content-addressed object named in the
  * commit's transaction; replay returns the records at or above given positions in their
  * original order; truncation deletes only segments the positions cover; a crash between
@@ -9,11 +9,11 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { StreamRecord } from '../../lib/api/types.ts';
-import { AwsAccounting } from '../../lib/aws/accounting.ts';
-import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb-state.ts';
-import { DynamoDbTable } from '../../lib/aws/dynamodb-table.ts';
-import { AwsInputLog, inputLogSegment } from '../../lib/aws/input-log.ts';
-import { createBucket, S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
+import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
+import { createStateTable, DynamoDbStateBackend } from '../../lib/aws/dynamodb/dynamodb-state.ts';
+import { DynamoDbTable } from '../../lib/aws/dynamodb/dynamodb-table.ts';
+import { AwsInputLog, inputLogSegment } from '../../lib/aws/operator/input-log.ts';
+import { createBucket, S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
 import { CommitConflictError, InjectedCrash, InvariantError } from '../../lib/errors.ts';
 import type { InputLogAppend, PartitionScope } from '../../lib/state/backend.ts';
 import { batch, freshScope } from '../state/backend-conformance.ts';

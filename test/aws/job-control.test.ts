@@ -1,5 +1,5 @@
 /**
- * Stopping and starting a deployed job around a restore (lib/aws/job-control.ts) through
+ * Stopping and starting a deployed job around a restore (lib/aws/restore/job-control.ts) through
  * AwsJobControlPort: the stage queues on fauxqs (a batch received by an "invocation" is in
  * flight until deleted), the coordinator's lease on DynamoDB Local, the Lambda API
  * (event source mappings, with their Disabling -> Disabled transition) through
@@ -15,13 +15,13 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
-import { AwsAccounting } from '../../lib/aws/accounting.ts';
-import { acquireLease, LEASE_NAME, type Lease } from '../../lib/aws/checkpoint-task.ts';
-import { CoordinatorWakeUp } from '../../lib/aws/checkpoint-wakeup.ts';
-import { DynamoDbPointerStore } from '../../lib/aws/dynamodb-pointers.ts';
-import { createStateTable } from '../../lib/aws/dynamodb-table.ts';
-import { AwsJobControlPort, CoordinatorLeaseError, JobControl, JobControlTimeoutError, restoreLeaseOwner, whileStopped } from '../../lib/aws/job-control.ts';
-import { createStageQueues } from '../../lib/aws/sqs-queues.ts';
+import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
+import { acquireLease, LEASE_NAME, type Lease } from '../../lib/aws/checkpoint/checkpoint-task.ts';
+import { CoordinatorWakeUp } from '../../lib/aws/checkpoint/checkpoint-wakeup.ts';
+import { DynamoDbPointerStore } from '../../lib/aws/dynamodb/dynamodb-pointers.ts';
+import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-table.ts';
+import { AwsJobControlPort, CoordinatorLeaseError, JobControl, JobControlTimeoutError, restoreLeaseOwner, whileStopped } from '../../lib/aws/restore/job-control.ts';
+import { createStageQueues } from '../../lib/aws/sqs/sqs-queues.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { localClients, receive, unique } from './helpers.ts';
 

@@ -1,5 +1,5 @@
 /**
- * In-place restore on the AWS path (lib/aws/restore.ts), in local-AWS mode against
+ * In-place restore on the AWS path (lib/aws/restore/restore.ts), in local-AWS mode against
  * DynamoDB Local and fauxqs: a checkpointed run takes checkpoint e, consumes more input
  * (several commits, so its sinks saw many deliveries), its consumers stop while more input
  * is accepted over HTTP (the ingest handler) into the source queues, and the process is
@@ -16,22 +16,22 @@ import { CreateTableCommand } from '@aws-sdk/client-dynamodb';
 import { DynamoDBDocumentClient, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { CollectSink } from '../../lib/api/sinks.ts';
-import { AwsSinks } from '../../lib/aws/sinks.ts';
-import { AwsAccounting } from '../../lib/aws/accounting.ts';
-import { DynamoDbStateBackend } from '../../lib/aws/dynamodb-state.ts';
-import { DynamoDbTable } from '../../lib/aws/dynamodb-table.ts';
-import { AwsInputLog, inputLogSk, loggingPartitions } from '../../lib/aws/input-log.ts';
-import { apiEvent } from '../../lib/aws/local/feeder.ts';
-import { localAwsAt } from '../../lib/aws/local/endpoints.ts';
-import { flushAbandonedPolls, queueDepth } from '../../lib/aws/local/queues.ts';
-import { LocalAwsRuntime } from '../../lib/aws/local/runner.ts';
-import * as L from '../../lib/aws/dynamodb-layout.ts';
-import { RESTORING_ATTR } from '../../lib/aws/restore-partition.ts';
-import { RestoreInProgressError } from '../../lib/aws/restore.ts';
-import { S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
-import { readCommittedFiles } from '../../lib/aws/s3-file-sink.ts';
-import { StaticQueues } from '../../lib/aws/sqs-queues.ts';
-import { SqsTransport } from '../../lib/aws/sqs-transport.ts';
+import { AwsSinks } from '../../lib/aws/sinks/sinks.ts';
+import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
+import { DynamoDbStateBackend } from '../../lib/aws/dynamodb/dynamodb-state.ts';
+import { DynamoDbTable } from '../../lib/aws/dynamodb/dynamodb-table.ts';
+import { AwsInputLog, inputLogSk, loggingPartitions } from '../../lib/aws/operator/input-log.ts';
+import { apiEvent } from '../../lib/testing/local-aws/feeder.ts';
+import { localAwsAt } from '../../lib/testing/local-aws/endpoints.ts';
+import { flushAbandonedPolls, queueDepth } from '../../lib/testing/local-aws/queues.ts';
+import { LocalAwsRuntime } from '../../lib/testing/local-aws/runner.ts';
+import * as L from '../../lib/aws/dynamodb/dynamodb-layout.ts';
+import { RESTORING_ATTR } from '../../lib/aws/restore/restore-partition.ts';
+import { RestoreInProgressError } from '../../lib/aws/restore/restore.ts';
+import { S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
+import { readCommittedFiles } from '../../lib/aws/sinks/s3-file-sink.ts';
+import { StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
+import { SqsTransport } from '../../lib/aws/sqs/sqs-transport.ts';
 import { RestoreError } from '../../lib/checkpoint/driver-errors.ts';
 import { runJob } from '../../lib/local/embedded.ts';
 import { Rng } from '../../lib/nexmark/random.ts';

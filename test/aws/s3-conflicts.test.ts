@@ -7,7 +7,7 @@
  */
 import { S3ServiceException } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createBucket, S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
+import { createBucket, S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
 import { mapS3Error, S3RequestError } from '../../lib/aws/transport-errors.ts';
 import { localClients, unique } from './helpers.ts';
 

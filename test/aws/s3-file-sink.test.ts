@@ -8,16 +8,16 @@
  * epoch, with a coordinator crash after the pointer write.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AwsSinks } from '../../lib/aws/sinks.ts';
+import { AwsSinks } from '../../lib/aws/sinks/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
-import { AwsAccounting } from '../../lib/aws/accounting.ts';
-import { createCheckpointHandler } from '../../lib/aws/checkpoint-handler.ts';
-import { INITIAL_CARRY, type Carry } from '../../lib/aws/checkpoint-task.ts';
-import { createStateTable } from '../../lib/aws/dynamodb-table.ts';
-import { createBucket, S3BlobStore } from '../../lib/aws/s3-blob-store.ts';
-import { S3FileSink } from '../../lib/aws/s3-file-sink.ts';
-import { parseS3FileSinkOptions, SinkRecordsRejectedError } from '../../lib/aws/sink-options.ts';
-import { createStageQueues, StaticQueues } from '../../lib/aws/sqs-queues.ts';
+import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
+import { createCheckpointHandler } from '../../lib/aws/checkpoint/checkpoint-handler.ts';
+import { INITIAL_CARRY, type Carry } from '../../lib/aws/checkpoint/checkpoint-task.ts';
+import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-table.ts';
+import { createBucket, S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
+import { S3FileSink } from '../../lib/aws/sinks/s3-file-sink.ts';
+import { parseS3FileSinkOptions, SinkRecordsRejectedError } from '../../lib/aws/sinks/sink-options.ts';
+import { createStageQueues, StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
 import { ConfigError, SluiceError } from '../../lib/errors.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { sourcePartitionKey } from '../../lib/checkpoint/protocol.ts';

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { type AwsCostReport, coordinatorShape, type QueryCost, queryReport, summary } from '../../bench/aws-cost.ts';
 import q5 from '../../examples/nexmark/q5.ts';
-import { managedFlinkMonthly } from '../../lib/aws/cost-model.ts';
+import { managedFlinkMonthly } from '../../lib/aws/cost/cost-model.ts';
 
 const result: QueryCost = {
   query: 'q5',

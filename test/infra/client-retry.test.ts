@@ -2,7 +2,7 @@
  * The Lambda entries (functions/*.ts) build every AWS client from handlerClientConfig()
  * (lib/aws/clients.ts): the SDK's adaptive retry mode (throttled calls are retried with
  * client-side rate limiting before a failure reaches the handler, whose own backoff then
- * takes over, lib/aws/group-backoff.ts) and the connection and request timeouts the
+ * takes over, lib/aws/operator/group-backoff.ts) and the connection and request timeouts the
  * construct sets in the function's environment.
  */
 import { readdirSync, readFileSync } from 'node:fs';

@@ -22,7 +22,7 @@ import { HeadBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { job } from '../../examples/nexmark/q5.ts';
 import { keyToString } from '../../lib/api/types.ts';
-import { ingestStreams } from '../../lib/aws/ingest-handler.ts';
+import { ingestStreams } from '../../lib/aws/ingest/ingest-handler.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { keyGroupOfString, partitionOfKeyGroup } from '../../lib/graph/keygroups.ts';
 const REPO_ROOT = new URL('../..', import.meta.url).pathname;

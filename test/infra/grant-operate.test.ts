@@ -12,7 +12,7 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import { describe, expect, it } from 'vitest';
 import { job as q5 } from '../../examples/nexmark/q5.ts';
 import { checkpointStateMachine } from '../../infra/checkpoint-state-machine.ts';
-import { IntrinsicResolver, type Physical } from '../../lib/aws/local/assembly/intrinsics.ts';
+import { IntrinsicResolver, type Physical } from '../../lib/testing/local-aws/assembly/intrinsics.ts';
 import { stageQueueName, stateTableName } from '../../lib/aws/naming.ts';
 import { type CfnResource, jobStack, logicalId, nagFindings, roleStatements } from './support/stacks.ts';
 

@@ -15,7 +15,7 @@ import { HANDLER_ENV, sdkTimeouts } from '../../infra/handler-environment.ts';
 import { ABORTED_EPOCHS_PERIOD, ABORTED_EPOCHS_THRESHOLD, EPOCHS_ABORTED_METRIC, METRICS_NAMESPACE } from '../../infra/monitoring.ts';
 import { SluiceJob } from '../../infra/sluice-job.ts';
 import { METRIC_DIMENSIONS, OPERATOR_METRICS } from '../../lib/aws/handler-metrics.ts';
-import { idleMonthly } from '../../lib/aws/cost-model.ts';
+import { idleMonthly } from '../../lib/aws/cost/cost-model.ts';
 import { deadLetterQueueName, stageQueueName } from '../../lib/aws/naming.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { type CfnResource, exampleApp, jobStack } from './support/stacks.ts';

@@ -6,11 +6,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import { job as q5 } from '../../examples/nexmark/q5.ts';
-import { pointerKey } from '../../lib/aws/dynamodb-pointers.ts';
-import { controlPk, statePk } from '../../lib/aws/dynamodb-layout.ts';
+import { pointerKey } from '../../lib/aws/dynamodb/dynamodb-pointers.ts';
+import { controlPk, statePk } from '../../lib/aws/dynamodb/dynamodb-layout.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { coordinatorLeadingKeys, INGEST_KEY_TABLE_ACTIONS, ingestKeyLeadingKeys, STAGE_TABLE_ACTIONS, stageLeadingKeys } from '../../infra/permissions.ts';
-import { keyPk } from '../../lib/aws/idempotency-store.ts';
+import { keyPk } from '../../lib/aws/ingest/idempotency-store.ts';
 import { actions, allStatements, exampleApp, logicalId, nagFindings, roleStatements, type Statement } from './support/stacks.ts';
 
 const { stack, job, resources } = exampleApp();

@@ -16,7 +16,7 @@ import { Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { keyToString, ManualClock, MIN_WATERMARK } from '../../lib/api/types.ts';
 import { type WindowAssigner, Windows } from '../../lib/api/windows.ts';
-import { decodeValue, encodeValue } from '../../lib/aws/dynamodb-layout.ts';
+import { decodeValue, encodeValue } from '../../lib/aws/dynamodb/dynamodb-layout.ts';
 import { channelId, compile, type PhysicalPlan } from '../../lib/graph/compile.ts';
 import { keyGroupOf, partitionOfKeyGroup } from '../../lib/graph/keygroups.ts';
 import { locationId, type ParkedFailure, PartitionRuntime, RecordFailedError } from '../../lib/runtime/partition.ts';

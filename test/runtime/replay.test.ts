@@ -1,5 +1,5 @@
 /**
- * The runtime core after an in-place restore on AWS (lib/aws/restore.ts): a source
+ * The runtime core after an in-place restore on AWS (lib/aws/restore/restore.ts): a source
  * channel whose installed progress carries `replay` takes replayed envelopes (records
  * of the input log) first. They move the channel's record count, never its offset, are
  * not logged again, and clear the marker once it is reached; then the queue continues
@@ -12,7 +12,7 @@ import { Job } from '../../lib/api/stream.ts';
 import { ManualClock, MIN_WATERMARK, WatermarkStrategies } from '../../lib/api/types.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { InvariantError } from '../../lib/errors.ts';
-import { replayChunks } from '../../lib/aws/restore-replay.ts';
+import { replayChunks } from '../../lib/aws/restore/restore-replay.ts';
 import { PartitionRuntime } from '../../lib/runtime/partition.ts';
 import { emptyProgress } from '../../lib/state/backend.ts';
 import { InMemoryStateBackend } from '../../lib/state/memory.ts';

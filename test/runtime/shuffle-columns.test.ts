@@ -11,7 +11,7 @@ import { Sinks } from '../../lib/api/sinks.ts';
 import { valueState } from '../../lib/api/state.ts';
 import { Job } from '../../lib/api/stream.ts';
 import { type Key, keyToString, ManualClock, MIN_WATERMARK } from '../../lib/api/types.ts';
-import { encodePart } from '../../lib/aws/sqs-codec.ts';
+import { encodePart } from '../../lib/aws/sqs/sqs-codec.ts';
 import { MemoryBlobStore } from '../../lib/checkpoint/local-storage.ts';
 import { channelId, compile, type PhysicalPlan } from '../../lib/graph/compile.ts';
 import { keyGroupOf, partitionOfKeyGroup } from '../../lib/graph/keygroups.ts';

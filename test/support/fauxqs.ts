@@ -1,2 +1,2 @@
-/** The fauxqs starter lives in the library (lib/aws/local/servers.ts): `--target local-aws` uses it too. */
-export { startFauxqs } from '../../lib/aws/local/servers.ts';
+/** The fauxqs starter lives in the library (lib/testing/local-aws/servers.ts): `--target local-aws` uses it too. */
+export { startFauxqs } from '../../lib/testing/local-aws/servers.ts';

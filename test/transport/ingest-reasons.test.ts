@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { validateWithSchema } from '../../lib/api/sources.ts';
-import { sqsUnsafe } from '../../lib/aws/ingest-handler.ts';
+import { sqsUnsafe } from '../../lib/aws/ingest/ingest-handler.ts';
 
 const schema = z.object({ id: z.number().int(), k: z.string(), tags: z.array(z.string()).optional() });
 
