@@ -5,7 +5,7 @@
  * what was expected and what was received, and exit 1.
  */
 import { Command, Option } from 'commander';
-import { registerCheckpointCommands } from './checkpoint-commands.ts';
+import { addTargetOptions, registerCheckpointCommands } from './checkpoint-commands.ts';
 import { addRejectPolicyOptions, EXIT, outcomeCode, type RejectPolicy } from './exit-codes.ts';
 import { errorJson, examples, JSON_FLAG, packageVersion, printJson, strictParsing, wantsJson } from './program.ts';
 import { type Target, TARGETS } from './targets.ts';
@@ -174,31 +174,37 @@ program
     }),
   );
 
-program
-  .command('status')
-  .description("the live numbers of a job running under `sluice dev`: records, rejections, dead letters, operators, watermarks, last checkpoint")
-  .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
-  .option('--checkpoint-dir <dir>', "the dev process's checkpoint directory (default .sluice/<job>/)")
-  .option('--param <key=value>', 'job parameter, repeatable', collect, [])
-  .option(...JSON_FLAG)
-  .action(
-    action('status', async (job: string, opts: { checkpointDir?: string; param: string[]; json?: boolean }) => {
-      const s = await (await import('./status.ts')).statusCommand(job, opts, (l) => process.stderr.write(l + '\n'));
-      if (opts.json) printJson(s);
-    }),
-  );
+addTargetOptions(
+  program
+    .command('status')
+    .description("what a job is doing: under `sluice dev`, its live numbers (records, rejections, dead letters, operators, watermarks, last checkpoint); with --target local-aws|aws, its stage queues, dead-letter queues, checkpoints and coordinator")
+    .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
+    .option('--checkpoint-dir <dir>', "the dev process's (or local-aws run's) checkpoint directory (default .sluice/<job>/)")
+    .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+    .option(...JSON_FLAG),
+).action(
+  action('status', async (job: string, opts: { checkpointDir?: string; param: string[]; json?: boolean; target: 'embedded' | 'local-aws' | 'aws' }) => {
+    const log = (l: string) => process.stderr.write(l + '\n');
+    const s =
+      opts.target === 'embedded'
+        ? await (await import('./status.ts')).statusCommand(job, opts, log)
+        : await (await import('./status-aws.ts')).awsStatusCommand(job, { ...opts, target: opts.target }, log);
+    if (opts.json) printJson(s);
+  }),
+);
 
 const STATE_GET_EXAMPLES = [
   'sluice state get jobs/orders.ts per-customer c42',
   'sluice state get jobs/orders.ts per-customer c42 --from before-upgrade --json',
   'sluice state get jobs/orders.ts per-customer 17 --checkpoint-dir /var/lib/orders --from 12',
+  'sluice state get jobs/orders.ts per-customer c42 --target aws --json',
 ];
-program
+const stateGet = program
   .command('state')
-  .description("read a job's keyed state from its embedded checkpoints")
+  .description("read a job's keyed state from its checkpoints (embedded, a local-AWS run's, or the deployed job's)")
   .addHelpText('after', examples(...STATE_GET_EXAMPLES))
   .command('get')
-  .description("one key's state in an operator, as the latest checkpoint (or --from a checkpoint or savepoint) holds it")
+  .description("one key's state in an operator, as the latest checkpoint (or --from a checkpoint or savepoint) holds it; --target local-aws|aws reads a local-AWS run's or the deployed job's checkpoints")
   .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
   .argument('<operator>', 'the keyed operator (its .name())')
   .argument('<key>', 'the key (a number when it reads as one and no string key matches)')
@@ -206,13 +212,13 @@ program
   .option('--from <checkpoint|savepoint>', "a retained checkpoint's epoch or a savepoint label (default: the latest checkpoint)")
   .option('--param <key=value>', 'job parameter, repeatable', collect, [])
   .option(...JSON_FLAG)
-  .addHelpText('after', examples(...STATE_GET_EXAMPLES))
-  .action(
-    action('state get', async (job: string, operator: string, key: string, opts: { checkpointDir?: string; from?: string; param: string[]; json?: boolean }) => {
-      const r = await (await import('./state-get.ts')).stateGetCommand(job, operator, key, opts, (l) => process.stderr.write(l + '\n'));
-      if (opts.json) printJson(r);
-    }),
-  );
+  .addHelpText('after', examples(...STATE_GET_EXAMPLES));
+addTargetOptions(stateGet).action(
+  action('state get', async (job: string, operator: string, key: string, opts: { checkpointDir?: string; from?: string; param: string[]; json?: boolean; target: 'embedded' | 'local-aws' | 'aws' }) => {
+    const r = await (await import('./state-get.ts')).stateGetCommand(job, operator, key, opts, (l) => process.stderr.write(l + '\n'));
+    if (opts.json) printJson(r);
+  }),
+);
 
 // Checkpoint flags on run and dev; the checkpoints, savepoint and restore commands.
 registerCheckpointCommands(program, action);
@@ -232,7 +238,7 @@ const EXAMPLES: Record<string, string[]> = {
   deploy: ['sluice deploy jobs/orders.ts', 'AWS_ENDPOINT_URL=http://localhost:4566 sluice deploy jobs/orders.ts --endpoint functionUrl --removal-policy destroy'],
   destroy: ['sluice destroy jobs/orders.ts', 'sluice destroy jobs/orders.ts --stack-name Orders-Staging --force'],
   demo: ['sluice demo', 'sluice demo --query q8 --duration 10 --events-per-second 20000', 'sluice demo --duration 5 --json'],
-  status: ['sluice status examples/first-job.ts', 'sluice status jobs/orders.ts --checkpoint-dir /var/lib/orders --json'],
+  status: ['sluice status examples/first-job.ts', 'sluice status jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice status jobs/orders.ts --target aws'],
   checkpoints: ['sluice checkpoints jobs/orders.ts', 'sluice checkpoints jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice checkpoints jobs/orders.ts --target aws'],
   savepoint: ['sluice savepoint jobs/orders.ts --label before-upgrade', 'sluice savepoint jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice savepoint jobs/orders.ts --target aws --label v2'],
   restore: [
