@@ -128,6 +128,8 @@ export async function prepareRunCheckpoints(
       runtime: (bindings: Omit<EmbeddedOptions, 'checkpoints' | 'restore'>) => Promise<EmbeddedRuntime>;
       /** --target local-aws: what LocalAwsRun passes to the local-AWS runtime. */
       localAws?: LocalAwsRunCheckpoints;
+      /** The embedded run's checkpointing, for the dashboard (once the runtime is open). */
+      monitored?: () => MonitoredCheckpoints | undefined;
       summary: () => void;
     }
   | undefined
@@ -145,6 +147,7 @@ export async function prepareRunCheckpoints(
   let checkpoints: LocalCheckpointing | undefined;
   return {
     sink,
+    monitored: () => checkpoints && { driver: checkpoints.driver, intervalMs: ck.intervalMs || null, dir: ck.dir },
     runtime: async (bindings) => {
       const onSourceRecords =
         crashAfter === undefined

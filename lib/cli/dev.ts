@@ -9,8 +9,6 @@
  * slow, and refuses with 429 what would pass --max-queued or --max-lag.
  */
 import { z } from 'zod';
-import type { Sink } from '../api/sinks.ts';
-import type { Job } from '../api/stream.ts';
 import { DASHBOARD_HTML } from '../local/dashboard-page.ts';
 import { SinkTap } from '../local/dashboard-sink-tap.ts';
 import { EmbeddedRuntime, type RuntimeStats } from '../local/embedded.ts';
@@ -61,13 +59,6 @@ export function describeRejections(stats: Pick<RuntimeStats, 'rejectedInputs'>, 
   return describeRejected(rejectedCounts(stats, endpoint));
 }
 
-/** The job's sinks, each wrapped so that the dashboard shows its latest records. */
-export function tappedSinks(job: Job, tap: SinkTap): Record<string, Sink<unknown>> {
-  const sinks: Record<string, Sink<unknown>> = {};
-  for (const n of job.graph.sinks()) if (n.spec.kind === 'sink') sinks[n.name] = tap.wrap(n.name, n.spec.sink);
-  return sinks;
-}
-
 export async function devCommand(jobPath: string, opts: DevCommandOptions, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<DevSummary> {
   const flags = validateFlags(DevFlags, { port: opts.port ?? 8080, host: opts.host ?? '127.0.0.1', maxQueued: opts.maxQueued ?? DEFAULT_MAX_QUEUED, maxLag: opts.maxLag ?? DEFAULT_MAX_LAG_MS }, {
     port: { flag: '--port', expected: 'an integer from 0 to 65535 (0 = any free port)' },
@@ -81,7 +72,7 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   const job = await loadJob(jobPath, parseParams(opts.param));
   const tap = new SinkTap();
   // Checkpoints every 10 s by default (savepoints on request); --checkpoint-interval 0 keeps savepoints only.
-  const embedded = { sliceMs: DEV_SLICE_MS, sinks: tappedSinks(job, tap) };
+  const embedded = { sliceMs: DEV_SLICE_MS, sinks: tap.wrapJobSinks(job) };
   const checkpointed = await openDevRuntime(job, opts, say, embedded);
   const runtime = checkpointed?.runtime ?? new EmbeddedRuntime(job, embedded);
   await runtime.start();

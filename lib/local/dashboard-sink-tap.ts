@@ -5,6 +5,7 @@
  * sink writes it once.
  */
 import type { Sink, SinkBatch } from '../api/sinks.ts';
+import type { Job } from '../api/stream.ts';
 
 export interface SinkLatest {
   readonly name: string;
@@ -62,6 +63,13 @@ export class SinkTap {
         return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
       },
     });
+  }
+
+  /** Every sink of `job`, wrapped (EmbeddedOptions.sinks). */
+  wrapJobSinks(job: Job): Record<string, Sink<unknown>> {
+    const sinks: Record<string, Sink<unknown>> = {};
+    for (const n of job.graph.sinks()) if (n.spec.kind === 'sink') sinks[n.name] = this.wrap(n.name, n.spec.sink);
+    return sinks;
   }
 
   /** Each wrapped sink's latest records, in the order the sinks were wrapped. */
