@@ -87,9 +87,10 @@ const run = program
   .addOption(targetOption())
   .option('--assembly <dir>', 'assembly: a cloud assembly `sluice synth` wrote (default: synthesize one into a temporary directory)')
   .option('--stack-name <name>', 'assembly: the stack to run (default: the only one)')
+  .option('--dashboard [port]', 'serve the web dashboard on loopback while the run lasts (default any free port; its URL is printed)')
   .option(...JSON_FLAG);
 addRejectPolicyOptions(run).action(
-  action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target; assembly?: string; stackName?: string; json?: boolean } & RejectPolicy) => {
+  action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target; assembly?: string; stackName?: string; dashboard?: true | string; json?: boolean } & RejectPolicy) => {
     const s = await (await import('./run.ts')).runCommand(job, opts);
     if (opts.json) printJson(s);
     process.exitCode = outcomeCode({ rejected: s.rejectedInputs, deadLetters: s.deadLetters }, opts);
@@ -98,7 +99,10 @@ addRejectPolicyOptions(run).action(
 
 const dev = program
   .command('dev')
-  .description('run a job on the embedded runtime with its HTTP ingestion endpoint and a live table')
+  .description(
+    'run a job on the embedded runtime with its HTTP ingestion endpoint, a web dashboard at / on the same port, and a live view on stderr ' +
+      "(redrawn in place in a terminal, a line every few seconds otherwise; stdout is left to the job's stdout sinks)",
+  )
   .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
   .option('--port <port>', 'ingestion endpoint port (0 = any free port)', '8080')
   .option('--host <host>', 'interface to listen on', '127.0.0.1')
@@ -177,7 +181,7 @@ program
 addTargetOptions(
   program
     .command('status')
-    .description("what a job is doing: under `sluice dev`, its live numbers (records, rejections, dead letters, operators, watermarks, last checkpoint); with --target local-aws|aws, its stage queues, dead-letter queues, checkpoints and coordinator")
+    .description("what a job is doing: under `sluice dev`, its live numbers (records, rejections, dead letters, late drops, queues, watermarks, checkpoints; --json: the GET /stats body the dashboard draws); with --target local-aws|aws, its stage queues, dead-letter queues, checkpoints and coordinator")
     .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
     .option('--checkpoint-dir <dir>', "the dev process's (or local-aws run's) checkpoint directory (default .sluice/<job>/)")
     .option('--param <key=value>', 'job parameter, repeatable', collect, [])
@@ -231,6 +235,7 @@ const EXAMPLES: Record<string, string[]> = {
     'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --json > summary.json',
     'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --checkpoint-interval 1000 --resume',
     'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --target local-aws',
+    'sluice run jobs/orders.ts --input big.jsonl --output alerts.jsonl --dashboard 8090',
   ],
   dev: ['sluice dev examples/first-job.ts --port 8080', 'sluice dev jobs/orders.ts --port 0 --checkpoint-interval 5000', 'sluice dev jobs/orders.ts --resume'],
   publish: ['sluice publish views views.jsonl --url http://127.0.0.1:8080', 'sluice publish orders orders.jsonl --url https://abc123.execute-api.eu-west-1.amazonaws.com --json'],
