@@ -60,13 +60,12 @@ import { type Clock, systemClock } from '../../api/types.ts';
 import type { BlobStore } from '../../checkpoint/storage.ts';
 import { CommitConflictError, ConfigError, InvariantError } from '../../errors.ts';
 import { compile, type PhysicalPlan } from '../../graph/compile.ts';
-import { type BatchOutcome, BatchRunner, type OutboxPorts } from '../../runtime/batch-runner.ts';
+import { type BatchOutcome, BatchRunner } from '../../runtime/batch-runner.ts';
 import { failedEnvelope, type FailureLocation, type ParkedFailure, PartitionRuntime } from '../../runtime/partition.ts';
 import type { PartitionScope, StateBackend } from '../../state/backend.ts';
 import type { BarrierAck, Envelope } from '../../transport/envelope.ts';
 import { AwsAccounting } from '../cost/accounting.ts';
 import { DynamoDbAckStore } from '../checkpoint/checkpoint-acks.ts';
-import { bindAwsSinks } from '../sinks/sink-options.ts';
 import { DynamoDbStateBackend } from '../dynamodb/dynamodb-state.ts';
 import { DynamoDbTable } from '../dynamodb/dynamodb-table.ts';
 import { AwsInputLog } from './input-log.ts';
@@ -75,6 +74,7 @@ import { stageOfQueue, stateTableName } from '../naming.ts';
 import { countIncident, groupLag, OPERATOR_METRICS, stageDimension } from '../handler-metrics.ts';
 import { backoffFor, changeVisibility, DEFAULT_MAX_RECEIVE_COUNT, type GroupBackoffOptions, receivesOf, resolveGroupBackoff } from './group-backoff.ts';
 import { RecordAttempts } from './record-attempts.ts';
+import { AwsOutbox } from './outbox-ports.ts';
 import { WAKE_BODY } from '../sqs/sqs-codec.ts';
 import { NamedQueues, type QueueResolver } from '../sqs/sqs-queues.ts';
 import { SqsTransport } from '../sqs/sqs-transport.ts';
@@ -169,17 +169,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   const metrics = config.metrics;
   const recordAcks = config.onBarrierAcks ?? (checkpointStore ? ackRecorder(new DynamoDbAckStore({ client: config.dynamodb, tableName, job, accounting })) : undefined);
 
-  const sinks = new Map<string, Sink<any>>();
-  const own: Sink<any>[] = [];
-  for (const node of plan.job.sinks()) {
-    if (node.spec.kind !== 'sink') continue;
-    const injected = config.sinks?.[node.name];
-    sinks.set(node.name, injected ?? node.spec.sink);
-    if (!injected) own.push(node.spec.sink);
-  }
-  // AWS sinks (S3 files, DynamoDB upsert) write with this function's clients and accounting.
-  bindAwsSinks(sinks, { job, s3: config.s3, dynamodb: config.dynamodb, bucket: config.bucket, tableName, accounting });
-  let opened: Promise<void> | undefined;
+  const outbox = new AwsOutbox({ plan, transport, sinks: config.sinks, binding: { job, s3: config.s3, dynamodb: config.dynamodb, bucket: config.bucket, tableName, accounting }, recordAcks, log, metrics });
 
   /** Warm partitions: their runtimes are reused while no other container commits to them (the version fence checks). */
   const runners = new Map<string, BatchRunner>();
@@ -196,7 +186,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
           if (rt.recoveredOutbox.length) log?.info('delivering a recovered outbox', { stage, partition, entries: rt.recoveredOutbox.length });
           return rt;
         },
-        outbox: outboxPorts(scope),
+        outbox: outbox.portsFor(scope),
         attempts: attemptsLog.of(scope),
         maxAttempts,
       });
@@ -214,34 +204,6 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     const envelopes = await replayEnvelopes(plan, rt.scope, pending, inputLog);
     log?.info('replaying the input log after an in-place restore', { stage: rt.scope.stage, partition: rt.scope.partition, records: envelopes.reduce((n, e) => n + e.records.length, 0) });
     return replayChunks(envelopes);
-  }
-
-  /** Where a partition's outbox goes: the stage queues, the stage's DLQ, the sinks, the coordinator's acks. */
-  function outboxPorts(scope: PartitionScope): OutboxPorts {
-    return {
-      channels: (envelopes) => transport.sendEnvelopes(plan, envelopes),
-      deadLetters: async (letters) => {
-        await transport.sendDeadLetters(letters.map(({ letter, epoch }) => ({ ...letter, job, stage: scope.stage, partition: scope.partition, epoch })));
-        metrics?.addMetric(OPERATOR_METRICS.deadLetters, MetricUnit.Count, letters.length);
-        for (const { letter: d } of letters) {
-          if (d.record) log?.warn('record parked as a dead letter', { operator: d.operator, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });
-          else log?.warn('callback parked as a dead letter (a timer counts as consumed)', { operator: d.operator, timer: d.timer, watermark: d.watermark, attempts: d.attempts, error: d.error });
-        }
-      },
-      sink: async (delivery) => {
-        opened ??= Promise.all(own.map((s) => s.open?.())).then(() => undefined);
-        await opened;
-        const sink = sinks.get(delivery.sink);
-        if (!sink) throw new InvariantError(`outbox names sink "${delivery.sink}", which job ${job} does not have`);
-        await sink.write(delivery);
-      },
-      sinkRejected: (e) => log?.warn('sink refused records; parked as dead letters', { sink: e.sink, producer: e.producer, seq: e.seq, records: e.rejected.length, error: e.message }),
-      acks: (acks) => {
-        // Without a coordinator the epoch times out and is aborted: nothing waits on a lost ack.
-        if (recordAcks) return recordAcks(acks);
-        log?.warn('checkpoint acknowledgements without a coordinator were dropped', { epochs: acks.map((a) => a.epoch) });
-      },
-    };
   }
 
   /**
