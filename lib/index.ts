@@ -47,7 +47,7 @@ export type {
   WindowInfo,
   WindowResultFunction,
 } from './api/functions.ts';
-export { Sinks, IdempotentSink, CollectSink, StdoutSink, JsonLinesFileSink, type Sink, type SinkBatch, type TransactionalSink } from './api/sinks.ts';
+export { Sinks, IdempotentSink, CollectSink, StdoutSink, JsonLinesFileSink, SinkRecordsRejectedError, type Sink, type SinkBatch, type TransactionalSink } from './api/sinks.ts';
 export type { SourceOptions, SourceBinding } from './api/sources.ts';
 export { isJob, type JobParams } from './api/job-module.ts';
 export { EmbeddedRuntime, runJob, type EmbeddedOptions, type RuntimeStats } from './local/embedded.ts';

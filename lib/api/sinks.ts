@@ -65,6 +65,26 @@ export abstract class IdempotentSink<T> implements Sink<T> {
   protected abstract writeRecords(records: readonly T[]): Promise<void> | void;
 }
 
+/**
+ * Some records of a delivery could not be written (the sink's key or item function threw
+ * or returned the wrong type, a value is not serialisable); the others were. Both runtimes
+ * park the rejected ones as dead letters with their error (lib/runtime/batch-runner.ts), so
+ * one bad record neither wedges the partition (its outbox would fail forever) nor
+ * disappears, nor ends the run.
+ */
+export class SinkRecordsRejectedError extends SluiceError {
+  readonly code = 'SINK_RECORDS_REJECTED';
+  readonly retryable = false;
+  constructor(
+    readonly sink: string,
+    readonly producer: string,
+    readonly seq: number,
+    readonly rejected: readonly { readonly index: number; readonly record: unknown; readonly error: string }[],
+  ) {
+    super(`sink ${sink}: ${rejected.length} record(s) of delivery ${producer}#${seq} rejected; first: record ${rejected[0]?.index}: ${rejected[0]?.error}`);
+  }
+}
+
 /** A sink's stream failed (EPIPE, ENOSPC, ...): what it was writing cannot be counted as delivered. */
 export class SinkWriteError extends SluiceError {
   readonly code = 'SINK_WRITE';

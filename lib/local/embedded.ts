@@ -2,9 +2,10 @@
  * The embedded runtime: a whole job in one process. Each stage partition has a
  * bounded FIFO input queue; a deterministic scheduler runs ready partitions
  * downstream-first (so queues drain and memory stays bounded), then pulls sources
- * while the first stages have room. Partitions commit every batch to the state
- * backend (state + progress + outbox, atomically) before anything is delivered,
- * so crashes and duplicate deliveries never change the results.
+ * while the first stages have room. Each batch goes through the partition's batch
+ * runner (lib/runtime/batch-runner.ts: commit, outbox delivery, the failure policy),
+ * so crashes and duplicate deliveries never change the results; a failed batch stays
+ * in its queue and runs again on a recovered runtime.
  *
  * Output order is a pure function of the job, its input and its configuration:
  * the scheduler visits stages in reverse order and partitions in index order.
@@ -12,15 +13,16 @@
 import type { Sink } from '../api/sinks.ts';
 import { type Clock, MAX_WATERMARK, systemClock } from '../api/types.ts';
 import type { Job } from '../api/stream.ts';
-import { BackPressureError, InjectedCrash, SluiceError } from '../errors.ts';
+import { BackPressureError } from '../errors.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
-import { locationId, PartitionRuntime, RecordFailedError } from '../runtime/partition.ts';
+import { BatchRunner, type BatchStep, MemoryAttempts } from '../runtime/batch-runner.ts';
+import { PartitionRuntime } from '../runtime/partition.ts';
 import { keyGroupsOf } from '../runtime/snapshots.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
 import type { StateBackend } from '../state/backend.ts';
 import { type LingerPolicy, shouldLinger } from './linger.ts';
-import { type Barrier, type Envelope, type OutboxEntry, recordCount } from '../transport/envelope.ts';
+import { type Barrier, type Envelope, recordCount } from '../transport/envelope.ts';
 import type { StoredDeadLetter } from '../checkpoint/dead-letter-store.ts';
 import { OutboxDelivery } from './outbox-delivery.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
@@ -34,6 +36,7 @@ import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';
 import { TimeSlicer } from './time-slice.ts';
 import { Arrivals, type IngestView, ingestPressure, ingestStreams, offerIngest, recallIngestKey, validateIngest } from './embedded-ingest.ts';
 import { faultSite } from '../util/fault-sites.ts';
+import type { CrashPoint } from './faults.ts';
 
 export type { EmbeddedCheckpointHooks, EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
 export { chunkedRounds } from './rounds.ts';
@@ -115,15 +118,11 @@ export class EmbeddedRuntime implements IngestTarget {
     for (const s of this.sinks.values()) await s.open?.();
     if (this.options.restore) this.install(this.options.restore);
     for (const stage of this.plan.stages) {
-      const row: Slot[] = [];
       const downstream = !this.plan.edges.some((e) => e.toStage === stage.id && e.from.kind === 'source');
-      for (let p = 0; p < stage.parallelism; p++) {
-        const runtime = await this.openPartition(stage.id, p);
-        row.push(newSlot(stage.id, p, runtime, downstream));
-      }
-      this.slots.push(row);
+      this.slots.push(Array.from({ length: stage.parallelism }, (_, p) => newSlot(stage.id, p, this.newRunner(stage.id, p), downstream)));
     }
-    for (const row of this.slots) for (const slot of row) await this.deliver(slot.runtime.recoveredOutbox, slot);
+    // Every queue exists before a recovered outbox is delivered into it.
+    for (const row of this.slots) for (const slot of row) await slot.runner.open();
     for (const edge of this.plan.edges) {
       const feed = openSourceFeed(this.plan, edge, this.options, this.clock);
       if (feed) {
@@ -352,7 +351,7 @@ export class EmbeddedRuntime implements IngestTarget {
     for (const row of this.slots) {
       for (const slot of row) {
         if (slot.runtime.nextProcessingTime() > now) continue;
-        await this.runBatch(slot, slot.runtime.tick(slot.skip.size ? slot.skip : undefined), 0);
+        await this.runBatch(slot, undefined);
       }
     }
   }
@@ -365,16 +364,8 @@ export class EmbeddedRuntime implements IngestTarget {
   private processSlot(slot: Slot): Promise<void> {
     const slicer = this.slicer;
     const batch = nextBatch(slot, this.opts.maxEnvelopesPerBatch, slicer ? slicer.records(this.opts.batchRecords) : this.opts.batchRecords);
-    const envelopes = batch.length;
-    const skip = slot.skip.size ? slot.skip : undefined;
     const t0 = slicer ? performance.now() : 0;
-    let work: ReturnType<PartitionRuntime['process']>;
-    try {
-      work = slot.runtime.process(batch, skip);
-    } catch (e) {
-      work = Promise.reject(e);
-    }
-    const done = this.runBatch(slot, work, envelopes);
+    const done = this.runBatch(slot, batch);
     if (!slicer) return done;
     // Measured whole (commit and delivery included): the stretch the event loop waits for.
     return done.then(() => {
@@ -384,49 +375,34 @@ export class EmbeddedRuntime implements IngestTarget {
     });
   }
 
-  /** One batch with the crash-recovery policy: on any failure, reopen from committed state and let the queue redeliver. */
-  private async runBatch(slot: Slot, work: ReturnType<PartitionRuntime['process']>, envelopes: number): Promise<void> {
-    const faults = this.options.faults;
-    try {
-      const result = await work;
+  /** One batch (undefined: the timers due); on a failure the batch stays queued and the partition recovers. */
+  private async runBatch(slot: Slot, batch: readonly Envelope[] | undefined): Promise<void> {
+    const out = await slot.runner.run(batch, slot.skip);
+    if (out.ok) {
+      const result = out.result;
       if (result.committed) this.counters.commits++;
       this.counters.duplicatesDropped += result.duplicatesDropped;
       addLateDropped(this.counters, result.lateDropped);
-      faultSite('batch.commit.after');
-      faults?.maybeCrash('after-commit');
-      const delivered = this.deliver(result.outbox, slot);
-      if (delivered) await delivered;
-      faultSite('outbox.delivered');
-      faults?.maybeCrash('after-deliver');
-      if (result.outbox.length) await slot.runtime.outboxDelivered(result.version);
-      faultSite('outbox.cleared');
-      faults?.maybeCrash('before-ack');
-      ackFrom(slot, envelopes);
-      // Parked for good; a timer registered again later must fire.
-      for (const id of result.parked) {
-        slot.skip.delete(id);
-        slot.failures.delete(id);
-      }
-    } catch (e) {
-      if (e instanceof RecordFailedError && e.location) {
-        const id = locationId(e.location);
-        const cause = e.cause instanceof Error ? e.cause : e;
-        const f = { error: e.message, operator: e.operator, attempts: (slot.failures.get(id)?.attempts ?? 0) + 1, ...(cause.stack ? { stack: cause.stack } : {}) };
-        slot.failures.set(id, f);
-        if (f.attempts >= this.opts.maxAttempts) slot.skip.set(id, f);
-      } else if (!(e instanceof InjectedCrash) && !(e instanceof SluiceError && e.retryable)) {
-        throw e;
-      }
-      await this.recover(slot);
+      if (batch) ackFrom(slot, batch.length);
+      return;
     }
+    if (!out.retryable) throw out.error;
+    this.counters.recoveries++;
+    await slot.runner.open();
   }
 
-  /** Crash recovery: a fresh runtime from committed state; its undelivered outbox goes out again. */
-  private async recover(slot: Slot): Promise<void> {
-    this.counters.recoveries++;
-    slot.runtime = await this.openPartition(slot.stage, slot.partition);
-    await this.deliver(slot.runtime.recoveredOutbox, slot);
-    if (slot.runtime.recoveredOutbox.length) await slot.runtime.outboxDelivered(slot.runtime.currentVersion);
+  private newRunner(stage: number, partition: number): BatchRunner {
+    const faults = this.options.faults;
+    return new BatchRunner({
+      open: () => this.openPartition(stage, partition),
+      outbox: this.delivery.portsFor(stage, partition),
+      attempts: new MemoryAttempts(),
+      maxAttempts: this.opts.maxAttempts,
+      step: (step) => {
+        faultSite(SITES[step]);
+        faults?.maybeCrash(CRASHES[step]);
+      },
+    });
   }
 
   private openPartition(stage: number, partition: number): Promise<PartitionRuntime> {
@@ -442,10 +418,6 @@ export class EmbeddedRuntime implements IngestTarget {
       },
       checkpointStore: this.options.checkpoints?.store,
     });
-  }
-
-  private deliver(outbox: readonly OutboxEntry[], from: Slot): Promise<void> | undefined {
-    return this.delivery.deliver(outbox, from);
   }
 
   // ---- ingestion (IngestTarget: embedded-ingest.ts) ----
@@ -482,6 +454,10 @@ export class EmbeddedRuntime implements IngestTarget {
     return stageQueues(this.plan, this.slots, this.opts.queueCapacity);
   }
 }
+
+/** The fault site and the injected crash after each step of a batch. */
+const SITES: Record<BatchStep, string> = { committed: 'batch.commit.after', delivered: 'outbox.delivered', cleared: 'outbox.cleared' };
+const CRASHES: Record<BatchStep, CrashPoint> = { committed: 'after-commit', delivered: 'after-deliver', cleared: 'before-ack' };
 
 /** Run a bounded job to completion on the embedded runtime. */
 export async function runJob(job: Job, options: EmbeddedOptions = {}): Promise<{ runtime: EmbeddedRuntime; stats: RuntimeStats }> {

@@ -1,15 +1,19 @@
 /**
- * The embedded scheduler's view of one stage partition: its FIFO input queue (an array
- * read from `head`, compacted as it drains), its parked failures, and what lingering
- * (linger.ts) keeps of it. The queue operations here are the scheduler's only writes to it.
+ * The embedded scheduler's view of one stage partition: its batch runner, its FIFO input
+ * queue (an array read from `head`, compacted as it drains), its skip list, and what
+ * lingering (linger.ts) keeps of it. The queue operations here are the scheduler's only
+ * writes to it.
  */
+import type { BatchRunner } from '../runtime/batch-runner.ts';
 import type { ParkedFailure, PartitionRuntime } from '../runtime/partition.ts';
 import { type Envelope, recordCount } from '../transport/envelope.ts';
 
 export interface Slot {
   readonly stage: number;
   readonly partition: number;
-  runtime: PartitionRuntime;
+  readonly runner: BatchRunner;
+  /** The runner's open runtime. */
+  readonly runtime: PartitionRuntime;
   queue: Envelope[];
   head: number;
   queuedRecords: number;
@@ -19,15 +23,18 @@ export interface Slot {
   readonly downstream: boolean;
   fedRound: number;
   lingered: number;
-  readonly failures: Map<string, ParkedFailure>;
+  /** Locations tried maxAttempts times, parked by the next run. */
   readonly skip: Map<string, ParkedFailure>;
 }
 
-export function newSlot(stage: number, partition: number, runtime: PartitionRuntime, downstream: boolean): Slot {
+export function newSlot(stage: number, partition: number, runner: BatchRunner, downstream: boolean): Slot {
   return {
     stage,
     partition,
-    runtime,
+    runner,
+    get runtime() {
+      return runner.runtime;
+    },
     queue: [],
     head: 0,
     queuedRecords: 0,
@@ -37,7 +44,6 @@ export function newSlot(stage: number, partition: number, runtime: PartitionRunt
     downstream,
     fedRound: -1,
     lingered: 0,
-    failures: new Map(),
     skip: new Map(),
   };
 }

@@ -4,12 +4,13 @@
  * Per message group (= partition), in the order SQS gave the messages:
  *   1. decode every message into envelopes (channel envelopes, or an ingest message as a
  *      source envelope whose offset is the SQS SequenceNumber);
- *   2. take the partition's PartitionRuntime, cached across warm invocations; a new one
- *      first delivers the outbox a crashed predecessor committed but did not deliver;
- *   3. process all envelopes of the group in one commit (DynamoDB transaction: state,
- *      progress, outbox);
- *   4. deliver the outbox: envelopes to the downstream stage queues, sink batches to the
- *      sinks, dead letters to the stage's DLQ; then outboxDelivered (clears it).
+ *   2. take the partition's batch runner (lib/runtime/batch-runner.ts), whose runtime is
+ *      cached across warm invocations; a new one first delivers, then clears, the outbox a
+ *      crashed predecessor committed but did not deliver;
+ *   3. run all envelopes of the group as one batch: one commit (DynamoDB transaction:
+ *      state, progress, outbox), then the outbox delivered (envelopes to the downstream
+ *      stage queues, sink batches to the sinks, dead letters to the stage's DLQ, then the
+ *      barrier acks) and cleared.
  * Checkpoints (checkpointStore set): a barrier message in a source queue decodes into a
  * barrier envelope; once aligned, the partition writes its snapshot object to the store
  * (S3) in the commit, and its `ack` outbox entry is recorded (DynamoDbAckStore, create-only)
@@ -18,7 +19,8 @@
  * the runtime drops what it already applied (per-channel high-water marks and offsets).
  *
  * Failures follow the FIFO rule: the first failed message and every later message of
- * its group are reported in batchItemFailures; other groups are independent.
+ * its group are reported in batchItemFailures; other groups are independent. The batch
+ * runner counts attempts and keeps the skip list; this handler maps them onto messages.
  * - User code throws on a record (RecordFailedError with its location): the messages
  *   before it are committed in a second pass and succeed; its message and the rest fail
  *   and come back. Attempts are counted per record (record-attempts.ts); at the
@@ -58,12 +60,12 @@ import { type Clock, systemClock } from '../../api/types.ts';
 import type { BlobStore } from '../../checkpoint/storage.ts';
 import { CommitConflictError, ConfigError, InvariantError } from '../../errors.ts';
 import { compile, type PhysicalPlan } from '../../graph/compile.ts';
-import { failedEnvelope, locationId, type ParkedFailure, PartitionRuntime, RecordFailedError } from '../../runtime/partition.ts';
+import { type BatchOutcome, BatchRunner } from '../../runtime/batch-runner.ts';
+import { failedEnvelope, type FailureLocation, type ParkedFailure, PartitionRuntime } from '../../runtime/partition.ts';
 import type { PartitionScope, StateBackend } from '../../state/backend.ts';
-import { type BarrierAck, type Envelope, type OutboxEntry, outboxEpochAt } from '../../transport/envelope.ts';
+import type { BarrierAck, Envelope } from '../../transport/envelope.ts';
 import { AwsAccounting } from '../cost/accounting.ts';
 import { DynamoDbAckStore } from '../checkpoint/checkpoint-acks.ts';
-import { bindAwsSinks, SinkRecordsRejectedError } from '../sinks/sink-options.ts';
 import { DynamoDbStateBackend } from '../dynamodb/dynamodb-state.ts';
 import { DynamoDbTable } from '../dynamodb/dynamodb-table.ts';
 import { AwsInputLog } from './input-log.ts';
@@ -72,7 +74,8 @@ import { stageOfQueue, stateTableName } from '../naming.ts';
 import { countIncident, groupLag, OPERATOR_METRICS, stageDimension } from '../handler-metrics.ts';
 import { backoffFor, changeVisibility, DEFAULT_MAX_RECEIVE_COUNT, type GroupBackoffOptions, receivesOf, resolveGroupBackoff } from './group-backoff.ts';
 import { RecordAttempts } from './record-attempts.ts';
-import { type DeadLetterMessage, WAKE_BODY } from '../sqs/sqs-codec.ts';
+import { AwsOutbox } from './outbox-ports.ts';
+import { WAKE_BODY } from '../sqs/sqs-codec.ts';
 import { NamedQueues, type QueueResolver } from '../sqs/sqs-queues.ts';
 import { SqsTransport } from '../sqs/sqs-transport.ts';
 import { MessageDecodeError } from '../transport-errors.ts';
@@ -166,33 +169,30 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   const metrics = config.metrics;
   const recordAcks = config.onBarrierAcks ?? (checkpointStore ? ackRecorder(new DynamoDbAckStore({ client: config.dynamodb, tableName, job, accounting })) : undefined);
 
-  const sinks = new Map<string, Sink<any>>();
-  const own: Sink<any>[] = [];
-  for (const node of plan.job.sinks()) {
-    if (node.spec.kind !== 'sink') continue;
-    const injected = config.sinks?.[node.name];
-    sinks.set(node.name, injected ?? node.spec.sink);
-    if (!injected) own.push(node.spec.sink);
-  }
-  // AWS sinks (S3 files, DynamoDB upsert) write with this function's clients and accounting.
-  bindAwsSinks(sinks, { job, s3: config.s3, dynamodb: config.dynamodb, bucket: config.bucket, tableName, accounting });
-  let opened: Promise<void> | undefined;
+  const outbox = new AwsOutbox({ plan, transport, sinks: config.sinks, binding: { job, s3: config.s3, dynamodb: config.dynamodb, bucket: config.bucket, tableName, accounting }, recordAcks, log, metrics });
 
-  /** Warm partitions: reused while no other container commits to them (the version fence checks). */
-  const runtimes = new Map<string, PartitionRuntime>();
+  /** Warm partitions: their runtimes are reused while no other container commits to them (the version fence checks). */
+  const runners = new Map<string, BatchRunner>();
 
-  async function runtimeFor(stage: number, partition: number): Promise<{ rt: PartitionRuntime; cached: boolean }> {
+  function runnerFor(stage: number, partition: number): BatchRunner {
     const id = `${stage}/${partition}`;
-    const hit = runtimes.get(id);
-    if (hit) return { rt: hit, cached: true };
-    const rt = await PartitionRuntime.open({ plan, stage, partition, backend, clock, checkpointStore, logInput: logInput && plan.stages[stage].inputs.some((e) => plan.edges[e].from.kind === 'source') });
-    if (rt.recoveredOutbox.length) {
-      log?.info('delivering a recovered outbox', { stage, partition, entries: rt.recoveredOutbox.length });
-      await deliver(rt.scope, rt.recoveredOutbox, rt.lastBarrier);
-      await rt.outboxDelivered(rt.currentVersion);
+    let runner = runners.get(id);
+    if (!runner) {
+      const scope: PartitionScope = { job, stage, partition };
+      const logged = logInput && plan.stages[stage].inputs.some((e) => plan.edges[e].from.kind === 'source');
+      runner = new BatchRunner({
+        open: async () => {
+          const rt = await PartitionRuntime.open({ plan, stage, partition, backend, clock, checkpointStore, logInput: logged });
+          if (rt.recoveredOutbox.length) log?.info('delivering a recovered outbox', { stage, partition, entries: rt.recoveredOutbox.length });
+          return rt;
+        },
+        outbox: outbox.portsFor(scope),
+        attempts: attemptsLog.of(scope),
+        maxAttempts,
+      });
+      runners.set(id, runner);
     }
-    runtimes.set(id, rt);
-    return { rt, cached: false };
+    return runner;
   }
 
   let inputLog: AwsInputLog | undefined;
@@ -204,56 +204,6 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
     const envelopes = await replayEnvelopes(plan, rt.scope, pending, inputLog);
     log?.info('replaying the input log after an in-place restore', { stage: rt.scope.stage, partition: rt.scope.partition, records: envelopes.reduce((n, e) => n + e.records.length, 0) });
     return replayChunks(envelopes);
-  }
-
-  /** `lastBarrier`: the partition's after the commit of `outbox` (the epoch of what follows its last ack). */
-  async function deliver(scope: PartitionScope, outbox: readonly OutboxEntry[], lastBarrier: number): Promise<void> {
-    const envelopes: Envelope[] = [];
-    const letters: DeadLetterMessage[] = [];
-    const batches: { delivery: Extract<OutboxEntry, { kind: 'sink' }>['delivery']; epoch: number }[] = [];
-    const acks: BarrierAck[] = [];
-    for (const [i, e] of outbox.entries()) {
-      if (e.kind === 'channel') envelopes.push(e.envelope);
-      else if (e.kind === 'sink') batches.push({ delivery: e.delivery, epoch: outboxEpochAt(outbox, i, lastBarrier) });
-      else if (e.kind === 'deadLetter') letters.push({ ...e.deadLetter, job, stage: scope.stage, partition: scope.partition, epoch: outboxEpochAt(outbox, i, lastBarrier) });
-      else acks.push(e.ack);
-    }
-    const writeSinks = async () => {
-      opened ??= Promise.all(own.map((s) => s.open?.())).then(() => undefined);
-      await opened;
-      // In outbox order: a sink drops a batch at or below its producer's high-water mark.
-      for (const { delivery: b, epoch } of batches) {
-        const sink = sinks.get(b.sink);
-        if (!sink) throw new InvariantError(`outbox names sink "${b.sink}", which job ${job} does not have`);
-        try {
-          await sink.write(b);
-        } catch (e) {
-          if (!(e instanceof SinkRecordsRejectedError)) throw e;
-          // The rest of the delivery was written; the records the sink refused are parked, not retried forever.
-          const parked = e.rejected.map((r) => ({ operator: b.sink, channel: `sink:${b.producer}`, seq: b.seq, index: r.index, record: { value: r.record, timestamp: Number.NaN }, error: r.error, attempts: 1, job, stage: scope.stage, partition: scope.partition, epoch }));
-          await transport.sendDeadLetters(parked);
-          log?.warn('sink refused records; parked as dead letters', { sink: b.sink, producer: b.producer, seq: b.seq, records: parked.length, error: e.message });
-          metrics?.addMetric(OPERATOR_METRICS.deadLetters, MetricUnit.Count, parked.length);
-        }
-      }
-    };
-    const sendAcks = async () => {
-      if (!acks.length) return;
-      // Without a coordinator the epoch times out and is aborted: nothing waits on a lost ack.
-      if (recordAcks) await recordAcks(acks);
-      else log?.warn('checkpoint acknowledgements without a coordinator were dropped', { epochs: acks.map((a) => a.epoch) });
-    };
-    await Promise.all([envelopes.length ? transport.sendEnvelopes(plan, envelopes) : undefined, transport.sendDeadLetters(letters), writeSinks()]);
-    // Only then the acks: the coordinator may commit (sinks included) once it has them all,
-    // so a transactional sink's objects for an epoch exist before it is committed.
-    await sendAcks();
-    if (letters.length) {
-      metrics?.addMetric(OPERATOR_METRICS.deadLetters, MetricUnit.Count, letters.length);
-      for (const d of letters) {
-        if (d.record) log?.warn('record parked as a dead letter', { operator: d.operator, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });
-        else log?.warn('callback parked as a dead letter (a timer counts as consumed)', { operator: d.operator, timer: d.timer, watermark: d.watermark, attempts: d.attempts, error: d.error });
-      }
-    }
   }
 
   /**
@@ -308,78 +258,72 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         return infra(err); // backOff logs it
       }
     }
-    /** Location ids whose dead letters this invocation committed. */
-    const parked: string[] = [];
+    // A record, or a callback fired by an envelope's watermark, fails from its message on. A
+    // processing-time timer fires at the end of any batch, and an envelope held behind a
+    // barrier comes from the partition's committed progress (applied when the barrier
+    // aligns, in whichever message completes it): they fail the group as a whole.
+    const messageAt = (l: FailureLocation) => {
+      const at = failedEnvelope(l);
+      return (at && messageOf.get(`${at.channel}#${at.seq}`)) ?? 0;
+    };
+    const receivesAt = (l: FailureLocation) => Number(records[messageAt(l)].attributes.ApproximateReceiveCount ?? '1');
+    // At the queue's receive limit SQS would move the whole message to the DLQ next: park now.
+    const atReceiveLimit = (l: FailureLocation) => receivesAt(l) >= maxReceiveCount;
+    const runner = runnerFor(stage, partition);
     let end = decoded.length;
     let staleRetry = true;
     for (let pass = 0; end > 0 && pass < MAX_PASSES; pass++) {
-      let cached = false;
+      const cached = runner.isOpen;
+      let out: BatchOutcome | undefined;
+      let replay: Envelope[][] = [];
       try {
-        const got = await runtimeFor(stage, partition);
-        cached = got.cached;
-        // After an in-place restore: the input log's records first (restore-replay.ts), committed in chunks, so a
-        // replay longer than one invocation still progresses; they count as the first message's.
-        for (const [i, chunk] of (await replayFor(got.rt)).entries()) {
-          if (i > 0 && Date.now() > replayUntil) {
-            // Half the invocation's time is spent: the group comes back (its messages after the replay, in order).
-            log?.info('the input log replay goes on in the next invocation', { stage, partition });
-            return all();
-          }
-          for (const e of chunk) messageOf.set(`${e.channel}#${e.seq}`, 0);
-          const replayed = await got.rt.process(chunk, skip.size ? skip : undefined);
-          countLate(replayed.lateDropped);
-          parked.push(...replayed.parked);
-          await deliver(scope, replayed.outbox, got.rt.lastBarrier);
-          if (replayed.outbox.length) await got.rt.outboxDelivered(replayed.version);
-        }
-        const result = await got.rt.process(decoded.slice(0, end).flat(), skip.size ? skip : undefined);
-        parked.push(...result.parked);
-        await deliver(scope, result.outbox, got.rt.lastBarrier);
-        if (result.outbox.length) await got.rt.outboxDelivered(result.version);
-        metrics?.addMetric(OPERATOR_METRICS.recordsIn, MetricUnit.Count, result.recordsIn);
-        metrics?.addMetric(OPERATOR_METRICS.duplicatesDropped, MetricUnit.Count, result.duplicatesDropped);
-        countLate(result.lateDropped);
-        // Only what this commit parked: a record kept out of it (behind `end`) keeps its count.
-        if (parked.length) await attemptsLog.forget(scope, parked).catch(() => undefined);
-        const failed = records.slice(end).map((r) => r.messageId);
-        // The messages behind one S3 did not serve back off; an undecodable one goes its way to the DLQ.
-        return unread !== undefined && end === decoded.length && failed.length ? { failed, infra: unread } : { failed };
+        replay = await replayFor(await runner.ready());
       } catch (e) {
-        // Whatever failed, this runtime may hold uncommitted changes or an undelivered outbox.
-        runtimes.delete(`${stage}/${partition}`);
-        if (e instanceof RecordFailedError && e.location) {
-          // A record, or a callback fired by an envelope's watermark: its message. A
-          // processing-time timer fires at the end of any batch, and an envelope held
-          // behind a barrier comes from the partition's committed progress (applied when
-          // the barrier aligns, in whichever message completes it): the group as a whole.
-          const at = failedEnvelope(e.location);
-          const idx = (at && messageOf.get(`${at.channel}#${at.seq}`)) ?? 0;
-          if (idx < end) {
-            const id = locationId(e.location);
-            const cause = e.cause instanceof Error ? e.cause : e;
-            const failure = { error: e.message, operator: e.operator, ...(cause.stack ? { stack: cause.stack } : {}) };
-            let attempts: number;
-            try {
-              attempts = await attemptsLog.failed(scope, id, failure);
-            } catch (err) {
-              log?.error('cannot count the attempts of a failing record; the group backs off', { stage, partition, location: id, error: (err as Error).message });
-              return infra(err);
-            }
-            const receives = Number(records[idx].attributes.ApproximateReceiveCount ?? '1');
-            log?.warn('user code failed', { stage, partition, location: id, attempts, receives, error: e.message });
-            if (attempts >= maxAttempts || receives >= maxReceiveCount) skip.set(id, { ...failure, attempts });
-            else end = idx; // commit what precedes it; it and the rest come back
-            continue;
-          }
-        }
-        if (cached && staleRetry && (e instanceof CommitConflictError || e instanceof InvariantError)) {
-          staleRetry = false;
-          log?.info('cached partition was stale; reopening', { stage, partition, error: (e as Error).message });
-          continue;
-        }
-        metrics?.addMetric(OPERATOR_METRICS.groupFailures, MetricUnit.Count, 1);
-        return infra(e);
+        runner.discard();
+        out = { ok: false, error: e, retryable: false };
       }
+      // After an in-place restore: the input log's records first (restore-replay.ts), committed in chunks, so a
+      // replay longer than one invocation still progresses; they count as the first message's.
+      for (const [i, chunk] of replay.entries()) {
+        if (i > 0 && Date.now() > replayUntil) {
+          // Half the invocation's time is spent: the group comes back (its messages after the replay, in order).
+          log?.info('the input log replay goes on in the next invocation', { stage, partition });
+          return all();
+        }
+        for (const e of chunk) messageOf.set(`${e.channel}#${e.seq}`, 0);
+        out = await runner.run(chunk, skip, atReceiveLimit);
+        if (!out.ok) break;
+        countLate(out.result.lateDropped);
+      }
+      if (out === undefined || out.ok) {
+        out = await runner.run(decoded.slice(0, end).flat(), skip, atReceiveLimit);
+        if (out.ok) {
+          const result = out.result;
+          metrics?.addMetric(OPERATOR_METRICS.recordsIn, MetricUnit.Count, result.recordsIn);
+          metrics?.addMetric(OPERATOR_METRICS.duplicatesDropped, MetricUnit.Count, result.duplicatesDropped);
+          countLate(result.lateDropped);
+          const failed = records.slice(end).map((r) => r.messageId);
+          // The messages behind one S3 did not serve back off; an undecodable one goes its way to the DLQ.
+          return unread !== undefined && end === decoded.length && failed.length ? { failed, infra: unread } : { failed };
+        }
+      }
+      const at = out.failed;
+      if (at) {
+        if (at.attempts === undefined) {
+          log?.error('cannot count the attempts of a failing record; the group backs off', { stage, partition, location: at.id, error: (out.error as Error).message });
+          return infra(out.error);
+        }
+        log?.warn('user code failed', { stage, partition, location: at.id, attempts: at.attempts, receives: receivesAt(at.location), error: at.failure.error });
+        if (!at.parked) end = messageAt(at.location); // commit what precedes it; it and the rest come back
+        continue;
+      }
+      if (cached && staleRetry && (out.error instanceof CommitConflictError || out.error instanceof InvariantError)) {
+        staleRetry = false;
+        log?.info('cached partition was stale; reopening', { stage, partition, error: (out.error as Error).message });
+        continue;
+      }
+      metrics?.addMetric(OPERATOR_METRICS.groupFailures, MetricUnit.Count, 1);
+      return infra(out.error);
     }
     return all();
   }

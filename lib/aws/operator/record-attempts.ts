@@ -16,6 +16,7 @@
  */
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { PutCommand } from '@aws-sdk/lib-dynamodb';
+import type { AttemptCounter, AttemptFailure } from '../../runtime/batch-runner.ts';
 import type { ParkedFailure } from '../../runtime/failures.ts';
 import type { PartitionScope } from '../../state/backend.ts';
 import type { AwsAccounting } from '../cost/accounting.ts';
@@ -29,12 +30,7 @@ const MAX_ITEM_BYTES = 300_000;
 /** Error messages and stacks are cut to this many characters in the item. */
 const MAX_TEXT = 2000;
 
-/** What was thrown on the last attempt. */
-export interface AttemptFailure {
-  readonly error: string;
-  readonly operator?: string;
-  readonly stack?: string;
-}
+export type { AttemptFailure } from '../../runtime/batch-runner.ts';
 
 type Entry = [location: string, attempts: number, failure?: AttemptFailure];
 
@@ -47,6 +43,11 @@ export class RecordAttempts {
     accounting: AwsAccounting,
   ) {
     this.db = new DynamoDbTable(client, tableName, accounting);
+  }
+
+  /** The batch runner's counter for one partition. */
+  of(scope: PartitionScope): AttemptCounter {
+    return { failed: (location, failure) => this.failed(scope, location, failure), forget: (locations) => this.forget(scope, locations) };
   }
 
   /** Count one more failed attempt of a record or callback; returns the attempts so far. */

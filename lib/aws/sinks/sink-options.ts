@@ -48,25 +48,7 @@ export function bindAwsSinks(sinks: Iterable<readonly [string, unknown]>, bindin
   for (const [sink, s] of sinks) if (isAwsBindable(s)) s.bindAws({ ...binding, sink });
 }
 
-/**
- * Some records of a delivery could not be written (the sink's key or item function threw
- * or returned the wrong type, a value is not serialisable); the others were. The operator
- * function parks the rejected ones on the stage's dead-letter queue with their error, so
- * one bad record neither wedges the partition (its outbox would fail forever) nor
- * disappears.
- */
-export class SinkRecordsRejectedError extends SluiceError {
-  readonly code = 'SINK_RECORDS_REJECTED';
-  readonly retryable = false;
-  constructor(
-    readonly sink: string,
-    readonly producer: string,
-    readonly seq: number,
-    readonly rejected: readonly { readonly index: number; readonly record: unknown; readonly error: string }[],
-  ) {
-    super(`sink ${sink}: ${rejected.length} record(s) of delivery ${producer}#${seq} rejected; first: record ${rejected[0]?.index}: ${rejected[0]?.error}`);
-  }
-}
+export { SinkRecordsRejectedError } from '../../api/sinks.ts';
 
 // ---- S3 files ---------------------------------------------------------------------------
 
