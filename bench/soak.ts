@@ -3,17 +3,16 @@
  * and at random times, resumed until done, each output checked against an uninterrupted
  * run (bench/soak/seed.ts). Every failure prints the command that reproduces it.
  *
- *   npm run soak -- --seeds 1000 [--from 1] [--target embedded|local-aws|dev] [--jobs 2] [--keep] [--verbose]
+ *   npm run soak -- --seeds 1000 [--from 1] [--target embedded|local-aws|dev] [--jobs 2] [--events N] [--keep] [--verbose]
  *
  * dev: `sluice dev` killed while a client publishes, resumed (bench/soak/dev.ts).
  * local-aws starts DynamoDB Local and fauxqs once (servers outlive the killed processes,
  * as AWS does). The last line is `N passed, N failed`; the exit code is 1 on any failure.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { runSoak, type SoakOptions } from './soak/driver.ts';
+import { runSoak, scratchRoot, type SoakOptions } from './soak/driver.ts';
 
 const { values } = parseArgs({
   options: {
@@ -21,6 +20,7 @@ const { values } = parseArgs({
     from: { type: 'string', default: '1' },
     target: { type: 'string', default: 'embedded' },
     jobs: { type: 'string', default: '2' },
+    events: { type: 'string' },
     keep: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
   },
@@ -39,8 +39,8 @@ if (values.target !== 'embedded' && values.target !== 'local-aws' && values.targ
   console.error(`soak: --target: expected embedded, local-aws or dev (sluice dev killed while a client publishes), received ${JSON.stringify(values.target)}`);
   process.exit(2);
 }
-const dir = mkdtempSync(join(tmpdir(), 'sluice-soak-'));
-const options: SoakOptions = { from: int('from', values.from!, 0), seeds: int('seeds', values.seeds!, 1), target: values.target, jobs: int('jobs', values.jobs!, 1), dir, keep: values.keep, verbose: values.verbose };
+const dir = mkdtempSync(join(scratchRoot(), 'sluice-soak-'));
+const options: SoakOptions = { from: int('from', values.from!, 0), seeds: int('seeds', values.seeds!, 1), target: values.target, jobs: int('jobs', values.jobs!, 1), events: values.events === undefined ? undefined : int('events', values.events, 1), dir, keep: values.keep, verbose: values.verbose };
 const summary = await runSoak(options, (line) => console.log(line));
 if (!values.keep) rmSync(dir, { recursive: true, force: true });
 else console.log(`kept: ${dir}`);

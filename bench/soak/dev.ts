@@ -11,47 +11,16 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { mulberry32 } from '../../lib/local/faults.ts';
+import { cliBundle, DEV_JOB_SOURCE } from './cli-bundle.ts';
 import type { Kill } from './plan.ts';
 import { ROOT, type SeedResult } from './seed.ts';
 
-// One partition end to end, so a replay numbers events in the order they were logged.
-export const DEV_JOB = `import { appendFileSync } from 'node:fs';
-import { IdempotentSink } from '${ROOT}lib/api/sinks.ts';
-import { valueState } from '${ROOT}lib/api/state.ts';
-import { Job } from '${ROOT}lib/api/stream.ts';
-
-class Rows extends IdempotentSink<unknown> {
-  readonly kind = 'test-rows';
-  constructor(readonly path: string) { super(); }
-  protected writeRecords(records: readonly unknown[]): void {
-    if (records.length) appendFileSync(this.path, records.map((r) => JSON.stringify(r)).join('\\n') + '\\n');
-  }
-}
-
-export default (p: Record<string, string>) => {
-  const job = new Job('durable-dev', { parallelism: 1 });
-  job
-    .ingest<{ id: string; t: number }>('events', { timestamp: (e) => e.t })
-    .keyBy(() => 'all')
-    .process({
-      state: { n: valueState<number>() },
-      processElement(e, ctx) {
-        const n = (ctx.state.n.get() ?? 0) + 1;
-        ctx.state.n.set(n);
-        ctx.emit({ n, id: e.id });
-      },
-    })
-    .sinkTo(new Rows(p.out), 'rows');
-  return job;
-};
-`;
-
-/** Writes the job module (and a package.json making it an ES module) into `dir`; returns its path. */
+/** Writes a job module for `bin/sluice.js dev` into `dir` (bench/soak/dev-job.ts, re-exported; a package.json making it an ES module); returns its path. */
 export function writeDevJob(dir: string): string {
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'package.json'), '{"type":"module"}');
   const path = join(dir, 'durable.ts');
-  writeFileSync(path, DEV_JOB);
+  writeFileSync(path, `export { default } from ${JSON.stringify(join(ROOT, DEV_JOB_SOURCE))};\n`);
   return path;
 }
 
@@ -62,8 +31,9 @@ export interface Dev {
   exited: Promise<number | null>;
 }
 
-export async function startDev(job: string, args: readonly string[]): Promise<Dev> {
-  const child = spawn(process.execPath, ['bin/sluice.js', 'dev', job, '--port', '0', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+/** `cli`: the CLI's entry (default bin/sluice.js; the soak passes its bundle's). */
+export async function startDev(job: string, args: readonly string[], cli = 'bin/sluice.js'): Promise<Dev> {
+  const child = spawn(process.execPath, [cli, 'dev', job, '--port', '0', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   child.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
   child.stdout!.resume();
@@ -160,7 +130,7 @@ export async function runDevSeed(seed: number, scratch: string, keep = false): P
   const kill: Kill = { kind: 'dev', when: stop === 'kill-in-flight' ? 'in flight' : 'between requests' };
   const dir = join(scratch, `seed-dev-${seed}`);
   rmSync(dir, { recursive: true, force: true });
-  const job = writeDevJob(dir);
+  mkdirSync(dir, { recursive: true });
   const ck = join(dir, 'ck');
   const outs = [join(dir, 'out-1.jsonl'), join(dir, 'out-2.jsonl')];
   const repro = `npm run soak -- --from ${seed} --seeds 1 --target dev --keep`;
@@ -174,8 +144,10 @@ export async function runDevSeed(seed: number, scratch: string, keep = false): P
   };
   let attempts = 0;
   try {
+    const bundle = await cliBundle(ROOT);
+    const job = bundle.job('dev');
     attempts++;
-    const d1 = await startDev(job, ['--checkpoint-dir', ck, '--checkpoint-interval', String(interval), '--param', `out=${outs[0]}`]);
+    const d1 = await startDev(job, ['--checkpoint-dir', ck, '--checkpoint-interval', String(interval), '--param', `out=${outs[0]}`], bundle.cli);
     for (let b = 0; b < before; b++) accepted.push(...(await publish(d1, send(b))));
     if (stop === 'kill-in-flight') {
       const inFlight = publish(d1, send(before));
@@ -186,7 +158,7 @@ export async function runDevSeed(seed: number, scratch: string, keep = false): P
       throw new Error(`the first incarnation did not stop as asked (${stop}): ${d1.stderr()}`);
     }
     attempts++;
-    const d2 = await startDev(job, ['--checkpoint-dir', ck, '--checkpoint-interval', String(interval), '--resume', '--param', `out=${outs[1]}`]);
+    const d2 = await startDev(job, ['--checkpoint-dir', ck, '--checkpoint-interval', String(interval), '--resume', '--param', `out=${outs[1]}`], bundle.cli);
     for (let b = before + 1; b <= before + after; b++) accepted.push(...(await publish(d2, send(b))));
     const code = await stopWith(d2, 'SIGINT');
     if (code !== 0) throw new Error(`the resumed incarnation exited with ${code} on SIGINT: ${d2.stderr()}`);

@@ -3,6 +3,8 @@
  * time, and sums what happened: seeds passed and failed, kills by kind, records checked
  * and the checker's four counts. Each failure is printed with its reproducing command.
  */
+import { statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { LOCAL_CREDENTIALS, LOCAL_REGION, type LocalServer, startDynamoDbLocal, startFauxqs } from '../../lib/testing/local-aws/servers.ts';
 import { killKind, runSeed, type SeedResult } from './seed.ts';
 import { runDevSeed } from './dev.ts';
@@ -16,6 +18,8 @@ export interface SoakOptions {
   readonly jobs: number;
   readonly dir: string;
   readonly keep?: boolean;
+  /** Events per input of `sluice run` seeds (default: the target's, INPUTS). */
+  readonly events?: number;
   /** Print a line per seed (default: every 50th and each failure). */
   readonly verbose?: boolean;
   /** Tests: see SoakEnv.beforeCheck. */
@@ -37,6 +41,20 @@ export interface SoakSummary {
   readonly reordered: number;
   readonly failures: readonly SeedResult[];
   readonly durationMs: number;
+}
+
+/**
+ * Where a soak's scratch directory goes: a memory file system (/dev/shm) when there is
+ * one, else the temporary directory. A SIGKILL loses nothing the page cache holds, so on
+ * disk the children's fsyncs would add only waiting.
+ */
+export function scratchRoot(): string {
+  try {
+    if (statSync('/dev/shm').isDirectory()) return '/dev/shm';
+  } catch {
+    // no /dev/shm here
+  }
+  return tmpdir();
 }
 
 /** The SDK's variables for servers started here (fauxqs serves SQS and S3). */
@@ -68,7 +86,7 @@ export async function runSoak(options: SoakOptions, log: (line: string) => void)
     const worker = async () => {
       while (next < end) {
         const seed = next++;
-        const r = options.target === 'dev' ? await runDevSeed(seed, options.dir, options.keep) : await runSeed(seed, options.target, { dir: options.dir, awsEnv: aws?.env, keep: options.keep, beforeCheck: options.beforeCheck });
+        const r = options.target === 'dev' ? await runDevSeed(seed, options.dir, options.keep) : await runSeed(seed, options.target, { dir: options.dir, awsEnv: aws?.env, keep: options.keep, events: options.events, beforeCheck: options.beforeCheck });
         results.push(r);
         if (!r.ok) {
           log(`FAIL seed ${seed} (${r.plan.query}, ${options.target}, ${r.killed.length} kill(s)): ${r.error}`);

@@ -8,6 +8,16 @@ import { mulberry32 } from '../../lib/local/faults.ts';
 
 export const QUERIES = ['q3', 'q4', 'q5', 'q8', 'q11', 'timers'] as const;
 export type Query = (typeof QUERIES)[number];
+
+/** Each query's job module. */
+export const JOBS: Record<Query, string> = {
+  q3: 'examples/nexmark/q3.ts',
+  q4: 'examples/nexmark/q4.ts',
+  q5: 'examples/nexmark/q5.ts',
+  q8: 'examples/nexmark/q8.ts',
+  q11: 'examples/nexmark/q11.ts',
+  timers: 'bench/soak/timers-job.ts',
+};
 export type SoakTarget = 'embedded' | 'local-aws';
 
 export type Kill =
@@ -34,8 +44,16 @@ export interface SeedPlan {
   readonly kills: readonly Kill[];
 }
 
-/** Inputs per target: a few, so their references and crossing counts are computed once. */
-export const INPUTS = { embedded: { variants: 3, events: 12_000 }, 'local-aws': { variants: 2, events: 600 } } as const;
+/**
+ * Inputs per target: a few, so their references and crossing counts are computed once.
+ * The embedded input spans three source chunks (4,096 records each) over 48 s of event
+ * time; CI's seeds take CI_EVENTS (one chunk over 8 s: windows of every query still fire),
+ * since a child's start costs more than a few thousand events.
+ */
+export const INPUTS = { embedded: { variants: 3, events: 12_000, ratePerSec: 250 }, 'local-aws': { variants: 2, events: 600, ratePerSec: 1000 } } as const;
+
+/** Events per input of CI's embedded seeds (test/soak/crash-soak.test.ts). */
+export const CI_EVENTS = 2_000;
 
 /** Checkpoint interval of the child runs: short, so that kills fall between many epochs. */
 export const INTERVAL_MS = { embedded: 5, 'local-aws': 200 } as const;
@@ -43,18 +61,23 @@ export const INTERVAL_MS = { embedded: 5, 'local-aws': 200 } as const;
 /** Crossings of each point in an uninterrupted checkpointed run of the seed's job and input (what `nth` is drawn from). */
 export type Census = ReadonlyMap<string, number>;
 
-/** The job and input of a seed (drawn first: the kills depend on what that job crosses). */
+/**
+ * The job and input of a seed (drawn first: the kills depend on what that job crosses):
+ * seeds take the queries in turn, and each query's seeds its input variants in turn.
+ */
 export function pickJob(seed: number, target: SoakTarget): { query: Query; inputSeed: number } {
-  const random = mulberry32(seed * 2654435761);
-  return { query: QUERIES[Math.floor(random() * QUERIES.length)], inputSeed: Math.floor(random() * INPUTS[target].variants) };
+  const round = Math.floor(seed / QUERIES.length);
+  return { query: QUERIES[seed % QUERIES.length], inputSeed: round % INPUTS[target].variants };
 }
 
 /**
- * The plan of a seed. Seeds walk the points in turn (seed s's first kill is at point
- * s mod the number of points its job crosses), so every few dozen seeds kill at every
- * named site; the other kills, and each kill's crossing, come from the seed's generator.
+ * The plan of a seed. A query's seeds walk the points its job crosses in turn (its kth
+ * seed's first kill is at point k mod their number), so QUERIES.length times that many
+ * seeds kill every query at every site it crosses; whether more kills follow (half the
+ * seeds: a second, some a third, each after a resume), where, and each kill's crossing,
+ * come from the seed's generator.
  */
-export function planSeed(seed: number, target: SoakTarget, counts: Census): SeedPlan {
+export function planSeed(seed: number, target: SoakTarget, counts: Census, events: number = INPUTS[target].events): SeedPlan {
   const { query, inputSeed } = pickJob(seed, target);
   const random = mulberry32(seed * 40503 + 17);
   const int = (n: number) => Math.floor(random() * n);
@@ -62,15 +85,16 @@ export function planSeed(seed: number, target: SoakTarget, counts: Census): Seed
   const anyTotal = [...counts.values()].reduce((a, b) => a + b, 0);
   const site = (point: string): Kill => ({ kind: 'site', point, nth: 1 + int(counts.get(point) ?? 1) });
   const kills: Kill[] = [];
-  if (points.length) kills.push(site(points[seed % points.length]));
-  const more = int(3);
+  if (points.length) kills.push(site(points[Math.floor(seed / QUERIES.length) % points.length]));
+  const draw = random();
+  const more = draw < 0.5 ? 0 : draw < 0.85 ? 1 : 2;
   for (let k = 0; k < more; k++) {
     const r = random();
     if (r < 0.4 && points.length) kills.push(site(points[int(points.length)]));
     else if (r < 0.7) kills.push({ kind: 'any', nth: 1 + int(Math.max(1, anyTotal)) });
-    else kills.push({ kind: 'timer', ms: target === 'embedded' ? 200 + int(1200) : 2000 + int(15_000) });
+    else kills.push({ kind: 'timer', ms: target === 'embedded' ? 100 + int(900) : 2000 + int(15_000) });
   }
-  return { seed, target, query, inputSeed, events: INPUTS[target].events, checkpointIntervalMs: INTERVAL_MS[target], kills };
+  return { seed, target, query, inputSeed, events, checkpointIntervalMs: INTERVAL_MS[target], kills };
 }
 
 export function describeKill(k: Kill): string {

@@ -15,18 +15,10 @@ import { loadJob } from '../../lib/cli/load-job.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { generateEvent, serializeEvent } from '../../lib/nexmark/index.ts';
 import { type Comparison, compareOutputs } from '../../lib/testing/checker.ts';
-import { type Census, describeKill, INPUTS, INTERVAL_MS, type Kill, killKind, pickJob, planSeed, type Query, type SeedPlan, type SoakMode, type SoakTarget } from './plan.ts';
+import { cliBundle } from './cli-bundle.ts';
+import { type Census, describeKill, INPUTS, INTERVAL_MS, JOBS, type Kill, killKind, pickJob, planSeed, type Query, type SeedPlan, type SoakMode, type SoakTarget } from './plan.ts';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-
-const JOBS: Record<Query, string> = {
-  q3: 'examples/nexmark/q3.ts',
-  q4: 'examples/nexmark/q4.ts',
-  q5: 'examples/nexmark/q5.ts',
-  q8: 'examples/nexmark/q8.ts',
-  q11: 'examples/nexmark/q11.ts',
-  timers: 'bench/soak/timers-job.ts',
-};
 
 /** Per-key order the contract defines for a job's output (the timers job: one bidder's rows in order); none for the Nexmark queries' merged outputs. */
 const ORDER: Partial<Record<Query, (r: unknown) => string | undefined>> = { timers: (r) => String((r as { bidder: number }).bidder) };
@@ -38,6 +30,8 @@ export interface SoakEnv {
   readonly awsEnv?: NodeJS.ProcessEnv;
   /** Keep a seed's directory (default: removed when it passed). */
   readonly keep?: boolean;
+  /** Events per input (default INPUTS[target].events). */
+  readonly events?: number;
   /** Tests: called with the output file before the final check (to show that a damaged output fails). */
   readonly beforeCheck?: (output: string) => void;
 }
@@ -68,9 +62,12 @@ interface Exit {
   stderr: string;
 }
 
-function runChild(args: readonly string[], env: NodeJS.ProcessEnv, killAfterMs?: number, timeoutMs = 300_000): Promise<Exit> {
+/** `sluice <args>` from the soak's CLI bundle, its job given by query (`JOB` in `args`). */
+async function runChild(query: Query, args: readonly string[], env: NodeJS.ProcessEnv, killAfterMs?: number, timeoutMs = 300_000): Promise<Exit> {
+  const bundle = await cliBundle(ROOT);
   return new Promise((resolvePromise, reject) => {
-    const child: ChildProcess = spawn(process.execPath, ['bin/sluice.js', ...args], { cwd: ROOT, env, stdio: ['ignore', 'ignore', 'pipe'] });
+    const argv = args.map((a) => (a === JOB ? bundle.job(query) : a));
+    const child: ChildProcess = spawn(process.execPath, [bundle.cli, ...argv], { cwd: ROOT, env, stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     const timers = [
@@ -103,9 +100,12 @@ function readRows(file: string, committedIn?: string): unknown[] {
     .map((l) => JSON.parse(l));
 }
 
+/** Stands for the job module in a child's arguments: the bundle's when spawned, the source's in a printed command. */
+const JOB = '<job>';
+
 const runArgs = (plan: SeedPlan, input: string, output: string, ck: string) => [
   'run',
-  JOBS[plan.query],
+  JOB,
   '--input',
   input,
   '--output',
@@ -121,14 +121,16 @@ const inputs = new Map<string, string>();
 const references = new Map<string, Promise<unknown[]>>();
 const censuses = new Map<string, Promise<Census>>();
 
-/** A Nexmark input file of the target's size, written once per variant. */
+const eventsOf = (env: SoakEnv, target: SoakTarget): number => env.events ?? INPUTS[target].events;
+
+/** A Nexmark input file of the soak's size, written once per variant. */
 function inputFile(env: SoakEnv, target: SoakTarget, inputSeed: number): string {
-  const events = INPUTS[target].events;
+  const events = eventsOf(env, target);
   const file = join(env.dir, 'inputs', `nexmark-${inputSeed}-${events}.jsonl`);
   if (!inputs.has(file)) {
     mkdirSync(dirname(file), { recursive: true });
     const lines: string[] = [];
-    for (let n = 0; n < events; n++) lines.push(serializeEvent(generateEvent(n, { seed: 1000 + inputSeed, ratePerSec: 1000 })));
+    for (let n = 0; n < events; n++) lines.push(serializeEvent(generateEvent(n, { seed: 1000 + inputSeed, ratePerSec: INPUTS[target].ratePerSec })));
     writeFileSync(file, lines.join('\n') + '\n');
     inputs.set(file, file);
   }
@@ -153,15 +155,15 @@ function reference(query: Query, input: string): Promise<unknown[]> {
 
 /** Each point's crossings in one uninterrupted checkpointed child run of the job (input variant 0): what a kill's nth is drawn from. */
 function census(env: SoakEnv, target: SoakTarget, query: Query): Promise<Census> {
-  const key = `${target}/${query}`;
+  const key = `${target}/${query}/${eventsOf(env, target)}`;
   let p = censuses.get(key);
   if (!p) {
     p = (async () => {
       const scratch = join(env.dir, `census-${target}-${query}`);
       const counts = join(scratch, 'counts.json');
       mkdirSync(scratch, { recursive: true });
-      const plan = { seed: 0, target, query, inputSeed: 0, events: INPUTS[target].events, checkpointIntervalMs: INTERVAL_MS[target], kills: [] };
-      const exit = await runChild(runArgs(plan, inputFile(env, target, 0), join(scratch, 'out.jsonl'), join(scratch, 'ck')), childEnv(env, { SLUICE_FAULT_COUNTS: counts }));
+      const plan = { seed: 0, target, query, inputSeed: 0, events: eventsOf(env, target), checkpointIntervalMs: INTERVAL_MS[target], kills: [] };
+      const exit = await runChild(query, runArgs(plan, inputFile(env, target, 0), join(scratch, 'out.jsonl'), join(scratch, 'ck')), childEnv(env, { SLUICE_FAULT_COUNTS: counts }));
       if (exit.code !== 0) throw new Error(`soak: the census run of ${query} (${target}) failed: ${exit.stderr}`);
       const counted = new Map(Object.entries(JSON.parse(readFileSync(counts, 'utf8')) as Record<string, number>));
       rmSync(scratch, { recursive: true, force: true });
@@ -172,16 +174,16 @@ function census(env: SoakEnv, target: SoakTarget, query: Query): Promise<Census>
   return p;
 }
 
-export function reproCommand(seed: number, target: SoakTarget): string {
-  return `npm run soak -- --from ${seed} --seeds 1${target === 'local-aws' ? ' --target local-aws' : ''} --keep`;
+export function reproCommand(seed: number, target: SoakTarget, events: number = INPUTS[target].events): string {
+  return `npm run soak -- --from ${seed} --seeds 1${target === 'local-aws' ? ' --target local-aws' : ''}${events !== INPUTS[target].events ? ` --events ${events}` : ''} --keep`;
 }
 
 /** Runs one seed to the end: kills, resumes, the check. Never throws: a failure is in the result. */
 export async function runSeed(seed: number, target: SoakTarget, env: SoakEnv): Promise<SeedResult> {
   const t0 = performance.now();
   const { query, inputSeed } = pickJob(seed, target);
-  const repro = reproCommand(seed, target);
-  let plan: SeedPlan = { seed, target, query, inputSeed, events: INPUTS[target].events, checkpointIntervalMs: 0, kills: [] };
+  const repro = reproCommand(seed, target, eventsOf(env, target));
+  let plan: SeedPlan = { seed, target, query, inputSeed, events: eventsOf(env, target), checkpointIntervalMs: 0, kills: [] };
   const killed: Kill[] = [];
   let attempts = 0;
   const dir = join(env.dir, `seed-${target}-${seed}`);
@@ -189,7 +191,7 @@ export async function runSeed(seed: number, target: SoakTarget, env: SoakEnv): P
   try {
     const input = inputFile(env, target, inputSeed);
     const prep = { input, reference: await reference(query, input) };
-    plan = planSeed(seed, target, await census(env, target, query));
+    plan = planSeed(seed, target, await census(env, target, query), eventsOf(env, target));
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir, { recursive: true });
     const output = join(dir, 'out.jsonl');
@@ -200,9 +202,10 @@ export async function runSeed(seed: number, target: SoakTarget, env: SoakEnv): P
       const kill = plan.kills[k];
       const attemptArgs = [...args, ...(k > 0 ? ['--resume'] : [])];
       const inside: Record<string, string> = kill?.kind === 'any' ? { SLUICE_KILL_AT: `any#${kill.nth}` } : kill?.kind === 'site' ? { SLUICE_KILL_AT: `${kill.point}#${kill.nth}` } : {};
-      commands.push(`${Object.entries(inside).map(([n, v]) => `${n}=${v} `).join('')}sluice ${attemptArgs.join(' ')}${kill?.kind === 'timer' ? ` (SIGKILL after ${kill.ms} ms)` : ''}`);
+      const shown = attemptArgs.map((a) => (a === JOB ? JOBS[query] : a));
+      commands.push(`${Object.entries(inside).map(([n, v]) => `${n}=${v} `).join('')}sluice ${shown.join(' ')}${kill?.kind === 'timer' ? ` (SIGKILL after ${kill.ms} ms)` : ''}`);
       attempts++;
-      const exit = await runChild(attemptArgs, childEnv(env, inside), kill?.kind === 'timer' ? kill.ms : undefined);
+      const exit = await runChild(query, attemptArgs, childEnv(env, inside), kill?.kind === 'timer' ? kill.ms : undefined);
       const steps = () => `\n  attempts:\n    ${commands.join('\n    ')}`;
       if (exit.signal === 'SIGKILL' && kill) {
         killed.push(kill);
