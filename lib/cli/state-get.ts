@@ -4,6 +4,7 @@
  * ${keyToString(key)}`; a map state's entries are fields `${name}\u0002${JSON key}`.
  */
 import { join } from 'node:path';
+import { stateIdOf } from '../api/logical.ts';
 import { keyToString } from '../api/types.ts';
 import { fromBytes } from '../checkpoint/codec.ts';
 import { POINTER_NAME } from '../checkpoint/driver.ts';
@@ -36,13 +37,15 @@ export async function stateGetCommand(jobPath: string, operator: string, rawKey:
   const job = await loadJob(jobPath, parseParams(opts.param));
   const dir = opts.checkpointDir ?? defaultCheckpointDir(job.name);
   const operators = job.graph.nodes.map((n) => n.name);
-  if (!operators.includes(operator)) throw new ConfigError('<operator>', `an operator of job "${job.name}": ${operators.map((o) => `"${o}"`).join(', ')}`, `"${operator}"`);
+  const node = job.graph.nodes.find((n) => n.name === operator);
+  if (!node) throw new ConfigError('<operator>', `an operator of job "${job.name}": ${operators.map((o) => `"${o}"`).join(', ')}`, `"${operator}"`);
   const { manifest, blobs, from } = await pick(job.name, dir, opts.from);
   const partitions = await restoreManifest(manifest, blobs);
 
   const candidates: (string | number)[] = [rawKey];
   if (/^-?(0|[1-9]\d*)(\.\d+)?$/.test(rawKey)) candidates.push(Number(rawKey));
-  const prefix = `${operator}\u0001`;
+  // State is stored under the operator's uid (its name when unset).
+  const prefix = `${stateIdOf(node)}\u0001`;
   let keys = 0;
   const samples: string[] = [];
   for (const key of candidates) {
@@ -86,7 +89,7 @@ async function pick(job: string, dir: string, from: string | undefined): Promise
     return { manifest: fromBytes<Manifest>(bytes), blobs, from: `checkpoint ${from}` };
   }
   const byLabel = join(dir, 'savepoints', from);
-  const loaded = loadSavepoint((await listCheckpoints(job, dir)).savepoints.some((s) => s.label === from) ? byLabel : from);
+  const loaded = await loadSavepoint((await listCheckpoints(job, dir)).savepoints.some((s) => s.label === from) ? byLabel : from);
   return { manifest: loaded.manifest, blobs: loaded.blobs, from: `savepoint "${loaded.meta?.label ?? from}"` };
 }
 
