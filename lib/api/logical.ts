@@ -72,9 +72,20 @@ export interface LogicalNode {
   name: string;
   /** True when the user named it; only user names must be unique across the job... and all names are. */
   userNamed: boolean;
+  /**
+   * The operator's state identity (Flink's uid): keyed state, timers and savepoints are
+   * stored under it. Unset: the name is the identity (stateIdOf), so renaming an
+   * operator keeps its state only when a uid was set.
+   */
+  uid?: string;
   readonly spec: NodeSpec;
   readonly inputs: readonly LogicalInput[];
   parallelism?: number;
+}
+
+/** The identity an operator's state is stored and restored under: its uid, or else its name. */
+export function stateIdOf(node: Pick<LogicalNode, 'name' | 'uid'>): string {
+  return node.uid ?? node.name;
 }
 
 export interface JobOptions {

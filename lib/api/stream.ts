@@ -13,6 +13,7 @@ import type {
   WindowResultFunction,
 } from './functions.ts';
 import { Sinks, type Sink } from './sinks.ts';
+import { checkUid, DataStreamSink } from './stream-sink.ts';
 import type { IdleAdvance, SourceBinding, SourceOptions } from './sources.ts';
 import type { StateSpec } from './state.ts';
 import { type Key, type KeySelector, OutputTag, WatermarkStrategies } from './types.ts';
@@ -110,11 +111,22 @@ abstract class StreamBase {
 }
 
 export class DataStream<T> extends StreamBase {
-  /** Name the operator that produces this stream (its state is stored under this name). */
+  /** Name the operator that produces this stream (its state is stored under this name unless it has a uid). */
   name(name: string): this {
     if (this.port !== MAIN_PORT) throw new JobDefinitionError(this.node.name, 'name() on an operator, not on a side output', `side output "${this.port}"`);
     this.node.name = name;
     this.node.userNamed = true;
+    return this;
+  }
+
+  /**
+   * The state identity of the operator that produces this stream (Flink's uid): keyed
+   * state and timers are stored and restored from savepoints under it, so the operator
+   * can be renamed without losing them. Default: its name. Unique within the job.
+   */
+  uid(uid: string): this {
+    if (this.port !== MAIN_PORT) throw new JobDefinitionError(this.node.name, 'uid() on an operator, not on a side output', `side output "${this.port}"`);
+    this.node.uid = checkUid(this.node.name, uid);
     return this;
   }
 
@@ -170,13 +182,15 @@ export class DataStream<T> extends StreamBase {
     return new DataStream<X>(this.job, this.node, tag.id);
   }
 
-  sinkTo(sink: Sink<T>, name?: string): void {
+  /** Write the stream to a sink; the handle names it, sets its uid and parallelism. */
+  sinkTo(sink: Sink<T>, name?: string): DataStreamSink<T> {
     const node = this.job.graph.addNode({ kind: 'sink', sink }, [this.input()], name);
     if (!name) node.name = `sink-${node.id}`;
+    return new DataStreamSink<T>(node);
   }
 
-  print(format?: (record: T) => string): void {
-    this.sinkTo(Sinks.stdout(format));
+  print(format?: (record: T) => string): DataStreamSink<T> {
+    return this.sinkTo(Sinks.stdout(format));
   }
 }
 

@@ -68,7 +68,7 @@ export class StateCompatibilityError extends SluiceError {
     super(
       `savepoint ${savepoint} does not fit this job's state (${problems.length} problem${problems.length === 1 ? '' : 's'}):\n` +
         problems.map((p) => `  - ${p}`).join('\n') +
-        '\nkeep stateful operators\' names (.name()) and state names and kinds, or start without the savepoint',
+        '\nkeep stateful operators\' uids (.uid(), default their names) and state names and kinds, or start without the savepoint',
     );
   }
 }

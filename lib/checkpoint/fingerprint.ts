@@ -10,10 +10,11 @@
  */
 import { createHash } from 'node:crypto';
 import { channelsInto, type PhysicalPlan } from '../graph/compile.ts';
-import { KEYED_KINDS, type LogicalNode } from '../api/logical.ts';
+import { KEYED_KINDS, type LogicalNode, stateIdOf } from '../api/logical.ts';
 import type { Participant } from './protocol.ts';
 
 export interface StateDescriptorInfo {
+  /** The operator's state identity: its uid, or its name when it has none (stateIdOf). */
   readonly operator: string;
   /** The operator kind, with what decides its state layout (window assigner and function kind). */
   readonly kind: string;
@@ -40,7 +41,7 @@ function stateOf(node: LogicalNode): StateDescriptorInfo | null {
   } else if (spec.kind === 'windowJoin') {
     kind = `windowJoin(${spec.assigner.kind}, ${spec.fn.kind})`;
   }
-  return { operator: node.name, kind, states };
+  return { operator: stateIdOf(node), kind, states };
 }
 
 export function stateDescriptors(plan: PhysicalPlan): StateDescriptorInfo[] {
@@ -51,7 +52,8 @@ export function planFingerprint(plan: PhysicalPlan): string {
   return hash({
     job: plan.job.name,
     maxParallelism: plan.job.maxParallelism,
-    nodes: plan.job.nodes.map((n) => [n.name, n.spec.kind]),
+    // A uid other than the name is part of the plan; without one, plans hash as they always did.
+    nodes: plan.job.nodes.map((n) => (stateIdOf(n) === n.name ? [n.name, n.spec.kind] : [n.name, n.spec.kind, stateIdOf(n)])),
     stages: plan.stages.map((s) => [s.name, s.parallelism, s.nodes]),
     // A combined edge carries partial aggregates, not records: what is in flight (outboxes,
     // held envelopes) differs, so it is another plan. Plans without one hash as before.
@@ -74,7 +76,10 @@ export function stateCompatibility(saved: readonly StateDescriptorInfo[], savedM
   for (const s of saved) {
     const c = now.get(s.operator);
     if (!c) {
-      problems.push(`stateful operator "${s.operator}" (${s.kind}) has no operator of that name in this job`);
+      const named = current.job.nodes.find((n) => n.name === s.operator);
+      // An operator that kept its name but was given another uid: its state is stored under the uid.
+      const hint = named ? `; operator "${named.name}" has uid "${stateIdOf(named)}" now (uid("${s.operator}") keeps its state)` : '';
+      problems.push(`stateful operator "${s.operator}" (${s.kind}) has no operator of that name in this job${hint}`);
       continue;
     }
     if (c.kind !== s.kind) problems.push(`operator "${s.operator}" was ${s.kind}, is now ${c.kind}`);

@@ -5,6 +5,7 @@
  * ${keyToString(key)}`; a map state's entries are fields `${name}\u0002${JSON key}`.
  */
 import { join } from 'node:path';
+import { stateIdOf } from '../api/logical.ts';
 import { keyToString } from '../api/types.ts';
 import { fromBytes } from '../checkpoint/codec.ts';
 import { POINTER_NAME } from '../checkpoint/driver.ts';
@@ -42,21 +43,24 @@ export type StateGetFlags = { checkpointDir?: string; from?: string; param?: str
 export async function stateGetCommand(jobPath: string, operator: string, rawKey: string, opts: StateGetFlags, out: Log): Promise<StateGetResult> {
   const job = await loadJob(jobPath, parseParams(opts.param));
   const operators = job.graph.nodes.map((n) => n.name);
-  if (!operators.includes(operator)) throw new ConfigError('<operator>', `an operator of job "${job.name}": ${operators.map((o) => `"${o}"`).join(', ')}`, `"${operator}"`);
+  const node = job.graph.nodes.find((n) => n.name === operator);
+  if (!node) throw new ConfigError('<operator>', `an operator of job "${job.name}": ${operators.map((o) => `"${o}"`).join(', ')}`, `"${operator}"`);
   if (opts.target === 'local-aws' || opts.target === 'aws') {
     const target = opts.target;
     return withTarget(jobPath, { ...opts, target }, async (r) => {
       const point = await pickAws(r, opts.from);
-      return findKeyState({ ...point, job: job.name, operator, rawKey, where: r.where }, out);
+      return findKeyState({ ...point, job: job.name, operator, stateId: stateIdOf(node), rawKey, where: r.where }, out);
     });
   }
   const dir = opts.checkpointDir ?? defaultCheckpointDir(job.name);
-  return findKeyState({ ...(await pick(job.name, dir, opts.from)), job: job.name, operator, rawKey, where: dir }, out);
+  return findKeyState({ ...(await pick(job.name, dir, opts.from)), job: job.name, operator, stateId: stateIdOf(node), rawKey, where: dir }, out);
 }
 
 interface KeyLookup {
   readonly job: string;
   readonly operator: string;
+  /** The operator's state identity: its uid (its name when unset). */
+  readonly stateId: string;
   readonly rawKey: string;
   readonly manifest: Manifest;
   readonly blobs: BlobStore;
@@ -72,7 +76,7 @@ async function findKeyState(l: KeyLookup, out: Log): Promise<StateGetResult> {
   const partitions = await restoreManifest(manifest, l.blobs);
   const candidates: (string | number)[] = [rawKey];
   if (/^-?(0|[1-9]\d*)(\.\d+)?$/.test(rawKey)) candidates.push(Number(rawKey));
-  const prefix = `${operator}\u0001`;
+  const prefix = `${l.stateId}\u0001`;
   let keys = 0;
   const samples: string[] = [];
   for (const key of candidates) {
@@ -129,7 +133,7 @@ async function pick(job: string, dir: string, from: string | undefined): Promise
     return { manifest: fromBytes<Manifest>(bytes), blobs, from: `checkpoint ${from}` };
   }
   const byLabel = join(dir, 'savepoints', from);
-  const loaded = loadSavepoint((await listCheckpoints(job, dir)).savepoints.some((s) => s.label === from) ? byLabel : from);
+  const loaded = await loadSavepoint((await listCheckpoints(job, dir)).savepoints.some((s) => s.label === from) ? byLabel : from);
   return { manifest: loaded.manifest, blobs: loaded.blobs, from: `savepoint "${loaded.meta?.label ?? from}"` };
 }
 

@@ -6,7 +6,7 @@
 import { JobDefinitionError } from '../errors.ts';
 import type { KeySelector } from '../api/types.ts';
 import { combinesInput } from './window-plan.ts';
-import { KEYED_KINDS, MAIN_PORT, type JobGraph, type LogicalNode } from '../api/logical.ts';
+import { KEYED_KINDS, MAIN_PORT, stateIdOf, type JobGraph, type LogicalNode } from '../api/logical.ts';
 
 export type EdgeSource = { readonly kind: 'source'; readonly source: string } | { readonly kind: 'stage'; readonly stage: number; readonly node: number; readonly port: string };
 
@@ -69,6 +69,17 @@ function checkNames(graph: JobGraph): void {
       throw new JobDefinitionError(n.name, 'a name no other operator or source of the job uses', `a duplicate of ${prior.spec.kind} #${prior.id}`);
     }
     seen.set(n.name, n);
+  }
+  // State is stored under the uid (the name when unset): two operators with one identity would share it.
+  const ids = new Map<string, LogicalNode>();
+  for (const n of graph.nodes) {
+    const id = stateIdOf(n);
+    const prior = ids.get(id);
+    if (prior) {
+      const how = (x: LogicalNode) => `${x.spec.kind} "${x.name}"${x.uid !== undefined ? ` (uid "${x.uid}")` : ' (its name)'}`;
+      throw new JobDefinitionError(n.name, `a uid no other operator of the job has (state is stored under it)`, `uid "${id}" of both ${how(prior)} and ${how(n)}`);
+    }
+    ids.set(id, n);
   }
 }
 

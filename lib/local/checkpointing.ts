@@ -26,11 +26,12 @@ import { type Clock, systemClock } from '../api/types.ts';
 import { fromBytes } from '../checkpoint/codec.ts';
 import { type CheckpointStats, CheckpointDriver, type DriverPorts, type InjectDecision, RECORD_NAME } from '../checkpoint/driver.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
-import { participantsOf, planFingerprint, stateDescriptors } from '../checkpoint/fingerprint.ts';
-import { DirectoryBlobStore, FilePointerStore, writeFileAtomic } from '../checkpoint/local-storage.ts';
+import { participantsOf, planFingerprint } from '../checkpoint/fingerprint.ts';
+import { DirectoryBlobStore, FilePointerStore } from '../checkpoint/local-storage.ts';
 import { snapshotKey } from '../checkpoint/snapshot.ts';
 import { type CoordinatorRecord, type LogRetention, type Manifest, manifestObjectKey } from '../checkpoint/protocol.ts';
 import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
+import { describePlan, positionsBySource, readSavepoint, type SourceCursor, writeSavepoint } from '../checkpoint/savepoint.ts';
 import { compile, type PhysicalPlan } from '../graph/compile.ts';
 import type { BarrierAck } from '../transport/envelope.ts';
 import type { TransactionalSink } from '../api/sinks.ts';
@@ -40,7 +41,7 @@ import type { EmbeddedCheckpointHooks, RestorePlan } from './embedded-options.ts
 import { EmbeddedRuntime } from './embedded.ts';
 import type { EmbeddedOptions } from './embedded-options.ts';
 import { SourceLog, type SourceLogOptions } from './input-log.ts';
-import { buildRestorePlan, type LoadedCheckpoint, loadSavepoint, positionsBySource, type SavepointMeta } from './restore.ts';
+import { buildRestorePlan, fromSavepoint, type LoadedCheckpoint, loadSavepoint, savepointDir } from './restore.ts';
 
 export interface CheckpointingOptions {
   readonly dir: string;
@@ -52,7 +53,11 @@ export interface CheckpointingOptions {
   readonly retention?: Partial<LogRetention>;
   /** Log the records of every source, or only of sources that cannot be read again (default). */
   readonly logInput?: 'auto' | 'always';
-  readonly start?: 'fresh' | 'resume' | { readonly from: string };
+  /**
+   * from: a savepoint directory, a savepoint label of `dir`, a retained checkpoint's epoch,
+   * or a savepoint in any blob store (an S3 prefix the CLI resolved: `store`, `prefix`).
+   */
+  readonly start?: 'fresh' | 'resume' | { readonly from: string; readonly store?: { readonly blobs: BlobStore; readonly prefix: string } };
   /** Sinks that commit with checkpoints (opened here, before the coordinator resumes). */
   readonly sinks?: readonly TransactionalSink[];
   readonly clock?: Clock;
@@ -126,7 +131,7 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     let restore: RestorePlan | undefined;
     let keep: string[] = [];
     if (typeof start === 'object') {
-      const loaded = await h.load(start.from);
+      const loaded = start.store ? fromSavepoint(await readSavepoint(start.store.blobs, start.store.prefix, start.from), start.from) : await h.load(start.from);
       restore = await buildRestorePlan(job, h.plan, loaded);
       // A checkpoint of this directory keeps its log (replay) and its sinks' output up to it.
       keep = loaded.meta ? [] : ['log', 'sinks'];
@@ -212,7 +217,7 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
       truncateLogs: async (d) => {
         if (!d.logs) return;
         faultSite('coordinator.truncate');
-        for (const [source, below] of Object.entries(positionsBySource({ positions: d.logs.belowPositions } as Manifest))) {
+        for (const [source, below] of Object.entries(positionsBySource(d.logs.belowPositions))) {
           const log = this.logs.get(source) ?? new SourceLog(join(this.options.dir, 'log'), source);
           below.forEach((n, p) => log.truncateBelow(p, n));
           log.truncateBarriers(d.logs.throughEpoch);
@@ -336,7 +341,7 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
   /** Take a savepoint now (after the epoch in flight); resolves when it is written to savepoints/<label>. */
   savepoint(label: string = `sp-${new Date(this.clock.now()).toISOString().replace(/[:.]/g, '-')}`): Promise<{ label: string; dir: string; stats: CheckpointStats }> {
     if (!SAVEPOINT_LABEL.test(label)) throw new RestoreError('savepoint label', 'letters, digits, ".", "_" or "-"', JSON.stringify(label));
-    const dir = join(this.options.dir, 'savepoints', label);
+    const dir = savepointDir(this.options.dir, label);
     if (existsSync(dir)) throw new RestoreError('savepoint label', 'a label not used before', `"${label}" (${dir} exists)`);
     const done = new Promise<CheckpointStats>((resolve) => this.waiting.set(label, resolve));
     return this.driver.savepoint(label, this.clock.now()).then(async () => {
@@ -347,26 +352,13 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
 
   private async completed(stats: CheckpointStats, manifest: Manifest): Promise<void> {
     if (!stats.savepoint) return;
-    const dir = join(this.options.dir, 'savepoints', stats.savepoint);
-    const out = new DirectoryBlobStore(join(dir, 'blobs'), { durable: this.options.durable ?? true });
-    const keys = [stats.manifestKey, ...Object.values(manifest.partitions).flatMap((p) => p.chain.map((l) => l.key))];
-    for (const k of keys) await out.put(k, (await this.store.get(k))!);
-    const positions = positionsBySource(manifest);
-    const meta: SavepointMeta = {
-      format: 1,
-      job: this.job.name,
-      label: stats.savepoint,
-      epoch: stats.epoch,
-      createdAt: stats.completedAt,
-      planFingerprint: planFingerprint(this.plan),
-      maxParallelism: this.plan.job.maxParallelism,
-      states: stateDescriptors(this.plan),
-      nodes: this.plan.job.nodes.map((n) => n.name),
-      sources: Object.fromEntries(Object.entries(positions).map(([s, pos]) => [s, { entry: this.logs.get(s)?.barrierOf(stats.epoch), positions: pos }])),
-      manifestKey: stats.manifestKey,
-      bytes: stats.restoreBytes,
-    };
-    writeFileAtomic(join(dir, 'meta.json'), JSON.stringify(meta, null, 2), this.options.durable ?? true);
+    const target = new DirectoryBlobStore(savepointDir(this.options.dir, stats.savepoint), { durable: this.options.durable ?? true });
+    const cursors: Record<string, SourceCursor> = {};
+    for (const s of Object.keys(positionsBySource(manifest.positions))) {
+      const entry = this.logs.get(s)?.barrierOf(stats.epoch);
+      if (entry) cursors[s] = entry;
+    }
+    await writeSavepoint({ source: this.store, target, prefix: '' }, manifest, stats.manifestKey, { job: this.job.name, createdAt: stats.completedAt, takenOn: 'embedded', cursors, ...describePlan(this.plan) });
     this.waiting.get(stats.savepoint)?.(stats);
     this.waiting.delete(stats.savepoint);
   }
@@ -381,13 +373,13 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
       if (!bytes) throw new RestoreError('--from', `a retained checkpoint of job "${this.job.name}" in ${this.options.dir} (see sluice checkpoints)`, `epoch ${epoch}, which is not there`);
       return this.loadedOf(fromBytes<Manifest>(bytes), this.store, `checkpoint ${epoch}`);
     }
-    const byLabel = join(this.options.dir, 'savepoints', from);
+    const byLabel = savepointDir(this.options.dir, from);
     return loadSavepoint(existsSync(join(byLabel, 'meta.json')) ? byLabel : from);
   }
 
   private loadedOf(manifest: Manifest, blobs: BlobStore, what: string): LoadedCheckpoint {
     const sources: Record<string, { entry?: ReturnType<SourceLog['barrierOf']>; positions: number[] }> = {};
-    for (const [s, positions] of Object.entries(positionsBySource(manifest))) {
+    for (const [s, positions] of Object.entries(positionsBySource(manifest.positions))) {
       sources[s] = { entry: new SourceLog(join(this.options.dir, 'log'), s).barrierOf(manifest.epoch), positions };
     }
     return { what, manifest, blobs, sources };

@@ -4,7 +4,7 @@ import { InvariantError } from '../errors.ts';
 import type { PhysicalPlan, Successor } from '../graph/compile.ts';
 import { createOperator } from '../operators/registry.ts';
 import { keyGroupOfString } from '../graph/keygroups.ts';
-import { type LogicalNode, MAIN_PORT } from '../api/logical.ts';
+import { type LogicalNode, MAIN_PORT, stateIdOf } from '../api/logical.ts';
 import { type EntityEntry, entityId, type OperatorOverlay, type StateTxn } from '../state/txn.ts';
 import type { OperatorContext, StreamOperator, TimeDomain } from '../operators/contract.ts';
 import { TimerQueue } from './timers.ts';
@@ -65,7 +65,7 @@ export function newNodeRuntime(plan: PhysicalPlan, node: LogicalNode, host: Cont
 export { entityId };
 
 function timerQueue(node: LogicalNode, domain: TimeDomain, host: ContextHost): TimerQueue {
-  const overlay = host.stateTxn.overlay(node.name);
+  const overlay = host.stateTxn.overlay(stateIdOf(node));
   // A key's timers are filed on its state entry (EntityEntry keeps the fields of a TimerHome).
   return new TimerQueue(
     { node: node.id, domain, entityOf: (key) => overlay.entityOf(key), homeOf: (key, kg, create) => overlay.timerHome(key, kg, create) as unknown as TimerHome | undefined },
@@ -98,7 +98,7 @@ export class NodeContext implements OperatorContext {
     this.partition = rt.scope.partition;
     this.parallelism = rt.stage.parallelism;
     this.clock = rt.clock;
-    this.overlay = rt.stateTxn.overlay(n.node.name);
+    this.overlay = rt.stateTxn.overlay(stateIdOf(n.node));
   }
 
   watermark(): number {

@@ -3,7 +3,7 @@ import { type Key, keyToString, MAX_WATERMARK, MIN_WATERMARK, type StreamRecord 
 import { InvariantError } from '../errors.ts';
 import type { PhysicalPlan, StageEdge } from '../graph/compile.ts';
 import { keyGroupOfString } from '../graph/keygroups.ts';
-import { KEYED_KINDS } from '../api/logical.ts';
+import { KEYED_KINDS, stateIdOf } from '../api/logical.ts';
 import type { ChannelProgress } from '../state/backend.ts';
 import { compareOffsets, type Envelope } from '../transport/envelope.ts';
 import { entityId, type NodeRuntime } from './context.ts';
@@ -58,14 +58,14 @@ export function entitiesToPrefetch(plan: PhysicalPlan, envelopes: readonly Envel
     if (!KEYED_KINDS.has(node.spec.kind)) continue;
     for (const r of env.records) {
       const ks = keyToString(r.key as Key);
-      const entity = entityId(node.name, ks);
+      const entity = entityId(stateIdOf(node), ks);
       if (!want.has(entity)) want.set(entity, { kg: keyGroupOfString(ks, maxP), entity });
     }
   }
   const maxWm = envelopes.reduce((m, e) => Math.max(m, e.watermark), inputWatermark);
   for (const n of order) {
     for (const t of [...n.timers.event.liveUpTo(maxWm), ...n.timers.processing.liveUpTo(now)]) {
-      const entity = entityId(n.node.name, t.key);
+      const entity = entityId(stateIdOf(n.node), t.key);
       if (!want.has(entity)) want.set(entity, { kg: t.kg, entity });
     }
   }

@@ -15,7 +15,7 @@
 import { type Clock, type Key, MIN_WATERMARK, type StreamRecord } from '../api/types.ts';
 import { InvariantError, UserCodeError } from '../errors.ts';
 import { channelsInto, type StagePlan } from '../graph/compile.ts';
-import { KEYED_KINDS, type LogicalNode } from '../api/logical.ts';
+import { KEYED_KINDS, type LogicalNode, stateIdOf } from '../api/logical.ts';
 import type { ChannelProgress, PartitionScope, TrackingUpdate } from '../state/backend.ts';
 import { StateTxn } from '../state/txn.ts';
 import { columnsOf, type Envelope, type OutboxEntry, pendingStampOf, toPlainEnvelope } from '../transport/envelope.ts';
@@ -67,7 +67,8 @@ export class PartitionRuntime {
   /** Checkpointed runs: commits mark the entities they changed (incremental snapshots). */
   private tracking = false;
   private aligner: BarrierAligner | undefined;
-  private readonly byName = new Map<string, NodeRuntime>();
+  /** Nodes by state identity (stateIdOf): the operator part of an entity. */
+  private readonly byStateId = new Map<string, NodeRuntime>();
   /** This partition in error messages. */
   private readonly where: string;
   /** Idle probes in this batch that changed nothing (they need no commit of their own). */
@@ -115,7 +116,7 @@ export class PartitionRuntime {
         },
         push: (e) => this.pendingOutbox.push(e),
         timerEntities: () => changedTimerEntities(this.order),
-        timersOf: (e) => timersOfEntity(this.byName, e),
+        timersOf: (e) => timersOfEntity(this.byStateId, e),
         allTimerEntities: () => allTimerEntities(this.order),
         eventTimers: () => ({ earliest: earliestEventTime(this.order), watermark: this.inputWatermark }),
         commit: (next) => this.commitPart(true, next) ?? Promise.resolve(),
@@ -128,7 +129,7 @@ export class PartitionRuntime {
   private createNode(node: LogicalNode): void {
     const rt = newNodeRuntime(this.deps.plan, node, this);
     this.nodes.set(node.id, rt);
-    this.byName.set(node.name, rt);
+    this.byStateId.set(stateIdOf(node), rt);
     this.order.push(rt);
   }
 

@@ -6,6 +6,7 @@
  * the keys changed since the last completed checkpoint, not the size of the state.
  * A changed entity travels whole: its fields and all its live timers.
  */
+import { stateIdOf } from '../api/logical.ts';
 import { partitionOfKeyGroup } from '../graph/keygroups.ts';
 import type { PartitionProgress, PartitionScope, StateBackend, StateWrite, TimerEntry } from '../state/backend.ts';
 import type { StateTxn } from '../state/txn.ts';
@@ -159,10 +160,10 @@ export function changedTimerEntities(order: readonly NodeRuntime[], interval?: n
   return out;
 }
 
-/** Live timers of an entity (`${operator}\u0001${key}`) of this partition. */
-export function timersOfEntity(byName: ReadonlyMap<string, NodeRuntime>, entity: string): TimerEntry[] {
+/** Live timers of an entity (`${operator uid}\u0001${key}`) of this partition; `byStateId`: the nodes by stateIdOf. */
+export function timersOfEntity(byStateId: ReadonlyMap<string, NodeRuntime>, entity: string): TimerEntry[] {
   const i = entity.indexOf('\u0001');
-  const n = byName.get(entity.slice(0, i));
+  const n = byStateId.get(entity.slice(0, i));
   if (!n) return [];
   const key = entity.slice(i + 1);
   const out = n.timers.event.liveOf(key);
@@ -172,7 +173,7 @@ export function timersOfEntity(byName: ReadonlyMap<string, NodeRuntime>, entity:
 
 /** The entity of every live timer (full snapshots). */
 export function allTimerEntities(order: readonly NodeRuntime[]): DirtyEntity[] {
-  return order.flatMap((n) => [...n.timers.event.liveUpTo(Infinity), ...n.timers.processing.liveUpTo(Infinity)].map((t) => ({ entity: entityId(n.node.name, t.key), kg: t.kg })));
+  return order.flatMap((n) => [...n.timers.event.liveUpTo(Infinity), ...n.timers.processing.liveUpTo(Infinity)].map((t) => ({ entity: entityId(stateIdOf(n.node), t.key), kg: t.kg })));
 }
 
 /**

@@ -4,9 +4,9 @@
  * the plan it runs, so the savepoint is rewritten into one (for the same plan too, for the
  * sequence numbers below):
  *
- *   - keyed state and timers move by operator name and key group to the partition of the
- *     new plan that owns them (as the embedded restore does, lib/local/restore.ts); timers
- *     name their operator by the new node id;
+ *   - keyed state and timers move by state identity (uid) and key group to the partition
+ *     of the new plan that owns them, by the remap both runtimes use
+ *     (lib/checkpoint/savepoint-remap.ts); timers name their operator by the new node id;
  *   - channels start fresh (sequence numbers and watermarks), except source channels: each
  *     source partition keeps the record count the savepoint holds, so the input log replays
  *     what followed it. Sources must therefore keep their partitions (same sources, same
@@ -28,16 +28,11 @@ import { type ChainLink, type CoordinatorRecord, type Manifest, participantKey, 
 import { encodeSnapshot, restoreManifest, type SnapshotObject, type SnapshotRow, toSnapshotTimer } from '../../checkpoint/snapshot.ts';
 import type { BlobStore, PointerStore } from '../../checkpoint/storage.ts';
 import { channelsInto, type PhysicalPlan } from '../../graph/compile.ts';
-import { partitionOfKeyGroup } from '../../graph/keygroups.ts';
-import { type ChannelProgress, emptyProgress, type PartitionProgress, type TimerEntry } from '../../state/backend.ts';
+import { remapState } from '../../checkpoint/savepoint-remap.ts';
+import { type ChannelProgress, emptyProgress, type PartitionProgress } from '../../state/backend.ts';
 import type { DynamoDbTable } from '../dynamodb/dynamodb-table.ts';
 import { type PartitionHead, readHead } from './restore-partition.ts';
 import { type AwsRestorePoint, savepointPrefix } from './savepoints.ts';
-
-interface Target {
-  fields: Map<string, { kg: number; fields: [string, unknown][] }>;
-  timers: Map<string, TimerEntry[]>;
-}
 
 /** The savepoint as a manifest of `plan`, written beside its copy; its key is what the pointer will name. */
 export async function remapSavepoint(o: { blobs: BlobStore; db: DynamoDbTable; plan: PhysicalPlan; point: AwsRestorePoint }): Promise<{ manifest: Manifest; manifestKey: string }> {
@@ -55,27 +50,7 @@ export async function remapSavepoint(o: { blobs: BlobStore; db: DynamoDbTable; p
     throw new RestoreError(point.what, `a changed job whose sources keep their partitions ([${saved.join(', ')}])`, `source partitions [${wanted.join(', ')}]`);
   }
 
-  const nodeByName = new Map(plan.job.nodes.map((n) => [n.name, n]));
-  const targets = new Map<string, Target>();
-  const target = (operator: string, kg: number) => {
-    const node = nodeByName.get(operator);
-    if (!node) throw new RestoreError(point.what, 'state of operators of this job', `state of "${operator}"`);
-    const stage = plan.stageOfNode[node.id];
-    const key = `${stage}/${partitionOfKeyGroup(kg, plan.stages[stage].parallelism, plan.job.maxParallelism)}`;
-    let t = targets.get(key);
-    if (!t) targets.set(key, (t = { fields: new Map(), timers: new Map() }));
-    return { t, node };
-  };
-  for (const r of (await restoreManifest(point.manifest, point.blobs)).values()) {
-    for (const [entity, { kg, fields }] of r.entities) target(entity.slice(0, entity.indexOf('\u0001')), kg).t.fields.set(entity, { kg, fields: [...fields] });
-    for (const timer of r.timers.values()) {
-      const { t, node } = target(meta.nodes[timer.node], timer.kg);
-      const entity = `${node.name}\u0001${timer.key}`;
-      const list = t.timers.get(entity) ?? [];
-      list.push({ ...timer, node: node.id });
-      t.timers.set(entity, list);
-    }
-  }
+  const targets = remapState(plan, meta, (await restoreManifest(point.manifest, point.blobs)).values(), point.what);
 
   const heads = new Map<string, PartitionHead>();
   for (const p of participants) heads.set(participantKey(p), await readHead(o.db, { job, stage: p.stage, partition: p.partition }));
@@ -87,12 +62,12 @@ export async function remapSavepoint(o: { blobs: BlobStore; db: DynamoDbTable; p
   for (const p of participants) {
     const key = participantKey(p);
     const progress = progressOf.get(key)!;
-    const t = targets.get(key) ?? { fields: new Map(), timers: new Map() };
-    const entities = [...new Set([...t.fields.keys(), ...t.timers.keys()])].sort();
+    const t = targets.get(key) ?? { entities: new Map(), timers: new Map() };
+    const entities = [...new Set([...t.entities.keys(), ...t.timers.keys()])].sort();
     const rows: SnapshotRow[] = entities.map((entity) => {
-      const f = t.fields.get(entity);
+      const f = t.entities.get(entity);
       const timers = t.timers.get(entity) ?? [];
-      return [f?.kg ?? timers[0].kg, entity, f?.fields ?? [], timers.map(toSnapshotTimer)];
+      return [f?.kg ?? timers[0].kg, entity, f ? [...f.fields] : [], timers.map(toSnapshotTimer)];
     });
     const object: SnapshotObject = { format: 1, job, stage: p.stage, partition: p.partition, epoch, baseEpoch: 0, full: true, progress, entities: rows };
     const bytes = encodeSnapshot(object);

@@ -4,8 +4,9 @@
  * and kept outside the checkpoint chain once committed.
  *
  *   state table  pk `${job}#c`  sk `ptr#savepoint-request`   SavepointRequest (compare-and-set)
- *   bucket       `${job}/savepoints/<label>/blobs/<key>`      the manifest and every snapshot it names
- *                `${job}/savepoints/<label>/meta.json`        AwsSavepointMeta, written last
+ *   bucket       `${job}/savepoints/<label>/`                 a savepoint in the one format of both
+ *                                                            runtimes (lib/checkpoint/savepoint.ts):
+ *                                                            blobs/<key> and meta.json, written last
  *
  * The request is one item changed only by compare-and-set (DynamoDbPointerStore), so two
  * `sluice savepoint` calls cannot both think theirs is pending: a second label while one
@@ -17,19 +18,17 @@
  * object and mark the request written. A coordinator that dies in between finishes the
  * copy at its next commit or open (finishSavepoint is idempotent: objects are immutable).
  *
- * The meta records what the embedded savepoints record (lib/local/restore.ts): the plan
- * fingerprint, maxParallelism, the state descriptors and node names, so a changed job is
- * checked against it with the same stateCompatibility() (savepointFit()).
+ * The embedded runtime writes the same format into a directory, so a savepoint of either
+ * runtime restores on the other: `s3://<bucket>/${job}/savepoints/<label>/` names this one.
  */
 import { fromBytes, toBytes } from '../../checkpoint/codec.ts';
 import { type CheckpointStats, POINTER_NAME } from '../../checkpoint/driver.ts';
-import { RestoreError, StateCompatibilityError } from '../../checkpoint/driver-errors.ts';
+import { RestoreError } from '../../checkpoint/driver-errors.ts';
 import { SavepointPendingError } from '../../checkpoint/errors.ts';
-import { planFingerprint, type StateDescriptorInfo, stateCompatibility, stateDescriptors } from '../../checkpoint/fingerprint.ts';
+import { describePlan, type PlanDescription, readSavepoint, readSavepointMeta, type SavepointMeta, savepointFit, savepointObjects, writeSavepoint } from '../../checkpoint/savepoint.ts';
 import { type CommitPointer, type Manifest, manifestObjectKey } from '../../checkpoint/protocol.ts';
 import type { BlobStore, PointerStore } from '../../checkpoint/storage.ts';
 import { SluiceError } from '../../errors.ts';
-import type { PhysicalPlan } from '../../graph/compile.ts';
 
 export const SAVEPOINT_REQUEST = 'savepoint-request';
 export const SAVEPOINT_LABEL = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
@@ -43,34 +42,10 @@ export interface SavepointRequest {
   readonly writtenAt?: number;
 }
 
-/** What a restore needs to know about the plan that took the savepoint (as SavepointMeta, without the local sources' cursors). */
-export interface PlanDescription {
-  readonly planFingerprint: string;
-  readonly maxParallelism: number;
-  readonly states: readonly StateDescriptorInfo[];
-  /** Logical node names by id (timers name their node by id). */
-  readonly nodes: readonly string[];
-}
-
-export interface AwsSavepointMeta extends PlanDescription {
-  readonly format: 1;
-  readonly job: string;
-  readonly label: string;
-  readonly epoch: number;
-  readonly createdAt: number;
-  /** Source partition positions (`${source}#${p}` -> records in the savepoint): the input log replays after them. */
-  readonly positions: Readonly<Record<string, number>>;
-  /** The manifest's key inside the savepoint's blob store (its original key). */
-  readonly manifestKey: string;
-  /** Bytes a restore reads (every snapshot object). */
-  readonly bytes: number;
-  /** Snapshot objects copied. */
-  readonly objects: number;
-}
-
-export function describePlan(plan: PhysicalPlan): PlanDescription {
-  return { planFingerprint: planFingerprint(plan), maxParallelism: plan.job.maxParallelism, states: stateDescriptors(plan), nodes: plan.job.nodes.map((n) => n.name) };
-}
+export type { PlanDescription };
+/** A savepoint's meta in the bucket: the one savepoint format (lib/checkpoint/savepoint.ts). */
+export type AwsSavepointMeta = SavepointMeta;
+export { describePlan, savepointFit };
 
 export function savepointPrefix(job: string, label: string): string {
   return `${job}/savepoints/${label}/`;
@@ -136,32 +111,10 @@ export async function readSavepointRequest(pointers: PointerStore): Promise<Save
  * Copy a committed savepoint epoch under its prefix, then its meta, then mark the request
  * written. Idempotent (every object is immutable and the same bytes each time).
  */
-export async function finishSavepoint(o: { pointers: PointerStore; blobs: BlobStore; job: string; plan: PlanDescription }, manifest: Manifest, manifestKey: string, stats: Pick<CheckpointStats, 'completedAt'>): Promise<AwsSavepointMeta> {
+export async function finishSavepoint(o: { pointers: PointerStore; blobs: BlobStore; job: string; plan: PlanDescription }, manifest: Manifest, manifestKey: string, stats: Pick<CheckpointStats, 'completedAt'>): Promise<SavepointMeta> {
   const label = manifest.savepoint?.label;
   if (!label) throw new RestoreError(`checkpoint ${manifest.epoch}`, 'a savepoint manifest (labelled)', 'an unlabelled manifest');
-  const prefix = savepointPrefix(o.job, label);
-  const keys = [...new Set(Object.values(manifest.partitions).flatMap((p) => p.chain.map((l) => l.key)))];
-  let bytes = 0;
-  for (const k of keys) {
-    const body = await o.blobs.get(k);
-    if (!body) throw new RestoreError(`savepoint "${label}"`, `snapshot object ${k} named by manifest ${manifestKey}`, 'no such object (deleted before the savepoint was copied)');
-    bytes += body.byteLength;
-    await o.blobs.put(`${prefix}blobs/${k}`, body);
-  }
-  await o.blobs.put(`${prefix}blobs/${manifestKey}`, toBytes(manifest));
-  const meta: AwsSavepointMeta = {
-    format: 1,
-    job: o.job,
-    label,
-    epoch: manifest.epoch,
-    createdAt: stats.completedAt,
-    ...o.plan,
-    positions: manifest.positions,
-    manifestKey,
-    bytes,
-    objects: keys.length,
-  };
-  await o.blobs.put(savepointMetaKey(o.job, label), toBytes(meta));
+  const meta = await writeSavepoint({ source: o.blobs, target: o.blobs, prefix: savepointPrefix(o.job, label) }, manifest, manifestKey, { job: o.job, createdAt: stats.completedAt, takenOn: 'aws', ...o.plan });
   for (let attempt = 0; attempt < 5; attempt++) {
     const cur = await o.pointers.read<SavepointRequest>(SAVEPOINT_REQUEST);
     if (!cur || cur.value.label !== label || cur.value.status !== 'pending') break;
@@ -172,13 +125,7 @@ export async function finishSavepoint(o: { pointers: PointerStore; blobs: BlobSt
 
 /** A BlobStore that reads one savepoint's copies by their original keys. */
 export function savepointBlobs(blobs: BlobStore, job: string, label: string): BlobStore {
-  const p = `${savepointPrefix(job, label)}blobs/`;
-  return {
-    get: (k) => blobs.get(p + k),
-    list: async (prefix) => (await blobs.list(p + prefix)).map((k) => k.slice(p.length)),
-    put: (k, b) => blobs.put(p + k, b),
-    delete: (ks) => blobs.delete(ks.map((k) => p + k)),
-  };
+  return savepointObjects(blobs, savepointPrefix(job, label));
 }
 
 export async function listSavepoints(blobs: BlobStore, job: string): Promise<AwsSavepointMeta[]> {
@@ -233,30 +180,10 @@ export async function loadRestorePoint(o: { blobs: BlobStore; job: string }, fro
     return { what: `checkpoint ${epoch}`, manifest: fromBytes<Manifest>(body), manifestKey, blobs: o.blobs };
   }
   checkLabel(from);
-  const metaBody = await o.blobs.get(savepointMetaKey(o.job, from));
-  if (!metaBody) throw new RestoreError('--from', `a retained checkpoint's epoch or a savepoint label of job "${o.job}" (see sluice checkpoints)`, `"${from}", which is neither`);
-  const meta = fromBytes<AwsSavepointMeta>(metaBody);
-  const blobs = savepointBlobs(o.blobs, o.job, from);
-  const body = await blobs.get(meta.manifestKey);
-  if (!body) throw new RestoreError(`savepoint "${from}"`, `its manifest ${meta.manifestKey}`, 'no such object');
-  return { what: `savepoint "${from}"`, manifest: fromBytes<Manifest>(body), manifestKey: meta.manifestKey, blobs, meta };
-}
-
-/**
- * Whether `plan` (the job as it is now) can start from the restore point: 'same' (the
- * plan it was taken under: state and channel positions continue), 'changed' (a savepoint
- * whose state descriptors fit: keyed state and timers move by operator name and key
- * group). Throws RestoreError for a checkpoint of a changed job, StateCompatibilityError
- * naming each problem for a savepoint that does not fit.
- */
-export function savepointFit(point: AwsRestorePoint, plan: PhysicalPlan): 'same' | 'changed' {
-  const m = point.manifest;
-  if (m.job !== plan.job.name) throw new RestoreError(point.what, `a checkpoint of job "${plan.job.name}"`, `one of job "${m.job}"`);
-  if (m.fingerprint === planFingerprint(plan)) return 'same';
-  if (!point.meta) throw new RestoreError(point.what, 'a checkpoint of this job as it is now (same operators, stages and parallelism)', 'one of a changed job; take a savepoint before changing the job and restore from it');
-  const problems = stateCompatibility(point.meta.states, point.meta.maxParallelism, plan);
-  if (problems.length) throw new StateCompatibilityError(point.what, problems);
-  return 'changed';
+  const prefix = savepointPrefix(o.job, from);
+  if (!(await readSavepointMeta(o.blobs, prefix))) throw new RestoreError('--from', `a retained checkpoint's epoch or a savepoint label of job "${o.job}" (see sluice checkpoints)`, `"${from}", which is neither`);
+  const s = await readSavepoint(o.blobs, prefix, `${prefix} in the bucket`);
+  return { what: s.what, manifest: s.manifest, manifestKey: s.manifestKey, blobs: s.blobs, meta: s.meta };
 }
 
 /**
