@@ -1,15 +1,9 @@
 /**
  * The checkpoint coordinator on AWS: a Step Functions Standard state machine whose tasks
  * are one Lambda function (functions/checkpoint.ts, an `action` per task). One definition,
- * built by checkpointDefinition(): SluiceJob deploys it (checkpointStateMachine, the hook
- * of infra/checkpoints.ts) and the tests run the same one locally (checkpointAsl()).
- *
- *   Resume -> WaitInterval -> Open -> Inject -> WaitForAcks -> Decide -> Commit | Abort -> WaitInterval ...
- *                              |                    ^------ pending -----'
- *                              +-> idle: Done (nothing runs at zero traffic)
- *                              +-> idle, event-time timers pending: WaitTimers ($.wait s) -> Probe -> AfterOpen
- *                              +-> after maxEpochs: ContinueAsNew (StartExecution of itself) -> Done
- *   any task failing past its retries -> Backoff -> Resume (coordinator resume from the control items)
+ * built from the timing below by lib/aws/checkpoint/state-machine-definition.ts (its loop
+ * is drawn there): SluiceJob deploys it (checkpointStateMachine, the hook of
+ * infra/checkpoints.ts), local-AWS mode and the tests run the same JSON (checkpointAsl()).
  *
  * Cost: a normal epoch is 8 transitions (WaitInterval, Open, AfterOpen, Inject,
  * WaitForAcks, Decide, AfterDecide, Commit); each further poll for acks adds 3. At the
@@ -38,15 +32,14 @@
  * ending idle releases the lease and then re-reads the activity item, so input arriving
  * meanwhile is either seen by it or finds the lease free.
  */
-import { Duration, Names, Stack, App, ArnFormat } from 'aws-cdk-lib';
+import { ArnFormat, Names, Stack } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
-import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
-import * as tasks from 'aws-cdk-lib/aws-stepfunctions-tasks';
 import { NagSuppressions } from 'cdk-nag';
 import type { Construct } from 'constructs';
 import { signalsPk } from '../lib/aws/checkpoint/checkpoint-acks.ts';
-import { type Action, DEFAULT_ACTIVITY_GRAIN_MS, type Limits, TASK_ERRORS } from '../lib/aws/checkpoint/checkpoint-task.ts';
+import { DEFAULT_ACTIVITY_GRAIN_MS, type Limits } from '../lib/aws/checkpoint/checkpoint-task.ts';
+import { type AslDefinition, checkpointStateMachineDefinition, TASK_ATTEMPTS } from '../lib/aws/checkpoint/state-machine-definition.ts';
 import type { CheckpointStateMachineFactory } from './checkpoints.ts';
 import { SluiceJobPropsError } from './errors.ts';
 import { ENTRIES } from './function.ts';
@@ -74,10 +67,6 @@ export interface CheckpointTimingProps {
   readonly activityGrainSeconds?: number;
 }
 
-export interface CheckpointDefinitionProps extends CheckpointTimingProps {
-  readonly task: lambda.IFunction;
-}
-
 /** Step Functions' limit, and the share of it one execution may plan to use. */
 export const HISTORY_LIMIT = 25_000;
 export const HISTORY_BUDGET = HISTORY_LIMIT / 2;
@@ -86,7 +75,6 @@ const TASK_EVENTS = 5;
 const FLOW_EVENTS = 2;
 /** A failed attempt adds scheduled, started, failed. */
 const RETRY_EVENTS = 3;
-const TASK_ATTEMPTS = 3;
 /** Tasks per epoch allowed to use every retry in the worst-case estimate. */
 const RETRIED_TASKS = 2;
 export const TRANSITIONS_PER_EPOCH = 8;
@@ -154,107 +142,13 @@ export function checkpointPlan(props: CheckpointTimingProps = {}): CheckpointPla
   };
 }
 
-/** The state machine's states in `scope`; returns the chain to give DefinitionBody.fromChainable. */
-export function checkpointDefinition(scope: Construct, props: CheckpointDefinitionProps): sfn.IChainable {
-  const plan = checkpointPlan(props);
-  const task = (id: string, action: Action) => {
-    const t = new tasks.LambdaInvoke(scope, id, {
-      lambdaFunction: props.task,
-      payload: sfn.TaskInput.fromObject({ action, execution: sfn.JsonPath.stringAt('$$.Execution.Name'), carry: sfn.JsonPath.entirePayload, limits: plan.limits }),
-      payloadResponseOnly: true,
-      // Our own retry policy below (CDK's default retries 6 times over ~2 minutes).
-      retryOnServiceExceptions: false,
-    });
-    t.addRetry({
-      errors: ['Lambda.ServiceException', 'Lambda.AWSLambdaException', 'Lambda.SdkClientException', 'Lambda.TooManyRequestsException', TASK_ERRORS.retryable],
-      interval: Duration.seconds(1),
-      backoffRate: 2,
-      maxAttempts: TASK_ATTEMPTS - 1,
-      jitterStrategy: sfn.JitterType.FULL,
-    });
-    return t;
-  };
-  const done = new sfn.Succeed(scope, 'Done');
-  const failed = new sfn.Fail(scope, 'Failed', { error: 'Sluice.CoordinatorFailed', cause: 'the checkpoint coordinator failed repeatedly; see the execution history and the task logs' });
-  const waitInterval = new sfn.Wait(scope, 'WaitInterval', { time: sfn.WaitTime.duration(Duration.seconds(plan.intervalSeconds)) });
-  const waitForAcks = new sfn.Wait(scope, 'WaitForAcks', { time: sfn.WaitTime.duration(Duration.seconds(plan.pollSeconds)) });
-  const backoff = new sfn.Wait(scope, 'Backoff', { time: sfn.WaitTime.duration(Duration.seconds(plan.pollSeconds)) });
-  const resume = task('Resume', 'resume');
-  const open = task('Open', 'open');
-  const inject = task('Inject', 'inject');
-  const decide = task('Decide', 'decide');
-  const commit = task('Commit', 'commit');
-  const abort = task('Abort', 'abort');
-  // Idle, but timers wait for the watermark (lib/aws/checkpoint/checkpoint-timers.ts): wait as long as the open step computed, then probe.
-  const waitTimers = new sfn.Wait(scope, 'WaitTimers', { time: sfn.WaitTime.secondsPath('$.wait') });
-  const probe = task('Probe', 'probe');
-  // A failure past the retries resumes the coordinator from its control items; the resume step counts failures.
-  for (const t of [open, inject, decide, commit, abort, probe]) t.addCatch(backoff, { errors: ['States.ALL'], resultPath: '$.error' });
-  resume.addCatch(failed, { errors: ['States.ALL'], resultPath: '$.error' });
-  const continueAsNew = new sfn.CustomState(scope, 'ContinueAsNew', {
-    stateJson: {
-      Type: 'Task',
-      Resource: `arn:${Stack.of(scope).partition}:states:::states:startExecution`,
-      Parameters: { 'StateMachineArn.$': '$$.StateMachine.Id', 'Name.$': '$.child.name', 'Input.$': '$.child.input' },
-      ResultPath: null,
-      // The first matching retrier decides: ExecutionAlreadyExists (States.TaskFailed would match it
-      // too) is never retried, it means the successor already started (a retry whose first
-      // attempt got through), which the Catch below takes as done.
-      Retry: [
-        { ErrorEquals: ['StepFunctions.ExecutionAlreadyExistsException'], MaxAttempts: 0 },
-        { ErrorEquals: ['StepFunctions.SdkClientException', 'StepFunctions.StepFunctionsException', 'States.TaskFailed'], IntervalSeconds: 1, BackoffRate: 2, MaxAttempts: 3 },
-      ],
-      Catch: [{ ErrorEquals: ['StepFunctions.ExecutionAlreadyExistsException'], ResultPath: '$.error', Next: 'Done' }],
-    },
-  });
-  const is = (v: string) => sfn.Condition.stringEquals('$.next', v);
-  const afterResume = new sfn.Choice(scope, 'AfterResume')
-    .when(is('fail'), failed)
-    .when(is('end'), done)
-    .when(is('decide'), waitForAcks)
-    .when(is('commit'), commit)
-    .otherwise(waitInterval);
-  const afterOpen = new sfn.Choice(scope, 'AfterOpen')
-    .when(is('inject'), inject)
-    .when(is('end'), done)
-    .when(is('continue'), continueAsNew)
-    .when(is('decide'), waitForAcks)
-    .when(is('commit'), commit)
-    .when(is('timers'), waitTimers)
-    .otherwise(waitInterval);
-  const afterDecide = new sfn.Choice(scope, 'AfterDecide').when(is('commit'), commit).when(is('abort'), abort).when(is('pending'), waitForAcks).otherwise(waitInterval);
-  backoff.next(resume);
-  waitInterval.next(open);
-  open.next(afterOpen);
-  inject.next(waitForAcks);
-  waitForAcks.next(decide);
-  decide.next(afterDecide);
-  commit.next(waitInterval);
-  abort.next(waitInterval);
-  continueAsNew.next(done);
-  waitTimers.next(probe);
-  probe.next(afterOpen);
-  return resume.next(afterResume);
-}
-
-/** The definition as ASL JSON (what the local runner executes), with the task at `taskArn`. */
+/** The definition as ASL JSON (what the local runners execute), with the task at `taskArn`. */
 export function checkpointAsl(props: CheckpointTimingProps = {}, taskArn = 'arn:aws:lambda:us-east-1:123456789012:function:sluice-checkpoint'): Record<string, any> {
-  const stack = new Stack(new App(), 'CheckpointAsl', { env: { account: '123456789012', region: 'us-east-1' } });
-  const chain = checkpointDefinition(stack, { ...props, task: lambda.Function.fromFunctionArn(stack, 'Task', taskArn) });
-  return literal(stack.resolve(new sfn.StateGraph(chain.startState, 'checkpoints').toGraphJson())) as Record<string, any>;
+  return definitionOf(checkpointPlan(props), taskArn, 'aws');
 }
 
-/** Replace the pseudo-parameters CloudFormation would resolve (the partition in integration ARNs). */
-function literal(v: unknown): unknown {
-  if (Array.isArray(v)) return v.map(literal);
-  if (!v || typeof v !== 'object') return v;
-  const o = v as Record<string, unknown>;
-  if (o.Ref === 'AWS::Partition') return 'aws';
-  if (Array.isArray(o['Fn::Join'])) {
-    const [sep, parts] = o['Fn::Join'] as [string, unknown[]];
-    return parts.map(literal).join(sep);
-  }
-  return Object.fromEntries(Object.entries(o).map(([k, x]) => [k, literal(x)]));
+function definitionOf(plan: CheckpointPlan, taskArn: string, partition: string): AslDefinition {
+  return checkpointStateMachineDefinition({ taskArn, partition, intervalSeconds: plan.intervalSeconds, pollSeconds: plan.pollSeconds, limits: plan.limits });
 }
 
 /** The SluiceJob hook (infra/checkpoints.ts): the task function, its grants, the state machine, at the default timing. */
@@ -276,10 +170,12 @@ function buildCheckpointStateMachine(scope: Construct, ctx: Parameters<Checkpoin
   const machine = new sfn.StateMachine(scope, 'StateMachine', {
     stateMachineName,
     stateMachineType: sfn.StateMachineType.STANDARD,
-    definitionBody: sfn.DefinitionBody.fromChainable(checkpointDefinition(scope, { ...timing, task: task.fn })),
+    definitionBody: sfn.DefinitionBody.fromString(Stack.of(scope).toJsonString(definitionOf(checkpointPlan(timing), task.fn.functionArn, Stack.of(scope).partition))),
     logs: { destination: ctx.logGroup, level: sfn.LogLevel.ALL },
     tracingEnabled: true,
   });
+  // Its Task states invoke the task function, by ARN or qualified ARN (a version or alias).
+  machine.addToRolePolicy(new iam.PolicyStatement({ actions: ['lambda:InvokeFunction'], resources: [task.fn.functionArn, `${task.fn.functionArn}:*`] }));
   // Continue as new: StartExecution of itself, by its fixed name (its ARN would be a cycle).
   const self = Stack.of(scope).formatArn({ service: 'states', resource: 'stateMachine', resourceName: stateMachineName, arnFormat: ArnFormat.COLON_RESOURCE_NAME });
   iam.Grant.addToPrincipal({ grantee: machine, actions: ['states:StartExecution'], resourceArns: [self] });
@@ -288,7 +184,7 @@ function buildCheckpointStateMachine(scope: Construct, ctx: Parameters<Checkpoin
     [
       {
         id: 'AwsSolutions-IAM5',
-        reason: 'Step Functions invokes the task function by qualified ARN (`<function arn>:*`, any version or alias), which CDK grants for every LambdaInvoke task; it is this one function only.',
+        reason: 'Step Functions invokes the task function by ARN or qualified ARN (`<function arn>:*`, any version or alias); it is this one function only.',
         appliesTo: [{ regex: '/^Resource::<[A-Za-z0-9]+\\.Arn>:\\*$/g' }],
       },
     ],

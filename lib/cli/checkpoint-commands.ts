@@ -25,7 +25,7 @@ interface AwsFlags {
 }
 
 /** --target and what --target aws cannot derive from the job's name. */
-function addTargetOptions(cmd: Command): Command {
+export function addTargetOptions(cmd: Command): Command {
   return cmd
     .addOption(
       new Option('--target <target>', "embedded (the checkpoint directory), local-aws (a `sluice run --target local-aws` run's servers, from AWS_ENDPOINT_URL*), or aws (the deployed job)")

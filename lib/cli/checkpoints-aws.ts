@@ -44,7 +44,7 @@ export interface AwsTargetFlags extends DeploymentFlags {
   readonly param?: string[];
 }
 
-interface Resolved {
+export interface Resolved {
   readonly job: Job;
   readonly table: string;
   readonly bucket: string;
@@ -137,7 +137,8 @@ function runningPid(file: string): number | undefined {
   }
 }
 
-async function withTarget<T>(jobPath: string, flags: AwsTargetFlags, body: (r: Resolved) => Promise<T>): Promise<T> {
+/** Resolve the target's control table, bucket and clients, run `body`, then close the clients. */
+export async function withTarget<T>(jobPath: string, flags: AwsTargetFlags, body: (r: Resolved) => Promise<T>): Promise<T> {
   const r = await resolve(jobPath, flags, Date.now);
   try {
     return await body(r);

@@ -22,6 +22,7 @@ import { CommittedFileSink } from '../local/committed-sink.ts';
 import type { EmbeddedOptions } from '../local/embedded-options.ts';
 import type { EmbeddedRuntime } from '../local/embedded.ts';
 import type { SavepointMeta } from '../local/restore.ts';
+import type { MonitoredCheckpoints } from './dev-monitor.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { fmt } from './options.ts';
 import { checkResumable, checkRestoreSource, recordPlan } from './restore-checks.ts';
@@ -127,6 +128,8 @@ export async function prepareRunCheckpoints(
       runtime: (bindings: Omit<EmbeddedOptions, 'checkpoints' | 'restore'>) => Promise<EmbeddedRuntime>;
       /** --target local-aws: what LocalAwsRun passes to the local-AWS runtime. */
       localAws?: LocalAwsRunCheckpoints;
+      /** The embedded run's checkpointing, for the dashboard (once the runtime is open). */
+      monitored?: () => MonitoredCheckpoints | undefined;
       summary: () => void;
     }
   | undefined
@@ -144,6 +147,7 @@ export async function prepareRunCheckpoints(
   let checkpoints: LocalCheckpointing | undefined;
   return {
     sink,
+    monitored: () => checkpoints && { driver: checkpoints.driver, intervalMs: ck.intervalMs || null, dir: ck.dir },
     runtime: async (bindings) => {
       const onSourceRecords =
         crashAfter === undefined
@@ -210,7 +214,7 @@ export async function openDevRuntime(
   flags: CheckpointFlags,
   log: Log,
   embedded: Omit<EmbeddedOptions, 'checkpoints' | 'restore'> = {},
-): Promise<{ runtime: EmbeddedRuntime; finalCheckpoint: () => Promise<number | null>; lastCheckpoint: () => number | null; announce: (url: string) => void; close: () => void } | undefined> {
+): Promise<{ runtime: EmbeddedRuntime; finalCheckpoint: () => Promise<number | null>; lastCheckpoint: () => number | null; monitored: MonitoredCheckpoints; announce: (url: string) => void; close: () => void } | undefined> {
   const ck = checkpointOptions(job, flags, 10_000);
   if (!ck) return undefined;
   await checkStart(job, ck);
@@ -243,6 +247,8 @@ export async function openDevRuntime(
     runtime,
     finalCheckpoint: () => checkpoints.finalCheckpoint(),
     lastCheckpoint: () => checkpoints.driver.state.lastCompleted?.epoch ?? null,
+    // What the dashboard's checkpoint timeline reads.
+    monitored: { driver: checkpoints.driver, intervalMs: ck.intervalMs || null, dir: ck.dir },
     // The endpoint's URL, for `sluice status`.
     announce: (url) => writeFileAtomic(info, JSON.stringify({ ...devInfo, url })),
     close: () => {

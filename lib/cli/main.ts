@@ -5,7 +5,7 @@
  * what was expected and what was received, and exit 1.
  */
 import { Command, Option } from 'commander';
-import { registerCheckpointCommands } from './checkpoint-commands.ts';
+import { addTargetOptions, registerCheckpointCommands } from './checkpoint-commands.ts';
 import { addRejectPolicyOptions, EXIT, outcomeCode, type RejectPolicy } from './exit-codes.ts';
 import { errorJson, examples, JSON_FLAG, packageVersion, printJson, strictParsing, wantsJson } from './program.ts';
 import { type Target, TARGETS } from './targets.ts';
@@ -87,9 +87,10 @@ const run = program
   .addOption(targetOption())
   .option('--assembly <dir>', 'assembly: a cloud assembly `sluice synth` wrote (default: synthesize one into a temporary directory)')
   .option('--stack-name <name>', 'assembly: the stack to run (default: the only one)')
+  .option('--dashboard [port]', 'serve the web dashboard on loopback while the run lasts (default any free port; its URL is printed)')
   .option(...JSON_FLAG);
 addRejectPolicyOptions(run).action(
-  action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target; assembly?: string; stackName?: string; json?: boolean } & RejectPolicy) => {
+  action('run', async (job: string, opts: { input: string; output: string; source?: string; sink?: string; param: string[]; deadLetters?: string; target: Target; assembly?: string; stackName?: string; dashboard?: true | string; json?: boolean } & RejectPolicy) => {
     const s = await (await import('./run.ts')).runCommand(job, opts);
     if (opts.json) printJson(s);
     process.exitCode = outcomeCode({ rejected: s.rejectedInputs, deadLetters: s.deadLetters }, opts);
@@ -98,7 +99,10 @@ addRejectPolicyOptions(run).action(
 
 const dev = program
   .command('dev')
-  .description('run a job on the embedded runtime with its HTTP ingestion endpoint and a live table')
+  .description(
+    'run a job on the embedded runtime with its HTTP ingestion endpoint, a web dashboard at / on the same port, and a live view on stderr ' +
+      "(redrawn in place in a terminal, a line every few seconds otherwise; stdout is left to the job's stdout sinks)",
+  )
   .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
   .option('--port <port>', 'ingestion endpoint port (0 = any free port)', '8080')
   .option('--host <host>', 'interface to listen on', '127.0.0.1')
@@ -174,31 +178,37 @@ program
     }),
   );
 
-program
-  .command('status')
-  .description("the live numbers of a job running under `sluice dev`: records, rejections, dead letters, operators, watermarks, last checkpoint")
-  .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
-  .option('--checkpoint-dir <dir>', "the dev process's checkpoint directory (default .sluice/<job>/)")
-  .option('--param <key=value>', 'job parameter, repeatable', collect, [])
-  .option(...JSON_FLAG)
-  .action(
-    action('status', async (job: string, opts: { checkpointDir?: string; param: string[]; json?: boolean }) => {
-      const s = await (await import('./status.ts')).statusCommand(job, opts, (l) => process.stderr.write(l + '\n'));
-      if (opts.json) printJson(s);
-    }),
-  );
+addTargetOptions(
+  program
+    .command('status')
+    .description("what a job is doing: under `sluice dev`, its live numbers (records, rejections, dead letters, late drops, queues, watermarks, checkpoints; --json: the GET /stats body the dashboard draws); with --target local-aws|aws, its stage queues, dead-letter queues, checkpoints and coordinator")
+    .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
+    .option('--checkpoint-dir <dir>', "the dev process's (or local-aws run's) checkpoint directory (default .sluice/<job>/)")
+    .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+    .option(...JSON_FLAG),
+).action(
+  action('status', async (job: string, opts: { checkpointDir?: string; param: string[]; json?: boolean; target: 'embedded' | 'local-aws' | 'aws' }) => {
+    const log = (l: string) => process.stderr.write(l + '\n');
+    const s =
+      opts.target === 'embedded'
+        ? await (await import('./status.ts')).statusCommand(job, opts, log)
+        : await (await import('./status-aws.ts')).awsStatusCommand(job, { ...opts, target: opts.target }, log);
+    if (opts.json) printJson(s);
+  }),
+);
 
 const STATE_GET_EXAMPLES = [
   'sluice state get jobs/orders.ts per-customer c42',
   'sluice state get jobs/orders.ts per-customer c42 --from before-upgrade --json',
   'sluice state get jobs/orders.ts per-customer 17 --checkpoint-dir /var/lib/orders --from 12',
+  'sluice state get jobs/orders.ts per-customer c42 --target aws --json',
 ];
-program
+const stateGet = program
   .command('state')
-  .description("read a job's keyed state from its embedded checkpoints")
+  .description("read a job's keyed state from its checkpoints (embedded, a local-AWS run's, or the deployed job's)")
   .addHelpText('after', examples(...STATE_GET_EXAMPLES))
   .command('get')
-  .description("one key's state in an operator, as the latest checkpoint (or --from a checkpoint or savepoint) holds it")
+  .description("one key's state in an operator, as the latest checkpoint (or --from a checkpoint or savepoint) holds it; --target local-aws|aws reads a local-AWS run's or the deployed job's checkpoints")
   .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
   .argument('<operator>', 'the keyed operator (its .name())')
   .argument('<key>', 'the key (a number when it reads as one and no string key matches)')
@@ -206,13 +216,13 @@ program
   .option('--from <checkpoint|savepoint>', "a retained checkpoint's epoch or a savepoint label (default: the latest checkpoint)")
   .option('--param <key=value>', 'job parameter, repeatable', collect, [])
   .option(...JSON_FLAG)
-  .addHelpText('after', examples(...STATE_GET_EXAMPLES))
-  .action(
-    action('state get', async (job: string, operator: string, key: string, opts: { checkpointDir?: string; from?: string; param: string[]; json?: boolean }) => {
-      const r = await (await import('./state-get.ts')).stateGetCommand(job, operator, key, opts, (l) => process.stderr.write(l + '\n'));
-      if (opts.json) printJson(r);
-    }),
-  );
+  .addHelpText('after', examples(...STATE_GET_EXAMPLES));
+addTargetOptions(stateGet).action(
+  action('state get', async (job: string, operator: string, key: string, opts: { checkpointDir?: string; from?: string; param: string[]; json?: boolean; target: 'embedded' | 'local-aws' | 'aws' }) => {
+    const r = await (await import('./state-get.ts')).stateGetCommand(job, operator, key, opts, (l) => process.stderr.write(l + '\n'));
+    if (opts.json) printJson(r);
+  }),
+);
 
 // Checkpoint flags on run and dev; the checkpoints, savepoint and restore commands.
 registerCheckpointCommands(program, action);
@@ -225,6 +235,7 @@ const EXAMPLES: Record<string, string[]> = {
     'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --json > summary.json',
     'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --checkpoint-interval 1000 --resume',
     'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --target local-aws',
+    'sluice run jobs/orders.ts --input big.jsonl --output alerts.jsonl --dashboard 8090',
   ],
   dev: ['sluice dev examples/first-job.ts --port 8080', 'sluice dev jobs/orders.ts --port 0 --checkpoint-interval 5000', 'sluice dev jobs/orders.ts --resume'],
   publish: ['sluice publish views views.jsonl --url http://127.0.0.1:8080', 'sluice publish orders orders.jsonl --url https://abc123.execute-api.eu-west-1.amazonaws.com --json'],
@@ -232,7 +243,7 @@ const EXAMPLES: Record<string, string[]> = {
   deploy: ['sluice deploy jobs/orders.ts', 'AWS_ENDPOINT_URL=http://localhost:4566 sluice deploy jobs/orders.ts --endpoint functionUrl --removal-policy destroy'],
   destroy: ['sluice destroy jobs/orders.ts', 'sluice destroy jobs/orders.ts --stack-name Orders-Staging --force'],
   demo: ['sluice demo', 'sluice demo --query q8 --duration 10 --events-per-second 20000', 'sluice demo --duration 5 --json'],
-  status: ['sluice status examples/first-job.ts', 'sluice status jobs/orders.ts --checkpoint-dir /var/lib/orders --json'],
+  status: ['sluice status examples/first-job.ts', 'sluice status jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice status jobs/orders.ts --target aws'],
   checkpoints: ['sluice checkpoints jobs/orders.ts', 'sluice checkpoints jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice checkpoints jobs/orders.ts --target aws'],
   savepoint: ['sluice savepoint jobs/orders.ts --label before-upgrade', 'sluice savepoint jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice savepoint jobs/orders.ts --target aws --label v2'],
   restore: [

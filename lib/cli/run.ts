@@ -8,7 +8,11 @@ import { stat, writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { JsonLinesFileSink } from '../api/sinks.ts';
 import { ConfigError } from '../errors.ts';
+import { DASHBOARD_HTML } from '../local/dashboard-page.ts';
+import { SinkTap } from '../local/dashboard-sink-tap.ts';
 import { EmbeddedRuntime } from '../local/embedded.ts';
+import { startIngestServer } from '../local/ingest-server.ts';
+import { DevMonitor, type MonitoredCheckpoints } from './dev-monitor.ts';
 import { loadJob, parseParams, pickNode } from './load-job.ts';
 import { DEAD_LETTERS_SHOWN, deadLetterCount, describeDeadLetter, lateDroppedCount } from './dead-letter-report.ts';
 import { fmt } from './options.ts';
@@ -28,6 +32,8 @@ export interface RunCommandOptions extends RunCheckpointFlags {
   assembly?: string;
   /** assembly: the stack to run; default the only one. */
   stackName?: string;
+  /** Serve the dashboard while the run lasts: true (any free port) or a port. */
+  dashboard?: boolean | string | number;
 }
 
 /** What `sluice run` ends with (`--json`: this object on stdout). */
@@ -92,9 +98,21 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
     opts.target === 'assembly'
       ? await (await import('./target-assembly.ts')).assemblyRun({ job, jobPath, params: opts.param ?? [], source: source.name, sink: sink.name, input: opts.input, output, assembly: opts.assembly, stackName: opts.stackName, checkpoints: ckpt !== undefined, log })
       : undefined;
-  const runtime = localAws ?? assembly ?? (ckpt ? await ckpt.runtime(bindings) : new EmbeddedRuntime(job, bindings));
+  const dashboardFlag = opts.dashboard === undefined || opts.dashboard === false ? undefined : opts.dashboard;
+  if (dashboardFlag !== undefined && (opts.target ?? 'embedded') !== 'embedded') {
+    throw new ConfigError('--dashboard', 'the embedded target (the dashboard reads the embedded runtime)', `--target ${opts.target}`);
+  }
+  const tap = dashboardFlag !== undefined ? new SinkTap() : undefined;
+  const embeddedBindings = tap ? { ...bindings, sinks: { ...tap.wrapJobSinks(job), [sink.name]: tap.wrap(sink.name, output) } } : bindings;
+  const runtime = localAws ?? assembly ?? (ckpt ? await ckpt.runtime(embeddedBindings) : new EmbeddedRuntime(job, embeddedBindings));
+  const dashboard = tap && runtime instanceof EmbeddedRuntime ? await serveRunDashboard(job.name, runtime, dashboardFlag!, tap, ckpt?.monitored?.(), log) : undefined;
   const t0 = performance.now();
-  const stats = await runtime.run();
+  let stats: Awaited<ReturnType<typeof runtime.run>>;
+  try {
+    stats = await runtime.run();
+  } finally {
+    await dashboard?.close();
+  }
   const durationMs = performance.now() - t0;
 
   const rejected = runtime.rejectedInputs;
@@ -142,6 +160,20 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   assembly?.printSummary();
   ckpt?.summary();
   return summary;
+}
+
+/** `--dashboard [port]`: the dashboard and GET /stats on loopback while the run lasts. */
+async function serveRunDashboard(job: string, runtime: EmbeddedRuntime, flag: true | string | number, tap: SinkTap, checkpoints: MonitoredCheckpoints | undefined, log: (line: string) => void) {
+  const port = flag === true ? 0 : Number(flag);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError('--dashboard', 'a port from 0 to 65535 (or no value: any free port)', JSON.stringify(flag));
+  const startedAt = Date.now();
+  let url = '';
+  const monitor = new DevMonitor({ job, url: () => url, startedAt, runtime, checkpoints, sinks: tap });
+  // A bounded run has no ingestion streams: the server answers / and /stats only.
+  const server = await startIngestServer(runtime, { port, stats: () => monitor.snapshot(), page: DASHBOARD_HTML });
+  url = server.url;
+  log(`dashboard ${url}/  (its numbers: GET ${url}/stats; served until the run ends)`);
+  return server;
 }
 
 function lateOf(stats: object): Readonly<Record<string, number>> | undefined {

@@ -47,3 +47,24 @@ export function runtimeStats(plan: PhysicalPlan, slots: readonly (readonly Slot[
     recoveries: counters.recoveries,
   };
 }
+
+/** Per stage: its partitions' queued input records, and the fullest partition's share of the queue capacity (back-pressure: at 1 upstream waits). */
+export interface StageQueue {
+  readonly queuedRecords: number;
+  readonly capacity: number;
+  readonly fill: number;
+}
+
+export function stageQueues(plan: PhysicalPlan, slots: readonly (readonly Slot[])[], capacity: number): Record<string, StageQueue> {
+  const out: Record<string, StageQueue> = {};
+  for (const row of slots) {
+    let queued = 0;
+    let fullest = 0;
+    for (const s of row) {
+      queued += s.queuedRecords;
+      fullest = Math.max(fullest, s.queuedRecords);
+    }
+    out[plan.stages[row[0].stage].name] = { queuedRecords: queued, capacity, fill: Math.min(1, fullest / capacity) };
+  }
+  return out;
+}

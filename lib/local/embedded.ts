@@ -31,7 +31,7 @@ import type { KeyedOffer } from './ingest-keys.ts';
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
 import type { RejectedInput } from '../transport/sources.ts';
 import { sourceChunking } from './rounds.ts';
-import { addLateDropped, type RuntimeCounters, runtimeStats } from './embedded-stats.ts';
+import { addLateDropped, type RuntimeCounters, runtimeStats, type StageQueue, stageQueues } from './embedded-stats.ts';
 import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';
 import { TimeSlicer } from './time-slice.ts';
 import { Arrivals, type IngestView, ingestPressure, ingestStreams, offerIngest, recallIngestKey, validateIngest } from './embedded-ingest.ts';
@@ -447,6 +447,11 @@ export class EmbeddedRuntime implements IngestTarget {
   stats(): RuntimeStats {
     for (const s of this.sources) s.settle();
     return runtimeStats(this.plan, this.slots, this.counters, this.delivery.deadLetters, this.rejectedInputs.length);
+  }
+
+  /** Queued input per stage and how full its fullest partition's queue is. */
+  stageQueues(): Record<string, StageQueue> {
+    return stageQueues(this.plan, this.slots, this.opts.queueCapacity);
   }
 }
 

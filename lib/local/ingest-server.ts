@@ -3,7 +3,8 @@
  *
  *   POST /streams/:name/events   body: JSON array, or JSON lines (one event per line)
  *   GET  /healthz
- *   GET  /stats                  what the `stats` option returns, when given (`sluice status`)
+ *   GET  /stats                  what the `stats` option returns, when given (`sluice status`, the dashboard)
+ *   GET  /                       the `page` option (the dashboard), when given
  *
  * Contract points 4-6: a 202 is sent only after the target accepted the valid
  * events atomically; any other status means nothing was enqueued; overload is
@@ -60,6 +61,8 @@ export interface IngestServerOptions {
   maxLagMs?: number;
   /** The body of GET /stats (the job's live numbers); without it, /stats is not a route. */
   stats?: () => object;
+  /** The HTML served at GET / (the dashboard); without it, / is not a route. */
+  page?: string;
 }
 
 export interface IngestServer {
@@ -120,13 +123,15 @@ function describe(value: unknown): string {
 
 /** Start the endpoint; resolves once it is listening. */
 export async function startIngestServer(target: IngestTarget, options: IngestServerOptions = {}): Promise<IngestServer> {
-  const { stats, ...rest } = options ?? {};
+  const { stats, page, ...rest } = options ?? {};
   const opts = parseOptions(rest);
   const counter = new RejectionCounter();
   const inFlight = new Map<string, Promise<unknown>>();
   const server = createServer((req, res) => {
     const path = new URL(req.url ?? '/', 'http://localhost').pathname;
-    if (stats && path === '/stats' && (req.method === 'GET' || req.method === 'HEAD')) return send(res, 200, stats());
+    const read = req.method === 'GET' || req.method === 'HEAD';
+    if (stats && path === '/stats' && read) return send(res, 200, stats(), { 'Cache-Control': 'no-store' });
+    if (page !== undefined && (path === '/' || path === '/index.html') && read) return sendPage(res, page);
     handle(target, opts, counter, inFlight, req, res).catch((err: unknown) => {
       // A throwing target means we cannot know the batch was enqueued: never 2xx.
       const message = err instanceof Error ? err.message : String(err);
@@ -291,6 +296,17 @@ function send(res: ServerResponse, status: number, body: object, headers: Record
     ...headers,
   });
   res.end(res.req.method === 'HEAD' ? undefined : payload);
+}
+
+function sendPage(res: ServerResponse, html: string): void {
+  res.writeHead(200, {
+    'Content-Type': 'text/html; charset=utf-8',
+    'Content-Length': Buffer.byteLength(html),
+    'Cache-Control': 'no-store',
+    // The page's own inline script and style, and fetches of this origin only.
+    'Content-Security-Policy': "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:",
+  });
+  res.end(res.req.method === 'HEAD' ? undefined : html);
 }
 
 export { locateJsonError };

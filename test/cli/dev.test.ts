@@ -52,9 +52,12 @@ describe('sluice dev + sluice publish', () => {
       // sluice status: the running dev's numbers, from its endpoint's GET /stats.
       const status = await sluice(['status', 'examples/first-job.ts', '--checkpoint-dir', join(dir, 'ck'), '--json']);
       expect(status.code, status.stderr).toBe(EXIT.ok);
-      expect(status.stderr).toMatch(new RegExp(`^job "page-views": sluice dev, pid ${dev.pid}, up .*, endpoint ${url}\n  5 records ingested, \\d+ queued, 1 rejected as invalid, 0 over the bounds \\(429\\), 0 requests refused unread, 0 dead letters`));
+      expect(status.stderr).toMatch(new RegExp(`^job "page-views": sluice dev, pid ${dev.pid}, up .*, endpoint ${url} \\(dashboard ${url}/\\)\n  5 records ingested, 1 rejected \\(1 invalid\\), 0 dead letters, 0 late dropped, queued \\d+, lag `));
       const s = JSON.parse(status.stdout);
-      expect(Object.keys(s)).toEqual(['job', 'pid', 'url', 'startedAt', 'uptimeMs', 'recordsIngested', 'queuedRecords', 'rejected', 'deadLetters', 'deadLetterFile', 'lateDropped', 'recordsIn', 'watermarks', 'lastCheckpoint']);
+      expect(Object.keys(s)).toEqual([
+        'job', 'pid', 'url', 'startedAt', 'uptimeMs', 'recordsIngested', 'queuedRecords', 'rejected', 'deadLetters', 'deadLetterFile', 'lateDropped', 'recordsIn', 'watermarks', 'lastCheckpoint',
+        'at', 'lagMs', 'lateDroppedTotal', 'stages', 'operators', 'edges', 'checkpoints', 'sinks', 'cost',
+      ]);
       expect(s).toMatchObject({ job: 'page-views', pid: dev.pid, url, recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0 });
       expect(Object.values(s.recordsIn)).toContain(5);
       expect(Object.values(s.watermarks).some((w) => typeof w === 'number' && w > 100_000)).toBe(true);

@@ -1,6 +1,6 @@
 /**
- * Checkpoints in local-AWS mode: the Step Functions coordinator's steps in process
- * (checkpoint-loop.ts), partitions snapshotting to S3 and acking through DynamoDB, the
+ * Checkpoints in local-AWS mode: the Step Functions coordinator's state machine in
+ * process (checkpoint-state-machine.ts), partitions snapshotting to S3 and acking through DynamoDB, the
  * job's transactional sinks (the CLI's output file, S3 file sinks) prepared and committed
  * with the checkpoints, and restore after a crash.
  *
@@ -44,7 +44,7 @@ import { initialManifest, restoreInPlace, type RestoreInPlaceResult } from '../.
 import { createBucket, S3BlobStore } from '../../aws/s3/s3-blob-store.ts';
 import type { QueueResolver, StageQueues } from '../../aws/sqs/sqs-queues.ts';
 import type { LocalAwsEnvironment } from './endpoints.ts';
-import { LocalCheckpointLoop } from './checkpoint-loop.ts';
+import { LocalCheckpointStateMachine } from './checkpoint-state-machine.ts';
 import { LocalAwsDeadLetters } from './dead-letter-file.ts';
 import { flushAbandonedPolls } from './queues.ts';
 
@@ -95,7 +95,8 @@ export function readLocalAwsIdentity(dir: string): Identity | undefined {
 /** What the runner asks of the checkpoints (runner.ts). */
 export class LocalAwsCheckpointing {
   readonly store: S3BlobStore;
-  readonly loop: LocalCheckpointLoop;
+  /** The coordinator's executions (what they committed and aborted, where they are). */
+  readonly loop: LocalCheckpointStateMachine;
   /** The run's snapshot bucket (also the job's S3 file sinks' default bucket). */
   readonly bucket: string;
   readonly tableName: string;
@@ -142,7 +143,7 @@ export class LocalAwsCheckpointing {
         },
       },
     });
-    this.loop = new LocalCheckpointLoop({
+    this.loop = new LocalCheckpointStateMachine({
       handler: this.handler,
       pointers: this.pointers,
       intervalMs: o.intervalMs,
@@ -186,7 +187,7 @@ export class LocalAwsCheckpointing {
     return this.handler.acks.put(acks);
   }
 
-  /** Input was sent (at `at`, default now): the coordinator's open step looks for it, and an ended loop resumes. */
+  /** Input was sent (at `at`, default now): the coordinator's open step looks for it, and an ended execution is followed by a new one. */
   async touch(at = Date.now()): Promise<void> {
     await this.handler.acks.touch(at);
     this.loop.onInput();
@@ -215,7 +216,7 @@ export class LocalAwsCheckpointing {
   /**
    * Before any partition runs. Resume: restore in place to the committed checkpoint (to
    * the empty start when none committed: the input log holds everything consumed since).
-   * Then the coordinator resumes and its loop starts.
+   * Then the coordinator's first execution starts (its resume step).
    */
   async beforeStart(): Promise<void> {
     if (this.o.start === 'resume') {
@@ -255,7 +256,7 @@ export class LocalAwsCheckpointing {
       this.deadLetters = LocalAwsDeadLetters.open(this.o.dir, this.plan.job.name, 'fresh');
       for (const s of this.r.sinks) await s.recover(0);
     }
-    this.loop.start(await this.loop.resume());
+    await this.loop.start();
     // A savepoint request (savepoints.ts) is taken at the next open; the signal makes that now.
     process.on('SIGUSR2', this.nudge);
     writeFileAtomic(join(this.o.dir, LOCAL_AWS_PROCESS), JSON.stringify({ pid: process.pid }));
@@ -270,7 +271,7 @@ export class LocalAwsCheckpointing {
 
   /**
    * After the last input was processed: one more checkpoint, so all output is committed.
-   * The loop takes any epoch that covers this touch, which may open (and commit) before
+   * Any epoch that covers this touch counts, which may open (and commit) before
    * the touch's answer arrives here.
    */
   async finish(): Promise<void> {

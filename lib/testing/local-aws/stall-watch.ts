@@ -10,7 +10,7 @@
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { AwsAccounting } from '../../aws/cost/accounting.ts';
 import type { StageQueues } from '../../aws/sqs/sqs-queues.ts';
-import type { LocalCheckpointLoop } from './checkpoint-loop.ts';
+import type { LocalCheckpointStateMachine } from './checkpoint-state-machine.ts';
 import type { SqsEventSource } from './event-source.ts';
 import { type QueueDepth, queueDepth } from './queues.ts';
 
@@ -93,7 +93,7 @@ export async function describeRun(v: RunView, quietMs: number): Promise<string[]
  * committed or aborted. Its queue-depth checks go to `overhead` (not a cost per event).
  */
 export function watchRun(
-  view: () => { phase: string; fed: number; checkpoints?: Pick<LocalCheckpointLoop, 'describe' | 'committed' | 'aborted'> },
+  view: () => { phase: string; fed: number; checkpoints?: Pick<LocalCheckpointStateMachine, 'describe' | 'committed' | 'aborted'> },
   stages: readonly { readonly id: number; readonly name: string }[],
   sources: readonly SqsEventSource[],
   queues: readonly StageQueues[],

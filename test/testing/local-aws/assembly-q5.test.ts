@@ -25,7 +25,7 @@ import { localAwsAt } from '../../../lib/testing/local-aws/endpoints.ts';
 import { EmbeddedRuntime } from '../../../lib/local/embedded.ts';
 import { generateEvents, serializeEvent } from '../../../lib/nexmark/index.ts';
 
-const ROOT = resolve(import.meta.dirname, '../..');
+const ROOT = resolve(import.meta.dirname, '../../..');
 const dir = mkdtempSync(join(tmpdir(), 'sluice-assembly-q5-'));
 const ASSEMBLY = join(dir, 'cdk.out');
 /** 3,000 Nexmark events at 100 events/s of event time: 30 s, so 10 s windows fire many times. */

@@ -17,7 +17,7 @@ import { EmbeddedRuntime } from '../../../lib/local/embedded.ts';
 import { generateEvents, serializeEvent } from '../../../lib/nexmark/index.ts';
 import job from './assembly-s3-job.ts';
 
-const ROOT = resolve(import.meta.dirname, '../..');
+const ROOT = resolve(import.meta.dirname, '../../..');
 const dir = mkdtempSync(join(tmpdir(), 'sluice-assembly-s3-'));
 const ASSEMBLY = join(dir, 'cdk.out');
 const EVENTS = join(dir, 'events.jsonl');

@@ -1,13 +1,13 @@
 /**
  * The final checkpoint of a bounded local-AWS run (LocalAwsCheckpointing.finish): it
  * touches the activity item after the drain, then waits for an epoch that covers it. The
- * loop keeps opening epochs on its interval meanwhile, so one may open, see the touch and
+ * coordinator keeps opening epochs on its interval meanwhile, so one may open, see the touch and
  * commit while the touch's answer is still on its way. That epoch covers the activity
  * (the coordinator opens no other), and the run must take it as the final one rather than
  * wait forever for an epoch it will never open. The race is made certain here: the touch's
  * answer is held back (SDK middleware on the real DynamoDB Local request) until the
- * coordinator's lease says an epoch opened after the touch has committed. And a loop
- * that already failed makes finish() throw its failure rather than wait for an epoch.
+ * coordinator's lease says an epoch opened after the touch has committed. And a state
+ * machine that already failed makes finish() throw its failure rather than wait for an epoch.
  */
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,7 +17,7 @@ import { afterAll, describe, expect, inject, it } from 'vitest';
 import { DynamoDbPointerStore } from '../../../lib/aws/dynamodb/dynamodb-pointers.ts';
 import type { CheckpointHandler } from '../../../lib/aws/checkpoint/checkpoint-handler.ts';
 import { INITIAL_CARRY, LEASE_NAME, type Lease } from '../../../lib/aws/checkpoint/checkpoint-task.ts';
-import { LocalCheckpointLoop } from '../../../lib/testing/local-aws/checkpoint-loop.ts';
+import { LocalCheckpointStateMachine } from '../../../lib/testing/local-aws/checkpoint-state-machine.ts';
 import { localAwsAt } from '../../../lib/testing/local-aws/endpoints.ts';
 import { LocalAwsRuntime } from '../../../lib/testing/local-aws/runner.ts';
 import { countsJob } from '../../aws/checkpoint-jobs.ts';
@@ -50,7 +50,7 @@ describe('local-AWS final checkpoint', () => {
       const out = await next(args);
       if (hold && at !== undefined) {
         held++;
-        // The write has landed: wait (as a slow answer would) until the loop opened an epoch after it and committed it.
+        // The write has landed: wait (as a slow answer would) until an epoch opened after it has committed.
         const pointers = new DynamoDbPointerStore({ client: observer.dynamodb, tableName: runtime.checkpointing!.tableName, job: 'finish' });
         for (let i = 0; ((await pointers.read<Lease>(LEASE_NAME))?.value.coveredFrom ?? 0) <= at; i++) {
           if (i > 600) throw new Error('no epoch covered the touch');
@@ -67,7 +67,7 @@ describe('local-AWS final checkpoint', () => {
       const committedBefore = runtime.checkpointing!.loop.committed.length;
       hold = true;
       const finished = runtime.checkpointing!.finish().then(() => 'finished' as const);
-      // Generous: the fixed loop needs one more read of the lease once the touch is answered.
+      // Generous: finish() needs one more read of the lease once the touch is answered.
       const outcome = await Promise.race([finished, sleep(60_000).then(() => 'stalled' as const)]);
       expect(held).toBe(1);
       expect(outcome).toBe('finished');
@@ -79,19 +79,19 @@ describe('local-AWS final checkpoint', () => {
     }
   }, 120_000);
 
-  it('a loop that failed before finish() makes finish() throw its failure instead of waiting', async () => {
-    // A coordinator whose every step after the resume fails (its table gone, say): the loop ends with the failure.
+  it('a state machine that failed before finish() makes finish() throw its failure instead of waiting', async () => {
+    // A coordinator whose every step after the resume fails (its table gone, say): the execution fails, with that failure.
     const handler = (async (event: { action: string }) => {
       if (event.action === 'resume' && !failing) return INITIAL_CARRY;
       throw new Error(`step ${event.action}: the coordinator's table is gone`);
     }) as unknown as CheckpointHandler;
     let failing = false;
     const log: string[] = [];
-    const loop = new LocalCheckpointLoop({ handler, pointers: { read: async () => undefined }, intervalMs: 5, pollMs: 5, epochTimeoutMs: 1000, execution: 'gone', log: (l) => log.push(l) });
-    loop.start(await loop.resume());
+    const loop = new LocalCheckpointStateMachine({ handler, pointers: { read: async () => undefined }, intervalMs: 5, pollMs: 5, epochTimeoutMs: 1000, execution: 'gone', log: (l) => log.push(l) });
+    await loop.start();
     failing = true;
     for (let i = 0; !loop.describe().startsWith('checkpoint loop ended'); i++) {
-      if (i > 200) throw new Error(`the loop did not end: ${loop.describe()}`);
+      if (i > 200) throw new Error(`the executions did not end: ${loop.describe()}`);
       await sleep(20);
     }
     const outcome = await Promise.race([loop.finish().then(() => 'finished', (e: Error) => e.message), sleep(10_000).then(() => 'stalled')]);
