@@ -122,7 +122,7 @@ describe('sluice dev shows dead letters as they are parked', () => {
     expect(shown).toHaveLength(5);
     expect(shown.map((l) => /unlucky amount of (\w+)/.exec(l)![1])).toEqual(['e3', 'p0', 'p1', 'p2', 'p3']);
     expect(d1.stderr()).toContain(`8 dead letters (in ${file})`);
-    expect(d1.stderr()).toMatch(/queued \d+, 0 rejected, 8 dead letters \(in /);
+    expect(d1.stderr()).toMatch(/records ingested, 0 rejected, 8 dead letters \(in /);
 
     const d2 = await startDev(['--checkpoint-dir', ck, '--resume', '--allow-dead-letters']);
     d2.child.kill('SIGINT');
