@@ -33,6 +33,19 @@ export class DynamoDbTransactionConflictError extends SluiceError {
   }
 }
 
+/** Other invocations kept rewriting a partition's attempt counts while this one tried to count a failure: back off and retry. */
+export class AttemptsContendedError extends SluiceError {
+  readonly code = 'ATTEMPTS_CONTENDED';
+  readonly retryable = true;
+  constructor(
+    readonly scope: { readonly job: string; readonly stage: number; readonly partition: number },
+    readonly location: string,
+    readonly tries: number,
+  ) {
+    super(`the attempt count of ${location} in stage ${scope.stage} partition ${scope.partition} of job "${scope.job}" changed under each of ${tries} conditional writes; retry with backoff`);
+  }
+}
+
 /** DynamoDB rejected the request as malformed (too large, bad expression): the same request fails again. */
 export class DynamoDbValidationError extends SluiceError {
   readonly code = 'DYNAMODB_VALIDATION';

@@ -32,8 +32,12 @@ export type AttemptFailure = Omit<ParkedFailure, 'attempts'>;
 
 /** How often each failing location of one partition has been tried. */
 export interface AttemptCounter {
-  /** One more failed attempt at `location`; the attempts so far. */
-  failed(location: string, failure: AttemptFailure): Promise<number> | number;
+  /**
+   * One more failed attempt at `location`; the attempts so far, never more than `limit`: a
+   * location already at the limit was parked by an overlapping owner (an SQS redelivery
+   * while the first invocation still ran), and its extra run does not count again.
+   */
+  failed(location: string, failure: AttemptFailure, limit: number): Promise<number> | number;
   /** Locations whose dead letters were committed (best effort: a stale count only costs space). */
   forget(locations: readonly string[]): Promise<void> | void;
 }
@@ -42,8 +46,8 @@ export interface AttemptCounter {
 export class MemoryAttempts implements AttemptCounter {
   private readonly counts = new Map<string, number>();
 
-  failed(location: string): number {
-    const n = (this.counts.get(location) ?? 0) + 1;
+  failed(location: string, _failure: AttemptFailure, limit: number): number {
+    const n = Math.min(limit, (this.counts.get(location) ?? 0) + 1);
     this.counts.set(location, n);
     return n;
   }
@@ -173,7 +177,7 @@ export class BatchRunner {
     const failure: AttemptFailure = { error: e.message, operator: e.operator, ...(cause.stack ? { stack: cause.stack } : {}) };
     let attempts: number;
     try {
-      attempts = await this.options.attempts.failed(id, failure);
+      attempts = await this.options.attempts.failed(id, failure, this.options.maxAttempts);
     } catch (err) {
       return { ok: false, error: err, retryable: err instanceof SluiceError && err.retryable, failed: { id, location, failure, parked: false } };
     }

@@ -124,7 +124,7 @@ describe('batch runner', () => {
     const out = await runner.run(input, skip);
     expect(out.ok && out.result.parked).toEqual(['0:0#1#1']);
     expect(skip.size).toBe(0);
-    expect(counts.failed('0:0#1#1')).toBe(1); // forgotten once parked
+    expect(counts.failed('0:0#1#1', { error: 'x' }, 3)).toBe(1); // forgotten once parked
     expect(delivered.flatMap((d) => d.records)).toEqual([1, 3]);
     expect(letters).toMatchObject([{ letter: { operator: 'check', index: 1, attempts: 3, record: { value: 2 } }, epoch: 1 }]);
   });
