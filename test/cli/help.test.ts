@@ -73,6 +73,8 @@ describe('parse errors: exit 2, the nearest match, before required options', () 
     ['a value not among the choices', ['run', 'examples/nexmark/q5.ts', '--input', 'a', '--output', 'b', '--target', 'lambda'], /argument 'lambda' is invalid. Allowed choices are embedded, local-aws, assembly/],
     ['too many arguments', ['checkpoints', 'a.ts', 'b.ts'], /too many arguments for 'checkpoints'/],
     ['no command', [], /Usage: sluice/],
+    ['a mistyped subcommand', ['state', 'gte', 'a.ts', 'op', 'k'], /error: unknown command 'gte'\n\(Did you mean get\?\)/],
+    ['a command group without its subcommand', ['state'], /Usage: sluice state/],
   ];
   it.each(cases)('%s', async (_name, args, message, absent) => {
     const r = await sluice(args);
