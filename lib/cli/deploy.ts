@@ -165,10 +165,11 @@ export function cdkCliPath(from = process.cwd()): string {
   throw new ConfigError('the project', 'the AWS CDK CLI installed (npm install --save-dev aws-cdk@2)', 'no aws-cdk package');
 }
 
-function runCdk(args: readonly string[]): Promise<void> {
+/** `quietStdout`: the CDK CLI's stdout goes to stderr, so that stdout carries one JSON object (--json). */
+function runCdk(args: readonly string[], quietStdout = false): Promise<void> {
   const cli = cdkCliPath();
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [cli, ...args], { stdio: 'inherit', env: { ...process.env, CDK_DISABLE_CLI_TELEMETRY: process.env.CDK_DISABLE_CLI_TELEMETRY ?? 'true' } });
+    const child = spawn(process.execPath, [cli, ...args], { stdio: ['inherit', quietStdout ? process.stderr : 'inherit', 'inherit'], env: { ...process.env, CDK_DISABLE_CLI_TELEMETRY: process.env.CDK_DISABLE_CLI_TELEMETRY ?? 'true' } });
     child.once('error', reject);
     child.once('exit', (code) => (code === 0 ? resolvePromise() : reject(new CdkCliError(args[0], code))));
   });
@@ -192,17 +193,55 @@ export function describeOutputs(s: Pick<Synthesized, 'stackName' | 'streams'>, o
   return lines;
 }
 
-export async function deployCommand(jobPath: string, flags: DeployFlags, log: Log = stderr): Promise<void> {
-  const s = await synthesize(jobPath, flags, log);
-  const outputsFile = join(s.outdir, `${s.stackName}.outputs.json`);
-  await runCdk(['deploy', s.stackName, '--app', s.outdir, '--outputs-file', outputsFile, '--require-approval', flags.requireApproval ?? 'broadening', '--no-notices']);
-  const outputs = existsSync(outputsFile) ? ((JSON.parse(readFileSync(outputsFile, 'utf8')) as Record<string, Record<string, string>>)[s.stackName] ?? {}) : {};
-  for (const line of describeOutputs(s, outputs, jobPath)) log(line);
+/** `sluice deploy --json`: the stack, its outputs by their CloudFormation names, and the commands to use it. */
+export interface DeployResult {
+  readonly job: string;
+  readonly stackName: string;
+  readonly outdir: string;
+  readonly outputs: Record<string, string>;
+  readonly streams: readonly string[];
+  readonly publish: readonly string[];
+  readonly destroy: string;
 }
 
-export async function destroyCommand(jobPath: string, flags: DeployFlags, log: Log = stderr): Promise<void> {
+export function deployResult(s: Pick<Synthesized, 'stackName' | 'streams' | 'outdir'> & { job: Pick<Job, 'name'> }, outputs: Record<string, string>, jobPath: string): DeployResult {
+  const lines = describeOutputs(s, outputs, jobPath);
+  return {
+    job: s.job.name,
+    stackName: s.stackName,
+    outdir: s.outdir,
+    outputs,
+    streams: s.streams,
+    publish: lines.filter((l) => l.startsWith('next: ')).map((l) => l.slice('next: '.length)),
+    destroy: lines.at(-1)!.slice('remove it: '.length),
+  };
+}
+
+/** `sluice destroy --json`: what was deleted and whether the stateful resources outlive it. */
+export interface DestroyResult {
+  readonly job: string;
+  readonly stackName: string;
+  readonly destroyed: true;
+  readonly retained: boolean;
+}
+
+export function destroyResult(s: Pick<Synthesized, 'stackName'> & { job: Pick<Job, 'name'> }, removalPolicy: DeployFlags['removalPolicy']): DestroyResult {
+  return { job: s.job.name, stackName: s.stackName, destroyed: true, retained: removalPolicy !== 'destroy' };
+}
+
+export async function deployCommand(jobPath: string, flags: DeployFlags & { json?: boolean }, log: Log = stderr): Promise<DeployResult> {
+  const s = await synthesize(jobPath, flags, log);
+  const outputsFile = join(s.outdir, `${s.stackName}.outputs.json`);
+  await runCdk(['deploy', s.stackName, '--app', s.outdir, '--outputs-file', outputsFile, '--require-approval', flags.requireApproval ?? 'broadening', '--no-notices'], flags.json);
+  const outputs = existsSync(outputsFile) ? ((JSON.parse(readFileSync(outputsFile, 'utf8')) as Record<string, Record<string, string>>)[s.stackName] ?? {}) : {};
+  for (const line of describeOutputs(s, outputs, jobPath)) log(line);
+  return deployResult(s, outputs, jobPath);
+}
+
+export async function destroyCommand(jobPath: string, flags: DeployFlags & { json?: boolean }, log: Log = stderr): Promise<DestroyResult> {
   // The CLI needs the template only: no cdk-nag, no schema validation.
   const s = await synthesize(jobPath, { ...flags, nag: false, validate: false }, () => {});
-  await runCdk(['destroy', s.stackName, '--app', s.outdir, '--no-notices', ...(flags.force ? ['--force'] : [])]);
+  await runCdk(['destroy', s.stackName, '--app', s.outdir, '--no-notices', ...(flags.force ? ['--force'] : [])], flags.json);
   log(`destroyed ${s.stackName}${flags.removalPolicy === 'destroy' ? '' : ' (the state table, buckets and log groups are retained: delete them by hand, or deploy with --removal-policy destroy)'}`);
+  return destroyResult(s, flags.removalPolicy);
 }

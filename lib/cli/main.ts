@@ -150,17 +150,21 @@ deployOptions(program.command('synth').description('synthesize the CloudFormatio
 
 deployOptions(program.command('deploy').description('deploy a job to AWS (or LocalStack, with AWS_ENDPOINT_URL) with the AWS CDK CLI, then print its endpoint, table, bucket, DLQs and dashboard'))
   .addOption(new Option('--require-approval <level>', "the CDK CLI's approval of security changes").choices(['never', 'any-change', 'broadening']).default('broadening'))
+  .option(...JSON_FLAG)
   .action(
     action('deploy', async (job: string, opts: Record<string, unknown>) => {
-      await (await import('./deploy.ts')).deployCommand(job, opts);
+      const r = await (await import('./deploy.ts')).deployCommand(job, opts);
+      if (opts.json) printJson(r);
     }),
   );
 
 deployOptions(program.command('destroy').description("delete a job's stack (the table, buckets and log groups stay unless it was deployed with --removal-policy destroy)"))
   .option('--force', 'do not ask for confirmation')
+  .option(...JSON_FLAG)
   .action(
     action('destroy', async (job: string, opts: Record<string, unknown>) => {
-      await (await import('./deploy.ts')).destroyCommand(job, opts);
+      const r = await (await import('./deploy.ts')).destroyCommand(job, opts);
+      if (opts.json) printJson(r);
     }),
   );
 
@@ -240,8 +244,8 @@ const EXAMPLES: Record<string, string[]> = {
   dev: ['sluice dev examples/first-job.ts --port 8080', 'sluice dev jobs/orders.ts --port 0 --checkpoint-interval 5000', 'sluice dev jobs/orders.ts --resume'],
   publish: ['sluice publish views views.jsonl --url http://127.0.0.1:8080', 'sluice publish orders orders.jsonl --url https://abc123.execute-api.eu-west-1.amazonaws.com --json'],
   synth: ['sluice synth jobs/orders.ts', 'sluice synth jobs/orders.ts --output cdk.out --stack-name Orders-Staging --json'],
-  deploy: ['sluice deploy jobs/orders.ts', 'AWS_ENDPOINT_URL=http://localhost:4566 sluice deploy jobs/orders.ts --endpoint functionUrl --removal-policy destroy'],
-  destroy: ['sluice destroy jobs/orders.ts', 'sluice destroy jobs/orders.ts --stack-name Orders-Staging --force'],
+  deploy: ['sluice deploy jobs/orders.ts', 'sluice deploy jobs/orders.ts --require-approval never --json > deployed.json', 'AWS_ENDPOINT_URL=http://localhost:4566 sluice deploy jobs/orders.ts --endpoint functionUrl --removal-policy destroy'],
+  destroy: ['sluice destroy jobs/orders.ts', 'sluice destroy jobs/orders.ts --stack-name Orders-Staging --force', 'sluice destroy jobs/orders.ts --force --json'],
   demo: ['sluice demo', 'sluice demo --query q8 --duration 10 --events-per-second 20000', 'sluice demo --duration 5 --json'],
   status: ['sluice status examples/first-job.ts', 'sluice status jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice status jobs/orders.ts --target aws'],
   checkpoints: ['sluice checkpoints jobs/orders.ts', 'sluice checkpoints jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice checkpoints jobs/orders.ts --target aws'],

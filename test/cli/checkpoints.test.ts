@@ -163,6 +163,15 @@ describe('sluice savepoint / restore', () => {
       expect(JSON.parse(r.stdout)).toMatchObject({ job: 'cli-counts', target: 'embedded', output: rest, recordsIn: 3000, rejectedInputs: 0, deadLetters: 0 });
     }
 
+    // A rejected input line: the restore completes but exits 3, unless --allow-rejects.
+    const tailBad = join(dir, 'tail-bad.jsonl');
+    await writeFile(tailBad, (await readFile(tail, 'utf8')) + '{"user": "u1"\n');
+    const rejected = await sluice(['restore', job, '--from', 'before-change', '--checkpoint-dir', ck, '--input', tailBad, '--output', rest, '--json']);
+    expect(rejected.code, rejected.stderr).toBe(EXIT.rejects);
+    expect(JSON.parse(rejected.stdout)).toMatchObject({ recordsIn: 3000, rejectedInputs: 1, deadLetters: 0 });
+    const allowed = await sluice(['restore', job, '--from', 'before-change', '--checkpoint-dir', ck, '--input', tailBad, '--output', rest, '--allow-rejects']);
+    expect(allowed.code, allowed.stderr).toBe(EXIT.ok);
+
     // A label that is no savepoint: where it looked and the savepoints there.
     const unknown = await sluice(['restore', job, '--from', 'before-chnage', '--checkpoint-dir', ck, '--input', tail, '--output', rest]);
     expect(unknown.code).toBe(EXIT.error);
@@ -172,5 +181,5 @@ describe('sluice savepoint / restore', () => {
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/does not fit this job's state/);
     expect(bad.stderr).toMatch(/operator "per-user": state "total" was value state, is now map state/);
-  }, 90_000); // eight CLI processes in a row: about 25 s alone, more on a loaded 2-core machine
+  }, 120_000); // ten CLI processes in a row: about 30 s alone, more on a loaded 2-core machine
 });

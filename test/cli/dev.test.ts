@@ -35,6 +35,13 @@ describe('sluice dev + sluice publish', () => {
       expect(published.stderr).toMatch(/5 accepted/);
       expect(published.stderr).toMatch(/line 6/);
       expect(JSON.parse(published.stdout)).toEqual({ stream: 'views', file, url, sent: 6, accepted: 5, rejected: [{ line: 6, error: expect.stringMatching(/time|page/) }] });
+      // --allow-rejects: the same report, exit 0. A malformed line is refused before sending, so the job's counts stay.
+      const malformed = join(dir, 'malformed.jsonl');
+      writeFileSync(malformed, '{"page": "/c"\n');
+      const allowed = await sluice(['publish', 'views', malformed, '--url', url, '--allow-rejects', '--json']);
+      expect(allowed.code, allowed.stderr).toBe(EXIT.ok);
+      expect(allowed.stderr).toMatch(/line 1/);
+      expect(JSON.parse(allowed.stdout)).toMatchObject({ stream: 'views', file: malformed, accepted: 0, rejected: [{ line: 1, error: expect.stringMatching(/^malformed JSON/) }] });
       // Watermark = 130 s - 5 s - 1 ms: the window [0, 60 s) has closed, [60 s, 120 s) too.
       // The windows close in two partitions, whose sink writes reach stdout separately: wait for all three rows.
       await waitFor(() => stdout, /^(?:.*\n){3}/, 15_000);

@@ -2,6 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { Sinks } from '../../lib/api/sinks.ts';
 import { Job } from '../../lib/api/stream.ts';
+import { restoreHint } from '../../lib/cli/checkpoints.ts';
 import { ConfigError } from '../../lib/errors.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { checkRestoreSource, planChanges, planRecord, type PlanRecord } from '../../lib/cli/restore-checks.ts';
@@ -72,5 +73,18 @@ describe('checkRestoreSource', () => {
     expect(() => checkRestoreSource('/ck', '3', listing)).toThrow(ConfigError);
     expect(() => checkRestoreSource('/ck', '3', listing)).toThrow('(in /ck: retained checkpoints 4, 5; savepoints "v1"; another directory: --checkpoint-dir), received epoch 3: no such retained checkpoint in /ck');
     expect(() => checkRestoreSource('/ck', 'v2', { checkpoints: [], savepoints: [] })).toThrow(/retained checkpoints \(none\); savepoints \(none\).*received "v2": no savepoint of that label in \/ck\/savepoints/);
+  });
+});
+
+describe('restoreHint (the command `sluice savepoint` prints)', () => {
+  it('carries the flags that found the savepoint, so the restore looks in the same place', () => {
+    expect(restoreHint('jobs/orders.ts', 'v2', { target: 'embedded', checkpointDir: '/var/lib/orders' })).toBe('sluice restore jobs/orders.ts --checkpoint-dir /var/lib/orders --from v2');
+    expect(restoreHint('jobs/orders.ts', 'v2', { target: 'aws', table: 't', bucket: 'b', stateMachine: 'arn:aws:states:eu-west-1:1:stateMachine:s', queuePrefix: 'Orders-', param: ['parallelism=3'] })).toBe(
+      'sluice restore jobs/orders.ts --target aws --table t --bucket b --state-machine arn:aws:states:eu-west-1:1:stateMachine:s --queue-prefix Orders- --param parallelism=3 --from v2',
+    );
+  });
+
+  it('quotes what a shell would split or expand', () => {
+    expect(restoreHint('my jobs/o.ts', "it's", { checkpointDir: '/tmp/a b' })).toBe(`sluice restore 'my jobs/o.ts' --checkpoint-dir '/tmp/a b' --from 'it'\\''s'`);
   });
 });
