@@ -1,0 +1,126 @@
+/**
+ * A savepoint taken on the AWS path (the checkpoint steps, operator and ingest handlers on
+ * DynamoDB Local and fauxqs) restores on the embedded runtime from its S3 location, the URI
+ * `sluice restore --from s3://<bucket>/<job>/savepoints/<label>/` takes: the output before
+ * the savepoint plus the embedded run's output over the rest of the input equals an
+ * uninterrupted embedded run's (none lost, duplicated, unexpected or out of order per user).
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { CollectSink } from '../../lib/api/sinks.ts';
+import { valueState } from '../../lib/api/state.ts';
+import { Job } from '../../lib/api/stream.ts';
+import { WatermarkStrategies } from '../../lib/api/types.ts';
+import { createCheckpointHandler } from '../../lib/aws/checkpoint/checkpoint-handler.ts';
+import { type Carry, INITIAL_CARRY, type Limits } from '../../lib/aws/checkpoint/checkpoint-task.ts';
+import { DynamoDbPointerStore } from '../../lib/aws/dynamodb/dynamodb-pointers.ts';
+import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-state.ts';
+import { createIngestHandler } from '../../lib/aws/ingest/ingest-handler.ts';
+import { createOperatorHandler } from '../../lib/aws/operator/operator-handler.ts';
+import { readSavepointRequest, requestSavepoint, savepointPrefix } from '../../lib/aws/restore/savepoints.ts';
+import { createBucket, S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
+import { createStageQueues, StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
+import { lazyS3Store, parseS3SavepointUri } from '../../lib/cli/savepoint-uri.ts';
+import { compile } from '../../lib/graph/compile.ts';
+import { openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
+import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
+import { assertExactlyOnce } from '../../lib/testing/checker.ts';
+import { apiEvent } from '../../lib/testing/local-aws/feeder.ts';
+import { tmp } from '../checkpoint/jobs.ts';
+import type { Click, Running } from './click-job.ts';
+import { localClients, runUntilDrained, unique } from './helpers.ts';
+
+const clients = localClients();
+afterAll(() => Object.values(clients).forEach((c) => c.destroy()));
+const LIMITS: Limits = { maxEpochs: 1000, maxFailures: 5, leaseMs: 600_000, activityGrainMs: 0, epochTimeoutMs: 600_000 };
+const USERS = ['ann', 'bob', 'cy', 'dee', 'eve', 'fay', 'gus'];
+const clicks: Click[] = Array.from({ length: 120 }, (_, i) => ({ user: USERS[(i * 5) % 7], ts: 1000 + i * 10 }));
+const AT = 70;
+
+/** A running count per user (keyed process state). */
+function countJob(name: string, out: CollectSink<Running>): Job {
+  const job = new Job(name, { parallelism: 2, maxParallelism: 8 });
+  const watermark = WatermarkStrategies.boundedOutOfOrderness(0, { idleTimeoutMs: 600_000 });
+  job
+    .ingest<Click>('clicks', { timestamp: (c) => c.ts, watermark })
+    .keyBy((c) => c.user)
+    .process<Running, { n: ReturnType<typeof valueState<number>> }>({
+      state: { n: valueState<number>() },
+      processElement(c, ctx) {
+        const n = (ctx.state.n.get() ?? 0) + 1;
+        ctx.state.n.set(n);
+        ctx.emit({ user: c.user, n });
+      },
+    })
+    .name('running')
+    .sinkTo(out, 'out');
+  return job;
+}
+
+const byUser = (r: unknown) => (r as Running).user;
+
+describe('savepoint portability: AWS -> embedded', () => {
+  it('a savepoint taken on the AWS path restores on the embedded runtime from its s3:// location, output equal to an uninterrupted run', async () => {
+    const name = unique('port');
+    const dir = tmp('sluice-sp-port-');
+    const file = (f: string, rows: readonly Click[]) => {
+      const p = join(dir, f);
+      writeFileSync(p, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+      return p;
+    };
+    const ref = new CollectSink<Running>();
+    await new EmbeddedRuntime(countJob(name, ref), { sources: { clicks: { kind: 'file', path: file('all.jsonl', clicks) } }, sinks: { out: ref } }).run();
+
+    // The AWS path: the first AT clicks consumed, then savepoint "mid" taken and copied out of the chain.
+    const before = new CollectSink<Running>();
+    const job = countJob(name, before);
+    const plan = compile(job.graph);
+    const table = unique('sluice-port');
+    const bucket = unique('port').toLowerCase();
+    const prefix = `${unique('p')}-`;
+    const [, , queues] = await Promise.all([createStateTable(clients.dynamodb, table), createBucket(clients.s3, bucket), createStageQueues(clients.sqs, plan, { prefix, visibilityTimeoutSeconds: 300 })]);
+    const staticQueues = new StaticQueues(queues);
+    const ingest = createIngestHandler({ job, sqs: clients.sqs, queues: staticQueues });
+    const coordinator = createCheckpointHandler({ job, ...clients, bucket, tableName: table, queues: staticQueues });
+    const step = (action: string, carry: Partial<Carry>) => coordinator({ action, execution: 'test', carry, limits: LIMITS });
+    const blobs = new S3BlobStore({ s3: clients.s3, bucket });
+    const pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: table, job: name });
+    const drain = () =>
+      runUntilDrained({
+        sqs: clients.sqs,
+        queues,
+        container: () => ({ invoke: createOperatorHandler({ job, ...clients, tableName: table, queues: staticQueues, queuePrefix: prefix, sinks: { out: before }, checkpointStore: blobs }) }),
+        maxInvocations: 2000,
+      });
+    for (let i = 0; i < AT; i += 10) expect((await ingest(apiEvent('clicks', JSON.stringify(clicks.slice(i, Math.min(AT, i + 10)))))).statusCode).toBe(202);
+    let c = await step('resume', INITIAL_CARRY);
+    await requestSavepoint({ pointers, blobs, job: name }, 'mid', Date.now());
+    c = await step('open', c);
+    expect(c.next).toBe('inject');
+    c = await step('inject', c);
+    await drain();
+    c = await step('decide', c);
+    expect(c.next).toBe('commit');
+    await step('commit', c);
+    expect(await readSavepointRequest(pointers)).toMatchObject({ label: 'mid', status: 'written' });
+    expect(before.records).toHaveLength(AT);
+
+    // The embedded runtime, from the savepoint's S3 URI, over the rest of the input.
+    const uri = `s3://${bucket}/${savepointPrefix(name, 'mid')}`;
+    const at = parseS3SavepointUri(uri)!;
+    expect(at).toEqual({ bucket, prefix: savepointPrefix(name, 'mid') });
+    const after = new CollectSink<Running>();
+    const restored = await openCheckpointedRuntime(
+      countJob(name, after),
+      { sources: { clicks: { kind: 'file', path: file('rest.jsonl', clicks.slice(AT)) } }, sinks: { out: after } },
+      { dir: join(dir, 'ck'), intervalMs: 0, durable: false, start: { from: uri, store: { blobs: lazyS3Store(at.bucket, async () => clients.s3), prefix: at.prefix } } },
+    );
+    expect(restored.checkpoints.restoredEpoch).toBeGreaterThan(0);
+    await restored.runtime.run();
+    restored.checkpoints.close();
+    const result = assertExactlyOnce(ref.records, [...before.records, ...after.records], { orderKey: byUser });
+    expect(result.counts).toMatchObject({ lost: 0, duplicated: 0, unexpected: 0 });
+    expect(result.reordered).toEqual([]);
+  }, 120_000);
+});
