@@ -4,8 +4,10 @@
  * `sluice restore --from s3://<bucket>/<job>/savepoints/<label>/` takes: the output before
  * the savepoint plus the embedded run's output over the rest of the input equals an
  * uninterrupted embedded run's (none lost, duplicated, unexpected or out of order per user).
+ * And the reverse: a savepoint directory the embedded runtime wrote, copied to the bucket,
+ * restores in place on the AWS path (remapSavepoint, restoreInPlace), which takes the rest.
  */
-import { writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CollectSink } from '../../lib/api/sinks.ts';
@@ -18,7 +20,11 @@ import { DynamoDbPointerStore } from '../../lib/aws/dynamodb/dynamodb-pointers.t
 import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-state.ts';
 import { createIngestHandler } from '../../lib/aws/ingest/ingest-handler.ts';
 import { createOperatorHandler } from '../../lib/aws/operator/operator-handler.ts';
-import { readSavepointRequest, requestSavepoint, savepointPrefix } from '../../lib/aws/restore/savepoints.ts';
+import { loadRestorePoint, readSavepointRequest, requestSavepoint, savepointFit, savepointPrefix } from '../../lib/aws/restore/savepoints.ts';
+import { restoreInPlace } from '../../lib/aws/restore/restore.ts';
+import { adoptPlan, remapSavepoint } from '../../lib/aws/restore/savepoint-remap.ts';
+import { DynamoDbTable } from '../../lib/aws/dynamodb/dynamodb-table.ts';
+import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
 import { createBucket, S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
 import { createStageQueues, StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
 import { lazyS3Store, parseS3SavepointUri } from '../../lib/cli/savepoint-uri.ts';
@@ -119,6 +125,73 @@ describe('savepoint portability: AWS -> embedded', () => {
     expect(restored.checkpoints.restoredEpoch).toBeGreaterThan(0);
     await restored.runtime.run();
     restored.checkpoints.close();
+    const result = assertExactlyOnce(ref.records, [...before.records, ...after.records], { orderKey: byUser });
+    expect(result.counts).toMatchObject({ lost: 0, duplicated: 0, unexpected: 0 });
+    expect(result.reordered).toEqual([]);
+  }, 120_000);
+
+  it('a savepoint the embedded runtime wrote restores in place on the AWS path, output equal to an uninterrupted run', async () => {
+    const name = unique('port');
+    const dir = tmp('sluice-sp-port-');
+    const file = (f: string, rows: readonly Click[]) => {
+      const p = join(dir, f);
+      writeFileSync(p, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+      return p;
+    };
+    const ref = new CollectSink<Running>();
+    await new EmbeddedRuntime(countJob(name, ref), { sources: { clicks: { kind: 'file', path: file('all.jsonl', clicks) } }, sinks: { out: ref } }).run();
+
+    // Embedded: the first AT clicks, then savepoint "mid" (written into the checkpoint directory).
+    const before = new CollectSink<Running>();
+    const ck = join(dir, 'ck');
+    let taken: Promise<unknown> | undefined;
+    const first = await openCheckpointedRuntime(
+      countJob(name, before),
+      { sources: { clicks: { kind: 'file', path: file('first.jsonl', clicks.slice(0, AT)) } }, sinks: { out: before }, onSourceRecords: (n) => void (n >= AT && !taken && (taken = first.checkpoints.savepoint('mid'))) },
+      { dir: ck, intervalMs: 0, durable: false },
+    );
+    await first.runtime.run();
+    await taken;
+    first.checkpoints.close();
+    expect(before.records).toHaveLength(AT);
+
+    // The savepoint directory copied to the job's bucket, where `sluice savepoint` on AWS writes one.
+    const job = countJob(name, new CollectSink<Running>());
+    const plan = compile(job.graph);
+    const table = unique('sluice-port');
+    const bucket = unique('port').toLowerCase();
+    const prefix = `${unique('p')}-`;
+    const [, , queues] = await Promise.all([createStateTable(clients.dynamodb, table), createBucket(clients.s3, bucket), createStageQueues(clients.sqs, plan, { prefix, visibilityTimeoutSeconds: 300 })]);
+    const staticQueues = new StaticQueues(queues);
+    const blobs = new S3BlobStore({ s3: clients.s3, bucket });
+    const spDir = join(ck, 'savepoints', 'mid');
+    for (const f of readdirSync(spDir, { recursive: true, withFileTypes: true })) {
+      if (!f.isFile()) continue;
+      const path = join(f.parentPath, f.name);
+      await blobs.put(savepointPrefix(name, 'mid') + path.slice(spDir.length + 1), readFileSync(path));
+    }
+    const point = await loadRestorePoint({ blobs, job: name }, 'mid');
+    expect(point.meta?.takenOn).toBe('embedded');
+    expect(savepointFit(point, plan)).toBe('same');
+    const db = new DynamoDbTable(clients.dynamodb, table, new AwsAccounting());
+    const { manifest, manifestKey } = await remapSavepoint({ blobs, db, plan, point });
+    await restoreInPlace({ job, plan, clients, tableName: table, bucket, queues: staticQueues, manifest, manifestKey });
+    await adoptPlan(new DynamoDbPointerStore({ client: clients.dynamodb, tableName: table, job: name }), plan);
+
+    // The AWS path takes the rest of the input.
+    const after = new CollectSink<Running>();
+    const v2 = countJob(name, after);
+    const ingest = createIngestHandler({ job: v2, sqs: clients.sqs, queues: staticQueues });
+    const drain = () =>
+      runUntilDrained({
+        sqs: clients.sqs,
+        queues,
+        container: () => ({ invoke: createOperatorHandler({ job: v2, ...clients, tableName: table, queues: staticQueues, queuePrefix: prefix, sinks: { out: after }, checkpointStore: blobs }) }),
+        maxInvocations: 2000,
+      });
+    await drain();
+    for (let i = AT; i < clicks.length; i += 10) expect((await ingest(apiEvent('clicks', JSON.stringify(clicks.slice(i, i + 10))))).statusCode).toBe(202);
+    await drain();
     const result = assertExactlyOnce(ref.records, [...before.records, ...after.records], { orderKey: byUser });
     expect(result.counts).toMatchObject({ lost: 0, duplicated: 0, unexpected: 0 });
     expect(result.reordered).toEqual([]);
