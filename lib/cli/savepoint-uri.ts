@@ -17,7 +17,7 @@ export interface S3SavepointLocation {
 /** The bucket and prefix of an `s3://` location, or undefined for anything else (a directory). */
 export function parseS3SavepointUri(from: string): S3SavepointLocation | undefined {
   if (!/^s3:\/\//i.test(from)) return undefined;
-  const m = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:\/(.*))?$/i.exec(from);
+  const m = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:\/(.*))?$/.exec(from);
   if (!m) throw new ConfigError('--from', 's3://<bucket>/<prefix>/ (a bucket name of 3 to 63 lowercase letters, digits, "." or "-")', JSON.stringify(from));
   const path = (m[2] ?? '').replace(/^\/+/, '');
   return { bucket: m[1], prefix: path === '' || path.endsWith('/') ? path : `${path}/` };
