@@ -3,7 +3,8 @@
  * DynamoDB Local and fauxqs) restores on the embedded runtime from its S3 location, the URI
  * `sluice restore --from s3://<bucket>/<job>/savepoints/<label>/` takes: the output before
  * the savepoint plus the embedded run's output over the rest of the input equals an
- * uninterrupted embedded run's (none lost, duplicated, unexpected or out of order per user).
+ * uninterrupted embedded run's (none lost, duplicated, unexpected or out of order per user),
+ * for keyed process state and for windows whose timers were pending in the savepoint.
  * And the reverse: a savepoint directory the embedded runtime wrote, copied to the bucket,
  * restores in place on the AWS path (remapSavepoint, restoreInPlace), which takes the rest.
  */
@@ -34,7 +35,7 @@ import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { assertExactlyOnce } from '../../lib/testing/checker.ts';
 import { apiEvent } from '../../lib/testing/local-aws/feeder.ts';
 import { tmp } from '../checkpoint/jobs.ts';
-import type { Click, Running } from './click-job.ts';
+import { clickJob, type Click, type Count, type Running } from './click-job.ts';
 import { localClients, runUntilDrained, unique } from './helpers.ts';
 
 const clients = localClients();
@@ -195,5 +196,67 @@ describe('savepoint portability: AWS -> embedded', () => {
     const result = assertExactlyOnce(ref.records, [...before.records, ...after.records], { orderKey: byUser });
     expect(result.counts).toMatchObject({ lost: 0, duplicated: 0, unexpected: 0 });
     expect(result.reordered).toEqual([]);
+  }, 120_000);
+
+  it('a windowed job (event-time timers in the savepoint) taken on the AWS path restores embedded: fired and pending windows add up to an uninterrupted run', async () => {
+    const name = unique('portw');
+    const dir = tmp('sluice-sp-portw-');
+    const file = (f: string, rows: readonly Click[]) => {
+      const p = join(dir, f);
+      writeFileSync(p, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+      return p;
+    };
+    const sinksOf = () => ({ running: new CollectSink<Running>(), windows: new CollectSink<Count>() });
+    const jobOf = (name: string, k: ReturnType<typeof sinksOf>) => clickJob(name, { maxParallelism: 8, running: k.running, windows: k.windows });
+    const ref = sinksOf();
+    await new EmbeddedRuntime(jobOf(name, ref), { sources: { clicks: { kind: 'file', path: file('all.jsonl', clicks) } }, sinks: { 'running-out': ref.running, 'window-out': ref.windows } }).run();
+
+    const before = sinksOf();
+    const job = jobOf(name, before);
+    const plan = compile(job.graph);
+    const table = unique('sluice-portw');
+    const bucket = unique('portw').toLowerCase();
+    const prefix = `${unique('p')}-`;
+    const [, , queues] = await Promise.all([createStateTable(clients.dynamodb, table), createBucket(clients.s3, bucket), createStageQueues(clients.sqs, plan, { prefix, visibilityTimeoutSeconds: 300 })]);
+    const staticQueues = new StaticQueues(queues);
+    const ingest = createIngestHandler({ job, sqs: clients.sqs, queues: staticQueues });
+    const coordinator = createCheckpointHandler({ job, ...clients, bucket, tableName: table, queues: staticQueues });
+    const step = (action: string, carry: Partial<Carry>) => coordinator({ action, execution: 'test', carry, limits: LIMITS });
+    const blobs = new S3BlobStore({ s3: clients.s3, bucket });
+    const pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: table, job: name });
+    const drain = () =>
+      runUntilDrained({
+        sqs: clients.sqs,
+        queues,
+        container: () => ({ invoke: createOperatorHandler({ job, ...clients, tableName: table, queues: staticQueues, queuePrefix: prefix, sinks: { 'running-out': before.running, 'window-out': before.windows }, checkpointStore: blobs }) }),
+        maxInvocations: 2000,
+      });
+    for (let i = 0; i < AT; i += 10) expect((await ingest(apiEvent('clicks', JSON.stringify(clicks.slice(i, Math.min(AT, i + 10)))))).statusCode).toBe(202);
+    let c = await step('resume', INITIAL_CARRY);
+    await requestSavepoint({ pointers, blobs, job: name }, 'mid', Date.now());
+    c = await step('open', c);
+    c = await step('inject', c);
+    await drain();
+    c = await step('decide', c);
+    expect(c.next).toBe('commit');
+    await step('commit', c);
+    expect(await readSavepointRequest(pointers)).toMatchObject({ label: 'mid', status: 'written' });
+
+    const uri = `s3://${bucket}/${savepointPrefix(name, 'mid')}`;
+    const at = parseS3SavepointUri(uri)!;
+    const after = sinksOf();
+    const restored = await openCheckpointedRuntime(
+      jobOf(name, after),
+      { sources: { clicks: { kind: 'file', path: file('rest.jsonl', clicks.slice(AT)) } }, sinks: { 'running-out': after.running, 'window-out': after.windows } },
+      { dir: join(dir, 'ck'), intervalMs: 0, durable: false, start: { from: uri, store: { blobs: lazyS3Store(at.bucket, async () => clients.s3), prefix: at.prefix } } },
+    );
+    await restored.runtime.run();
+    restored.checkpoints.close();
+    assertExactlyOnce(ref.running.records, [...before.running.records, ...after.running.records], { orderKey: byUser });
+    const windows = assertExactlyOnce(ref.windows.records, [...before.windows.records, ...after.windows.records], { orderKey: byUser });
+    expect(windows.counts).toMatchObject({ lost: 0, duplicated: 0, unexpected: 0 });
+    // Windows both fired before the savepoint and were pending in it (their timers restored).
+    expect(before.windows.records.length).toBeGreaterThan(0);
+    expect(after.windows.records.length).toBeGreaterThan(0);
   }, 120_000);
 });
