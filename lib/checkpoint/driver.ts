@@ -96,6 +96,37 @@ export async function writeCommitPointer(pointers: PointerStore, d: Extract<Deci
   throw new PointerConflictError(d.expectedPointerEpoch, at);
 }
 
+/** What a commit decision's write sequence needs: the stores and the sinks' prepare step. */
+export interface CommitWritePorts {
+  readonly blobs: BlobStore;
+  readonly pointers: PointerStore;
+  prepareSinks?(epoch: number): Promise<void>;
+}
+
+/**
+ * The write sequence of a commit decision, one for every runtime: the manifest object, its
+ * stats beside it, the sinks' prepare step, then the commit pointer by compare-and-set (the
+ * commit point). Each write is idempotent, so a retried commit repeats it safely.
+ */
+export async function writeCommit(ports: CommitWritePorts, state: CoordinatorState, d: Extract<Decision, { kind: 'commit' }>, known?: PointerValue<CommitPointer> | null): Promise<{ stats: CheckpointStats; pointer: PointerValue<CommitPointer> }> {
+  await ports.blobs.put(d.manifestKey, toBytes(d.manifest));
+  const stats = checkpointStats(state, d.manifest, d.manifestKey);
+  await ports.blobs.put(statsKey(state.job, d.epoch), toBytes(stats));
+  await ports.prepareSinks?.(d.epoch);
+  return { stats, pointer: await writeCommitPointer(ports.pointers, d, known) };
+}
+
+/**
+ * The epochs whose objects garbage collection keeps: the retained history and the last
+ * completed checkpoint, plus savepoint epochs where savepoints are copied out of the chain
+ * lazily (AWS: until the copy is written, the chain's objects are its only copy). Null:
+ * nothing may be collected now (an epoch in flight, or none completed yet).
+ */
+export function retainedEpochs(s: CoordinatorState, o: { savepoints: boolean }): Set<number> | null {
+  if (s.inFlight || !s.lastCompleted) return null;
+  return new Set([...s.history.map((h) => h.epoch), ...(o.savepoints ? s.savepoints.map((p) => p.epoch) : []), s.lastCompleted.epoch]);
+}
+
 export interface DriverEvents {
   onCompleted?(stats: CheckpointStats, manifest: Manifest): Promise<void> | void;
   onAborted?(epoch: number, reason: string): void;
@@ -320,12 +351,9 @@ export class CheckpointDriver {
   }
 
   private async commit(d: Extract<Decision, { kind: 'commit' }>, now: number): Promise<void> {
-    const { ports } = this;
-    await ports.blobs.put(d.manifestKey, toBytes(d.manifest));
-    const stats = checkpointStats(this.state, d.manifest, d.manifestKey);
-    await ports.blobs.put(statsKey(this.job, d.epoch), toBytes(stats));
-    await ports.prepareSinks(d.epoch);
-    this.pointer = await writeCommitPointer(ports.pointers, d, this.pointer);
+    const written = await writeCommit(this.ports, this.state, d, this.pointer);
+    const stats = written.stats;
+    this.pointer = written.pointer;
     const pointer = this.pointer.value;
     this.completed.push(stats);
     this.stored.add(d.epoch);
@@ -346,7 +374,8 @@ export class CheckpointDriver {
   private async collectGarbage(): Promise<void> {
     const s = this.state;
     if (s.inFlight) return;
-    const keep = new Set(s.lastCompleted ? [...s.history.map((h) => h.epoch), s.lastCompleted.epoch] : []);
+    // A savepoint epoch is the last completed one until onCompleted copies it out of the chain: no extra pin.
+    const keep = retainedEpochs(s, { savepoints: false }) ?? new Set<number>();
     if (!this.mayHoldGarbage && [...this.stored].every((e) => keep.has(e))) return;
     await collectGarbage(this.ports.blobs, this.job, keep);
     this.mayHoldGarbage = false;

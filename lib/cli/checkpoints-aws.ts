@@ -176,8 +176,9 @@ export async function savepointAwsCommand(jobPath: string, flags: AwsTargetFlags
       if (Date.now() > deadline) throw new ConfigError('--timeout', `savepoint "${label}" written within ${timeout} ms (it waits for the epoch in flight; the request stays recorded and is taken later)`, 'not written yet');
       await new Promise((res) => setTimeout(res, flags.pollMs ?? 250));
     }
-    const location = `${r.where}: ${r.plan.job.name}/savepoints/${label}/`;
-    log(`savepoint "${label}" of job "${meta.job}": epoch ${meta.epoch}, ${fmt.int(meta.bytes)} bytes in ${meta.objects} objects, in ${location}`);
+    // An s3:// URI: what `sluice restore --from` takes on the embedded runtime too.
+    const location = `s3://${r.bucket}/${r.plan.job.name}/savepoints/${label}/`;
+    log(`savepoint "${label}" of job "${meta.job}": epoch ${meta.epoch}, ${fmt.int(meta.bytes)} bytes in ${meta.objects} objects, in ${r.where}: ${location}`);
     const restore = restoreHint(jobPath, label, flags);
     log(`restore: ${restore}`);
     return { target: flags.target, job: meta.job, label, epoch: meta.epoch, bytes: meta.bytes, location, restore };

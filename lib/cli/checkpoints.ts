@@ -26,6 +26,7 @@ import type { MonitoredCheckpoints } from './dev-monitor.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { fmt } from './options.ts';
 import { checkResumable, checkRestoreSource, recordPlan } from './restore-checks.ts';
+import { lazyS3Store, parseS3SavepointUri } from './savepoint-uri.ts';
 
 type Log = (line: string) => void;
 
@@ -60,10 +61,16 @@ function checkpointOptions(job: Job, flags: CheckpointFlags, defaultIntervalMs: 
   return {
     dir: flags.checkpointDir ?? defaultCheckpointDir(job.name),
     intervalMs: interval ?? 0,
-    start: flags.resume ? 'resume' : flags.from !== undefined ? { from: flags.from } : 'fresh',
+    start: flags.resume ? 'resume' : flags.from !== undefined ? restoreStart(flags.from) : 'fresh',
     ...(retain ? { retention: { epochs: retain } } : {}),
     durable: !flags.noFsync,
   };
+}
+
+/** --from: a checkpoint or savepoint of the checkpoint directory, a savepoint directory, or a savepoint's S3 URI. */
+function restoreStart(from: string): NonNullable<CheckpointingOptions['start']> {
+  const s3 = parseS3SavepointUri(from);
+  return s3 ? { from, store: { blobs: lazyS3Store(s3.bucket), prefix: s3.prefix } } : { from };
 }
 
 /** What a checkpointed run read: `input.json` in the checkpoint directory, checked by --resume. */
@@ -113,7 +120,7 @@ async function checkInput(dir: string, input: string, resuming: boolean): Promis
 /** Refusals that name what was looked at: see restore-checks.ts. */
 async function checkStart(job: Job, ck: CheckpointingOptions): Promise<void> {
   if (ck.start === 'resume') await checkResumable(ck.dir, job);
-  else if (typeof ck.start === 'object') checkRestoreSource(ck.dir, ck.start.from, await listCheckpoints(job.name, ck.dir));
+  else if (typeof ck.start === 'object' && !ck.start.store) checkRestoreSource(ck.dir, ck.start.from, await listCheckpoints(job.name, ck.dir));
 }
 
 /** `sluice run` with checkpoints: the transactional output sink and a runtime factory, or undefined when off. */

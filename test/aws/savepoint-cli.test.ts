@@ -79,6 +79,14 @@ describe('sluice savepoint / checkpoints / restore --target local-aws', () => {
     expect(sp.stderr).toContain(`restore: ${hint}\n`);
     expect(JSON.parse(sp.stdout)).toMatchObject({ target: 'local-aws', job: 'counts', label: 'before-change', epoch: expect.any(Number), bytes: expect.any(Number), restore: hint });
     expect((await readSavepointRequest(pointers))?.status).toBe('written');
+    // Its location is an s3:// URI the embedded runtime restores from too (every event consumed: nothing left to feed).
+    const location = (JSON.parse(sp.stdout) as { location: string }).location;
+    expect(location).toMatch(/^s3:\/\/[^/]+\/counts\/savepoints\/before-change\/$/);
+    const none = join(dir, 'none.jsonl');
+    writeFileSync(none, '');
+    const embedded = await run(['restore', job, '--from', location, '--input', none, '--output', join(dir, 'embedded-out.jsonl'), '--checkpoint-dir', join(dir, 'embedded-ck'), '--json']);
+    expect(embedded.code, embedded.stderr).toBe(0);
+    expect(embedded.stderr).toMatch(/restored checkpoint \d+ from .*--from s3:\/\//);
     Object.values(clients).forEach((c) => c.destroy());
 
     const listed = await run(['checkpoints', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--json']);

@@ -27,9 +27,9 @@
  * checkpoint-acks.ts. Same persistence as lib/checkpoint/driver.ts, one step per call.
  */
 import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
-import { fromBytes, toBytes } from '../../checkpoint/codec.ts';
+import { fromBytes } from '../../checkpoint/codec.ts';
 import { abort, createCoordinator, decide, onCommitted, openEpoch, recordAck, requestSavepoint, toRecord } from '../../checkpoint/coordinator.ts';
-import { checkpointStats, CoordinatorFencedError, POINTER_NAME, RECORD_NAME, statsKey, type InjectDecision, type TruncateDecision, writeCommitPointer } from '../../checkpoint/driver.ts';
+import { CoordinatorFencedError, POINTER_NAME, RECORD_NAME, retainedEpochs, type InjectDecision, type TruncateDecision, writeCommit } from '../../checkpoint/driver.ts';
 import { RestoreError } from '../../checkpoint/driver-errors.ts';
 import { PlanMismatchError } from '../../checkpoint/errors.ts';
 import { collectGarbage } from '../../checkpoint/garbage.ts';
@@ -304,11 +304,8 @@ export class CheckpointSteps {
   }
 
   private async executeCommit(s: Loaded, d: Extract<Decision, { kind: 'commit' }>): Promise<void> {
-    const { blobs, pointers } = this.o;
-    await blobs.put(d.manifestKey, toBytes(d.manifest));
-    await blobs.put(statsKey(s.state.job, d.epoch), toBytes(checkpointStats(s.state, d.manifest, d.manifestKey)));
-    await this.o.sinks?.prepare(d.epoch);
-    const pointer = (await writeCommitPointer(pointers, d)).value;
+    const sinks = this.o.sinks;
+    const pointer = (await writeCommit({ blobs: this.o.blobs, pointers: this.o.pointers, prepareSinks: sinks && ((e) => sinks.prepare(e)) }, s.state, d)).pointer.value;
     await this.o.hook?.('commit:pointer-written');
     await this.apply(s, onCommitted(s.state, d.epoch, pointer, this.now()), false);
   }
@@ -372,8 +369,8 @@ export class CheckpointSteps {
 
   /** Delete what no retained checkpoint or savepoint epoch needs (garbage.ts), with nothing in flight. */
   private async collectGarbage(s: CoordinatorState): Promise<void> {
-    if (s.inFlight || !s.lastCompleted) return;
-    await collectGarbage(this.o.blobs, s.job, new Set([...s.history.map((h) => h.epoch), ...s.savepoints.map((p) => p.epoch), s.lastCompleted.epoch]));
+    const keep = retainedEpochs(s, { savepoints: true });
+    if (keep) await collectGarbage(this.o.blobs, s.job, keep);
   }
 
   private countAborted(n: number): void {
