@@ -17,6 +17,8 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 120_000,
     pool: 'forks',
+    // Two files at a time even on two cores: most test time waits on child processes and local servers.
+    maxWorkers: 2,
     projects: [
       {
         extends: true,
