@@ -15,9 +15,7 @@
  * session's contents live in `C${id}`, its id being the time of its first record, which
  * no other live session of the key can hold: the field keeps its name while the session
  * grows and when later sessions merge into it (Flink's "state window" of a merging
- * window), so a process function's records are appended, not copied per record. In the older
- * layout the index was `i` = [start, end, ...] with contents in `w${windowKey}`,
- * renamed on each extension; such a key is moved to this layout when it is next touched.
+ * window), so a process function's records are appended, not copied per record.
  *
  * Timers: namespace windowKey(start, end), at end - 1 (the firing) and end - 1 + lateness
  * (the cleanup); a session that changes bounds moves its timers.
@@ -30,8 +28,6 @@ import { checkTimestamp, decodeWindowKey, windowContents, windowKey, type Window
 import { lazySessionOperator } from './window-session-lazy.ts';
 
 const INDEX = 'I';
-/** The index in the older layout: [start, end, ...], each session's contents in `w${windowKey(start, end)}`. */
-const OLD_INDEX = 'i';
 
 /** The field of the session with this id's contents. */
 export function sessionField(id: number): string {
@@ -76,25 +72,8 @@ export function sessionWindowOperator(ctx: OperatorContext, spec: WindowSpec): W
     if (state !== undefined) contents.fire(state, ctx.currentKey(), window);
   };
 
-  /** The key's index, a key stored in the older layout moved to this one first. */
-  const index = (): number[] => {
-    const idx = ctx.stateGet(INDEX) as number[] | undefined;
-    if (idx !== undefined) return idx;
-    const old = ctx.stateGet(OLD_INDEX) as number[] | undefined;
-    if (old === undefined) return [];
-    const moved: number[] = [];
-    for (let i = 0; i < old.length; i += 2) {
-      const start = old[i];
-      const field = 'w' + windowKey(start, old[i + 1]);
-      const c = ctx.stateGet(field);
-      ctx.stateDelete(field);
-      if (c !== undefined) ctx.stateSet(sessionField(start), c);
-      moved.push(start, old[i + 1], start);
-    }
-    ctx.stateDelete(OLD_INDEX);
-    ctx.stateSet(INDEX, moved);
-    return moved;
-  };
+  /** The key's index: [start, end, id, ...] per live session. */
+  const index = (): number[] => (ctx.stateGet(INDEX) as number[] | undefined) ?? [];
 
   const op = {
     droppedLate: 0,

@@ -99,38 +99,4 @@ describe('session windows with allowed lateness, state layout', () => {
     expect(emitted).toEqual([[0], [0, 3]]);
     expect(stored().get('I')).toEqual([0, 8, 0, 12, 25, 12]);
   });
-
-  it('moves a key stored in the older layout (index `i`, contents under the window key) to this layout when touched', () => {
-    const { op, ctx, commit, stored, record, emitted } = over();
-    ctx.stateSet('i', [0, 7, 20, 25]);
-    ctx.stateSet('w' + windowKey(0, 7), [{ t: 0 }, { t: 2 }]);
-    ctx.stateSet('w' + windowKey(20, 25), [{ t: 20 }]);
-    commit();
-    record(4);
-    commit();
-    expect(stored()).toEqual(
-      new Map<string, unknown>([
-        ['I', [0, 9, 0, 20, 25, 20]],
-        [sessionField(0), [{ t: 0 }, { t: 2 }, { t: 4 }]],
-        [sessionField(20), [{ t: 20 }]],
-      ]),
-    );
-    // A timer the old layout registered (its namespace is the window key, as now) finds its session.
-    op.onTimer!('event', 24, windowKey(20, 25));
-    commit();
-    expect(emitted).toEqual([[20]]);
-  });
-
-  it('a timer is the first to touch a key stored in the older layout', () => {
-    const { op, ctx, commit, stored, emitted } = over();
-    ctx.stateSet('i', [0, 7]);
-    ctx.stateSet('w' + windowKey(0, 7), [{ t: 0 }, { t: 2 }]);
-    commit();
-    op.onTimer!('event', 6, windowKey(0, 7));
-    commit();
-    expect(emitted).toEqual([[0, 2]]);
-    op.onTimer!('event', 16, windowKey(0, 7));
-    commit();
-    expect(stored().size).toBe(0);
-  });
 });
