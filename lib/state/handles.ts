@@ -75,19 +75,7 @@ function listHandle<T>(ctx: KeyedFields, name: string, d: StateDescriptor): List
   /** Is there a list that has not expired? An expired one is deleted. */
   const live = (): boolean => {
     const x = ctx.statePeek(expires) as number | undefined;
-    if (x === undefined) {
-      const raw = ctx.statePeek(name);
-      if (raw === undefined || Array.isArray(raw)) return raw !== undefined;
-      // The older layout (a restored savepoint): the list wrapped with its expiry.
-      const old = ctx.stateGet(name) as Expiring;
-      if (old.x <= ctx.clock.now()) {
-        clear();
-        return false;
-      }
-      ctx.stateSet(name, old.v);
-      ctx.stateSet(expires, old.x);
-      return true;
-    }
+    if (x === undefined) return ctx.statePeek(name) !== undefined;
     if (x > ctx.clock.now()) return true;
     clear();
     return false;

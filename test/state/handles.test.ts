@@ -1,7 +1,7 @@
 /**
  * The typed state handles over a key's raw fields, committed batch by batch to the
  * in-memory store: list state with and without TTL (expiry in processing time, refreshed
- * by every write), and a TTL list in the older layout read as it was written.
+ * by every write).
  */
 import { describe, expect, it } from 'vitest';
 import { listState } from '../../lib/api/state.ts';
@@ -70,25 +70,6 @@ describe('list state', () => {
     expect(l.get()).toEqual(['new']);
     commit();
     expect(l.get()).toEqual(['new']);
-  });
-
-  it('with a TTL: a list in the older layout ({v, x} in the field) reads as it was, then moves to the new layout', () => {
-    const { ctx, clock, commit, stored } = open();
-    ctx.stateSet('l', { v: [1, 2], x: 100 });
-    ctx.stateSet('m', { v: ['a'], x: 100 });
-    commit();
-    const { l, m } = bindStateHandles(ctx, { l: listState<number>({ ttlMs: 1000 }), m: listState<string>({ ttlMs: 1000 }) });
-    clock.advance(50);
-    expect(l.get()).toEqual([1, 2]);
-    l.add(3);
-    commit();
-    expect(stored().get('l')).toEqual([1, 2, 3]);
-    expect(stored().get('l\u0002expires')).toBe(1050);
-    // Expired in the old layout: gone on first access.
-    clock.advance(50);
-    expect(m.get()).toEqual([]);
-    commit();
-    expect(stored().has('m')).toBe(false);
   });
 
   it('without a TTL: the list is its field; update replaces it, an empty update or clear deletes it', () => {
