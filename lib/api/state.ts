@@ -69,8 +69,30 @@ export interface MapState<K extends string | number, V> {
 
 export type StateSpec = Record<string, ValueStateDescriptor<any> | ListStateDescriptor<any> | MapStateDescriptor<any, any>>;
 
-/** The handle type for each declared state. */
-export type StateHandles<S extends StateSpec> = {
+/**
+ * A state handle whose kind and value type are unknown to the compiler: what
+ * `ctx.state.name` is when a keyed function's state spec was not inferred (see
+ * {@link UntypedStateHandles}).
+ */
+export type UntypedStateHandle = ValueState<any> & ListState<any> & MapState<any, any>;
+
+/**
+ * The handles of a state spec TypeScript could not infer: `KeyedStream.process<Out>(fn)`
+ * gives the output type alone, and a call's type arguments are either all given or all
+ * inferred, so the spec stays the wide {@link StateSpec} and every name reads as an
+ * {@link UntypedStateHandle}. The runtime binds the same handles either way.
+ */
+export type UntypedStateHandles = Record<string, UntypedStateHandle>;
+
+/**
+ * The handle type for each declared state: `ctx.state.total` is a `ValueState<number>`
+ * for `state: { total: valueState<number>() }`. For the wide {@link StateSpec} (a spec
+ * not inferred), {@link UntypedStateHandles}.
+ */
+export type StateHandles<S extends StateSpec> = string extends keyof S ? UntypedStateHandles : DeclaredStateHandles<S>;
+
+/** The handles of a spec whose names are known. */
+export type DeclaredStateHandles<S extends StateSpec> = {
   [N in keyof S]: S[N] extends ValueStateDescriptor<infer T>
     ? ValueState<T>
     : S[N] extends ListStateDescriptor<infer T>

@@ -15,7 +15,7 @@ import type {
 import { Sinks, type Sink } from './sinks.ts';
 import { checkUid, DataStreamSink } from './stream-sink.ts';
 import type { IdleAdvance, SourceBinding, SourceOptions } from './sources.ts';
-import type { StateSpec } from './state.ts';
+import type { StateSpec, UntypedStateHandles } from './state.ts';
 import { type Key, type KeySelector, OutputTag, WatermarkStrategies } from './types.ts';
 import type { WindowAssigner } from './windows.ts';
 
@@ -209,7 +209,20 @@ export class KeyedStream<T, K extends Key> extends StreamBase {
     return this.input({ kind: 'hash', key: this.key });
   }
 
-  process<O, S extends StateSpec = {}>(fn: KeyedProcessFunction<K, T, O, S>): DataStream<O> {
+  /**
+   * A keyed process function: per record (and per timer) of a key, with that key's
+   * declared state, timers and side outputs.
+   *
+   * Leave out the type arguments and both the output type (from what the function's
+   * `emit` accepts: `unknown` unless annotated) and the state spec are inferred; give
+   * both (`process<Out, typeof state>`) to have both checked; give the output type alone
+   * (`process<Out>`) and records are checked against `Out` while `ctx.state` holds
+   * {@link UntypedStateHandles}, since TypeScript infers either all of a call's type
+   * arguments or none.
+   */
+  process<O, S extends StateSpec>(fn: KeyedProcessFunction<K, T, O, S>): DataStream<O>;
+  process<O>(fn: KeyedProcessFunction<K, T, O, StateSpec>): DataStream<O>;
+  process<O>(fn: KeyedProcessFunction<K, T, O, StateSpec>): DataStream<O> {
     return this.add({ kind: 'keyedProcess', fn }, [this.keyedInput()]);
   }
 
@@ -371,7 +384,14 @@ export class ConnectedStreams<A, B, K extends Key> {
     private readonly second: KeyedStream<B, K>,
   ) {}
 
-  process<O, S extends StateSpec = {}>(fn: KeyedCoProcessFunction<K, A, B, O, S>): DataStream<O> {
+  /**
+   * A keyed function over two inputs sharing their keys' state and timers. Type
+   * arguments as for {@link KeyedStream.process}: none (inferred), both, or the output
+   * type alone (state handles then untyped).
+   */
+  process<O, S extends StateSpec>(fn: KeyedCoProcessFunction<K, A, B, O, S>): DataStream<O>;
+  process<O>(fn: KeyedCoProcessFunction<K, A, B, O, StateSpec>): DataStream<O>;
+  process<O>(fn: KeyedCoProcessFunction<K, A, B, O, StateSpec>): DataStream<O> {
     return this.first.addNode<O>({ kind: 'coProcess', fn }, [this.first.keyedInput(), this.second.keyedInput()]);
   }
 }
