@@ -40,6 +40,8 @@ export class Job {
 
   /** A bounded JSON-lines file. */
   fromFile<T>(name: string, path: string, options: SourceOptions<T> = {}): DataStream<T> {
+    // Untyped callers (a job run by tsx is not type-checked) may pass the options as the path.
+    if (typeof path !== 'string') throw new JobDefinitionError(name, 'fromFile(name, path, options): a file path string as the second argument', path === null ? 'null' : typeof path === 'object' ? 'an object' : typeof path);
     return this.source(name, { kind: 'file', path }, options);
   }
 
