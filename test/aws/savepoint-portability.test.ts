@@ -67,6 +67,44 @@ function countJob(name: string, out: CollectSink<Running>): Job {
 
 const byUser = (r: unknown) => (r as Running).user;
 
+/** A job on the AWS path against the local servers: its ingest and operator handlers, the checkpoint steps, the stores. */
+async function awsPath(name: string, job: Job, sinks: Record<string, CollectSink<any>>) {
+  const plan = compile(job.graph);
+  const table = unique('sluice-port');
+  const bucket = unique('port').toLowerCase();
+  const prefix = `${unique('p')}-`;
+  const [, , queues] = await Promise.all([createStateTable(clients.dynamodb, table), createBucket(clients.s3, bucket), createStageQueues(clients.sqs, plan, { prefix, visibilityTimeoutSeconds: 300 })]);
+  const staticQueues = new StaticQueues(queues);
+  const ingest = createIngestHandler({ job, sqs: clients.sqs, queues: staticQueues });
+  const coordinator = createCheckpointHandler({ job, ...clients, bucket, tableName: table, queues: staticQueues });
+  const step = (action: string, carry: Partial<Carry>) => coordinator({ action, execution: 'test', carry, limits: LIMITS });
+  const blobs = new S3BlobStore({ s3: clients.s3, bucket });
+  const pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: table, job: name });
+  const drain = () =>
+    runUntilDrained({
+      sqs: clients.sqs,
+      queues,
+      container: () => ({ invoke: createOperatorHandler({ job, ...clients, tableName: table, queues: staticQueues, queuePrefix: prefix, sinks, checkpointStore: blobs }) }),
+      maxInvocations: 2000,
+    });
+  return { plan, table, bucket, prefix, queues, staticQueues, ingest, step, blobs, pointers, drain };
+}
+
+/** The first AT clicks published, then one epoch that writes savepoint "mid". */
+async function savepointAfterFirstClicks(aws: Awaited<ReturnType<typeof awsPath>>, name: string): Promise<void> {
+  for (let i = 0; i < AT; i += 10) expect((await aws.ingest(apiEvent('clicks', JSON.stringify(clicks.slice(i, Math.min(AT, i + 10)))))).statusCode).toBe(202);
+  let c = await aws.step('resume', INITIAL_CARRY);
+  await requestSavepoint({ pointers: aws.pointers, blobs: aws.blobs, job: name }, 'mid', Date.now());
+  c = await aws.step('open', c);
+  expect(c.next).toBe('inject');
+  c = await aws.step('inject', c);
+  await aws.drain();
+  c = await aws.step('decide', c);
+  expect(c.next).toBe('commit');
+  await aws.step('commit', c);
+  expect(await readSavepointRequest(aws.pointers)).toMatchObject({ label: 'mid', status: 'written' });
+}
+
 describe('savepoint portability: AWS -> embedded', () => {
   it('a savepoint taken on the AWS path restores on the embedded runtime from its s3:// location, output equal to an uninterrupted run', async () => {
     const name = unique('port');
@@ -82,35 +120,9 @@ describe('savepoint portability: AWS -> embedded', () => {
     // The AWS path: the first AT clicks consumed, then savepoint "mid" taken and copied out of the chain.
     const before = new CollectSink<Running>();
     const job = countJob(name, before);
-    const plan = compile(job.graph);
-    const table = unique('sluice-port');
-    const bucket = unique('port').toLowerCase();
-    const prefix = `${unique('p')}-`;
-    const [, , queues] = await Promise.all([createStateTable(clients.dynamodb, table), createBucket(clients.s3, bucket), createStageQueues(clients.sqs, plan, { prefix, visibilityTimeoutSeconds: 300 })]);
-    const staticQueues = new StaticQueues(queues);
-    const ingest = createIngestHandler({ job, sqs: clients.sqs, queues: staticQueues });
-    const coordinator = createCheckpointHandler({ job, ...clients, bucket, tableName: table, queues: staticQueues });
-    const step = (action: string, carry: Partial<Carry>) => coordinator({ action, execution: 'test', carry, limits: LIMITS });
-    const blobs = new S3BlobStore({ s3: clients.s3, bucket });
-    const pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: table, job: name });
-    const drain = () =>
-      runUntilDrained({
-        sqs: clients.sqs,
-        queues,
-        container: () => ({ invoke: createOperatorHandler({ job, ...clients, tableName: table, queues: staticQueues, queuePrefix: prefix, sinks: { out: before }, checkpointStore: blobs }) }),
-        maxInvocations: 2000,
-      });
-    for (let i = 0; i < AT; i += 10) expect((await ingest(apiEvent('clicks', JSON.stringify(clicks.slice(i, Math.min(AT, i + 10)))))).statusCode).toBe(202);
-    let c = await step('resume', INITIAL_CARRY);
-    await requestSavepoint({ pointers, blobs, job: name }, 'mid', Date.now());
-    c = await step('open', c);
-    expect(c.next).toBe('inject');
-    c = await step('inject', c);
-    await drain();
-    c = await step('decide', c);
-    expect(c.next).toBe('commit');
-    await step('commit', c);
-    expect(await readSavepointRequest(pointers)).toMatchObject({ label: 'mid', status: 'written' });
+    const aws = await awsPath(name, job, { out: before });
+    const { bucket } = aws;
+    await savepointAfterFirstClicks(aws, name);
     expect(before.records).toHaveLength(AT);
 
     // The embedded runtime, from the savepoint's S3 URI, over the rest of the input.
@@ -157,14 +169,10 @@ describe('savepoint portability: AWS -> embedded', () => {
     expect(before.records).toHaveLength(AT);
 
     // The savepoint directory copied to the job's bucket, where `sluice savepoint` on AWS writes one.
-    const job = countJob(name, new CollectSink<Running>());
-    const plan = compile(job.graph);
-    const table = unique('sluice-port');
-    const bucket = unique('port').toLowerCase();
-    const prefix = `${unique('p')}-`;
-    const [, , queues] = await Promise.all([createStateTable(clients.dynamodb, table), createBucket(clients.s3, bucket), createStageQueues(clients.sqs, plan, { prefix, visibilityTimeoutSeconds: 300 })]);
-    const staticQueues = new StaticQueues(queues);
-    const blobs = new S3BlobStore({ s3: clients.s3, bucket });
+    const after = new CollectSink<Running>();
+    const job = countJob(name, after);
+    const aws = await awsPath(name, job, { out: after });
+    const { plan, table, bucket, staticQueues, blobs, ingest, drain } = aws;
     const spDir = join(ck, 'savepoints', 'mid');
     for (const f of readdirSync(spDir, { recursive: true, withFileTypes: true })) {
       if (!f.isFile()) continue;
@@ -180,16 +188,6 @@ describe('savepoint portability: AWS -> embedded', () => {
     await adoptPlan(new DynamoDbPointerStore({ client: clients.dynamodb, tableName: table, job: name }), plan);
 
     // The AWS path takes the rest of the input.
-    const after = new CollectSink<Running>();
-    const v2 = countJob(name, after);
-    const ingest = createIngestHandler({ job: v2, sqs: clients.sqs, queues: staticQueues });
-    const drain = () =>
-      runUntilDrained({
-        sqs: clients.sqs,
-        queues,
-        container: () => ({ invoke: createOperatorHandler({ job: v2, ...clients, tableName: table, queues: staticQueues, queuePrefix: prefix, sinks: { out: after }, checkpointStore: blobs }) }),
-        maxInvocations: 2000,
-      });
     await drain();
     for (let i = AT; i < clicks.length; i += 10) expect((await ingest(apiEvent('clicks', JSON.stringify(clicks.slice(i, i + 10))))).statusCode).toBe(202);
     await drain();
@@ -213,34 +211,9 @@ describe('savepoint portability: AWS -> embedded', () => {
 
     const before = sinksOf();
     const job = jobOf(name, before);
-    const plan = compile(job.graph);
-    const table = unique('sluice-portw');
-    const bucket = unique('portw').toLowerCase();
-    const prefix = `${unique('p')}-`;
-    const [, , queues] = await Promise.all([createStateTable(clients.dynamodb, table), createBucket(clients.s3, bucket), createStageQueues(clients.sqs, plan, { prefix, visibilityTimeoutSeconds: 300 })]);
-    const staticQueues = new StaticQueues(queues);
-    const ingest = createIngestHandler({ job, sqs: clients.sqs, queues: staticQueues });
-    const coordinator = createCheckpointHandler({ job, ...clients, bucket, tableName: table, queues: staticQueues });
-    const step = (action: string, carry: Partial<Carry>) => coordinator({ action, execution: 'test', carry, limits: LIMITS });
-    const blobs = new S3BlobStore({ s3: clients.s3, bucket });
-    const pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: table, job: name });
-    const drain = () =>
-      runUntilDrained({
-        sqs: clients.sqs,
-        queues,
-        container: () => ({ invoke: createOperatorHandler({ job, ...clients, tableName: table, queues: staticQueues, queuePrefix: prefix, sinks: { 'running-out': before.running, 'window-out': before.windows }, checkpointStore: blobs }) }),
-        maxInvocations: 2000,
-      });
-    for (let i = 0; i < AT; i += 10) expect((await ingest(apiEvent('clicks', JSON.stringify(clicks.slice(i, Math.min(AT, i + 10)))))).statusCode).toBe(202);
-    let c = await step('resume', INITIAL_CARRY);
-    await requestSavepoint({ pointers, blobs, job: name }, 'mid', Date.now());
-    c = await step('open', c);
-    c = await step('inject', c);
-    await drain();
-    c = await step('decide', c);
-    expect(c.next).toBe('commit');
-    await step('commit', c);
-    expect(await readSavepointRequest(pointers)).toMatchObject({ label: 'mid', status: 'written' });
+    const aws = await awsPath(name, job, { 'running-out': before.running, 'window-out': before.windows });
+    const { bucket } = aws;
+    await savepointAfterFirstClicks(aws, name);
 
     const uri = `s3://${bucket}/${savepointPrefix(name, 'mid')}`;
     const at = parseS3SavepointUri(uri)!;
