@@ -17,21 +17,20 @@ import type { SourceBinding, SourceDef } from '../../lib/api/sources.ts';
 import type { Job } from '../../lib/api/stream.ts';
 import { systemClock } from '../../lib/api/types.ts';
 import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
-import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-state.ts';
 import { createIngestHandler } from '../../lib/aws/ingest/ingest-handler.ts';
 import { createOperatorHandler } from '../../lib/aws/operator/operator-handler.ts';
-import { createBucket, S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
-import { createStageQueues, type QueueResolver, StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
+import { S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
+import type { QueueResolver } from '../../lib/aws/sqs/sqs-queues.ts';
 import { SqsTransport } from '../../lib/aws/sqs/sqs-transport.ts';
-import { compile, type PhysicalPlan } from '../../lib/graph/compile.ts';
+import type { PhysicalPlan } from '../../lib/graph/compile.ts';
 import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { SqsEventSource } from '../../lib/testing/local-aws/event-source.ts';
 import { type FeederContext, feedSource } from '../../lib/testing/local-aws/feeder.ts';
 import { queueDepth } from '../../lib/testing/local-aws/queues.ts';
 import { createReader } from '../../lib/transport/sources.ts';
-import { MAX_RECEIVE_COUNT } from '../../infra/stages.ts';
-import { drainQueue, unique } from '../aws/helpers.ts';
-import { cleanClients, type FaultLog, faultLog, faultyClients, type ServerConfig, type Service } from './aws-faults.ts';
+import { drainQueue } from '../aws/helpers.ts';
+import { type FaultLog, faultLog, faultyClients, type ServerConfig, type Service } from './aws-faults.ts';
+import { jobResources } from './job-resources.ts';
 
 /** What one invocation's calls know of it. */
 export interface Invocation {
@@ -87,19 +86,7 @@ export interface FaultRun {
 
 /** One job through the handlers on faulty clients, until every queue is drained. */
 export async function runWithFaults(makeJob: () => Job, o: FaultRunOptions): Promise<FaultRun> {
-  const clean = cleanClients(o.servers);
-  const job = makeJob();
-  const plan = compile(job.graph);
-  const prefix = `${unique('fr')}-`;
-  const table = `sluice-${prefix}${plan.job.name}`;
-  const bucket = `sluice-${prefix}spill`.toLowerCase();
-  await createStateTable(clean.dynamodb, table);
-  await createBucket(clean.s3, bucket);
-  // The production receive limit; a 30 s function timeout (visibility 180 s).
-  const queues = await createStageQueues(clean.sqs, plan, { prefix, maxReceiveCount: MAX_RECEIVE_COUNT, visibilityTimeoutSeconds: 180 });
-  const resolver = new StaticQueues(queues);
-  const accounting = new AwsAccounting();
-  const sink = Sinks.collect<unknown>();
+  const { clean, job, plan, prefix, table, bucket, queues, resolver, accounting, sink } = await jobResources(makeJob, o.servers, { prefix: 'fr', bucket: 'spill' });
   const scope = new AsyncLocalStorage<Invocation>();
   const faults = faultLog();
   const outageError = o.outageError ?? (() => undefined);

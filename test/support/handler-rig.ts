@@ -2,22 +2,17 @@
  * A job's resources on DynamoDB Local and fauxqs (state table, bucket, stage queues) and
  * warm containers of its operator handlers, each with its own clients (stormClient: calls
  * counted per invocation, one may be held) and cached partitions, writing to one shared
- * sink: test/aws/redelivery-storm.test.ts and test/aws/zombie-commits.test.ts.
+ * sink: test/aws/redelivery-storm.test.ts.
  */
-import { type Sink, Sinks } from '../../lib/api/sinks.ts';
+import type { Sink } from '../../lib/api/sinks.ts';
 import type { SourceBinding } from '../../lib/api/sources.ts';
 import type { Job } from '../../lib/api/stream.ts';
-import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
-import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-state.ts';
 import { createOperatorHandler } from '../../lib/aws/operator/operator-handler.ts';
-import { createBucket, S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
-import { createStageQueues, StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
-import { compile } from '../../lib/graph/compile.ts';
+import { S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
 import { drainDeadLetters } from '../../lib/testing/local-aws/dead-letters.ts';
-import { MAX_RECEIVE_COUNT } from '../../infra/stages.ts';
-import { unique } from '../aws/helpers.ts';
 import { cleanClients, type ServerConfig } from './aws-faults.ts';
 import { counter, feedInput } from './fault-runs.ts';
+import { jobResources } from './job-resources.ts';
 import { type StormHandler, stormClient } from './storm-driver.ts';
 
 export interface RigOptions {
@@ -28,18 +23,7 @@ export interface RigOptions {
 }
 
 export async function createRig(makeJob: () => Job, o: RigOptions) {
-  const clean = cleanClients(o.servers);
-  const job = makeJob();
-  const plan = compile(job.graph);
-  const prefix = `${unique('rig')}-`;
-  const table = `sluice-${prefix}${plan.job.name}`;
-  const bucket = `sluice-${prefix}b`.toLowerCase();
-  await createStateTable(clean.dynamodb, table);
-  await createBucket(clean.s3, bucket);
-  const queues = await createStageQueues(clean.sqs, plan, { prefix, maxReceiveCount: MAX_RECEIVE_COUNT, visibilityTimeoutSeconds: 180 });
-  const resolver = new StaticQueues(queues);
-  const accounting = new AwsAccounting();
-  const sink = Sinks.collect<unknown>();
+  const { clean, job, plan, prefix, table, bucket, queues, resolver, accounting, sink } = await jobResources(makeJob, o.servers, { prefix: 'rig', bucket: 'b' });
   const { counts, metrics, logger, errors } = counter();
   const made: { destroy(): void }[] = [];
   /** A new warm container of a stage. */
