@@ -255,6 +255,8 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     this.flushInjections();
     const d = this.driver;
     const now = this.clock.now();
+    // The final epoch aborted (timed out): the output it was to commit needs another.
+    if (this.finalEpoch !== null && d.aborted.includes(this.finalEpoch)) this.finalEpoch = null;
     if (drained && this.finalEpoch === null && !d.state.inFlight && this.runtime) {
       // The checkpoint after the last record: transactional output of a bounded run commits.
       return d.forceEpoch(now).then((epoch) => {
