@@ -20,6 +20,7 @@
  *   completed checkpoint, never against an aborted attempt.
  * - Read the pointer strongly consistent; resume() refuses a pointer behind the record.
  */
+import { SluiceError } from '../errors.ts';
 import { CommitMismatchError, InvalidCoordinatorInputError, ManifestChainError, SavepointPendingError, UnknownParticipantError } from './errors.ts';
 import { buildManifest, partitionsNeedingFull, retain } from './manifest.ts';
 import {
@@ -38,6 +39,7 @@ import {
   type IgnoreReason,
   type InFlightEpoch,
   type Manifest,
+  type RejectedAck,
   type StepResult,
 } from './protocol.ts';
 import { checkAck, checkActivity, checkInt, checkPointer, checkSetup, checkTime, describe, sourcePartitionsOf } from './validate.ts';
@@ -126,6 +128,27 @@ export function requestSavepoint(state: CoordinatorState, now: number, label: st
 function ignore(state: CoordinatorState, reason: IgnoreReason, detail: string, decisions: Decision[] = []): StepResult {
   const counter = reason === 'duplicate' ? 'duplicateAcks' : 'ignoredAcks';
   return { state: { ...state, counters: bump(state, counter) }, decisions, ignored: { reason, detail } };
+}
+
+/**
+ * Records acks in order, as recordAck does one. A protocol-breaking ack (a non-retryable
+ * SluiceError) counts as missing, so its epoch times out and the next one asks again: it is
+ * returned in `rejected` rather than thrown, so one bad item cannot stop the coordinator.
+ */
+export function recordAcks(state: CoordinatorState, acks: readonly Ack[], now: number): StepResult & { readonly rejected: readonly RejectedAck[] } {
+  const decisions: Decision[] = [];
+  const rejected: RejectedAck[] = [];
+  for (const ack of acks) {
+    try {
+      const r = recordAck(state, ack, now);
+      state = r.state;
+      decisions.push(...r.decisions);
+    } catch (e) {
+      if (!(e instanceof SluiceError) || e.retryable) throw e;
+      rejected.push({ epoch: ack.epoch, stage: ack.stage, partition: ack.partition, code: e.code, message: e.message });
+    }
+  }
+  return { state, decisions, rejected };
 }
 
 /**

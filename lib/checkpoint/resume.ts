@@ -20,9 +20,8 @@
  * The pointer is authoritative: one that is ahead of the record is adopted, and an
  * in-flight epoch it supersedes is aborted (without deleting snapshots a chain may use).
  */
-import { abort, complete, createCoordinator, decide, markAborted, open, recordAck } from './coordinator.ts';
+import { abort, complete, createCoordinator, decide, markAborted, open, recordAcks } from './coordinator.ts';
 import { InvalidCoordinatorInputError, ManifestChainError, PlanMismatchError } from './errors.ts';
-import { SluiceError } from '../errors.ts';
 import { participantKey, type Decision, type PersistedCoordinator, type RejectedAck, type StepResult } from './protocol.ts';
 import { checkAck, checkInt, checkManifest, checkPointer, checkTime, describe } from './validate.ts';
 
@@ -82,21 +81,12 @@ export function resume(persisted: PersistedCoordinator, now: number): StepResult
 
   if (f && f.epoch > recLast) {
     state = { ...state, inFlight: { ...f, committing: null } };
-    const decisions: Decision[] = [];
     // The record's acks come first, so the first ack per participant wins as it did before the crash.
-    const rejected: RejectedAck[] = [];
-    for (const ack of acks.filter((a) => a.epoch === f.epoch)) {
-      // A malformed ack item must not keep the coordinator from starting: it counts as missing
-      // (so the epoch is aborted and reopened) and is reported.
-      try {
-        const r = recordAck(state, ack, now);
-        state = r.state;
-        decisions.push(...r.decisions);
-      } catch (e) {
-        if (!(e instanceof SluiceError) || e.retryable) throw e;
-        rejected.push({ epoch: ack.epoch, stage: ack.stage, partition: ack.partition, code: e.code, message: e.message });
-      }
-    }
+    // A malformed ack item must not keep the coordinator from starting: it counts as missing
+    // (so the epoch is aborted and reopened) and is reported.
+    const recorded = recordAcks(state, acks.filter((a) => a.epoch === f.epoch), now);
+    state = recorded.state;
+    const { decisions, rejected } = recorded;
     const missing = state.participants.filter((p) => !state.inFlight!.acks[participantKey(p)]);
     if (missing.length === 0) {
       const r = decide(state, now);

@@ -65,6 +65,17 @@ function countJob(name: string, out: CollectSink<Running>): Job {
   return job;
 }
 
+/** A scratch directory and a writer of click files into it. */
+function scratch(prefix: string) {
+  const dir = tmp(prefix);
+  const file = (f: string, rows: readonly Click[]) => {
+    const p = join(dir, f);
+    writeFileSync(p, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+    return p;
+  };
+  return { dir, file };
+}
+
 const byUser = (r: unknown) => (r as Running).user;
 
 /** A job on the AWS path against the local servers: its ingest and operator handlers, the checkpoint steps, the stores. */
@@ -108,12 +119,7 @@ async function savepointAfterFirstClicks(aws: Awaited<ReturnType<typeof awsPath>
 describe('savepoint portability: AWS -> embedded', () => {
   it('a savepoint taken on the AWS path restores on the embedded runtime from its s3:// location, output equal to an uninterrupted run', async () => {
     const name = unique('port');
-    const dir = tmp('sluice-sp-port-');
-    const file = (f: string, rows: readonly Click[]) => {
-      const p = join(dir, f);
-      writeFileSync(p, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
-      return p;
-    };
+    const { dir, file } = scratch('sluice-sp-port-');
     const ref = new CollectSink<Running>();
     await new EmbeddedRuntime(countJob(name, ref), { sources: { clicks: { kind: 'file', path: file('all.jsonl', clicks) } }, sinks: { out: ref } }).run();
 
@@ -145,12 +151,7 @@ describe('savepoint portability: AWS -> embedded', () => {
 
   it('a savepoint the embedded runtime wrote restores in place on the AWS path, output equal to an uninterrupted run', async () => {
     const name = unique('port');
-    const dir = tmp('sluice-sp-port-');
-    const file = (f: string, rows: readonly Click[]) => {
-      const p = join(dir, f);
-      writeFileSync(p, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
-      return p;
-    };
+    const { dir, file } = scratch('sluice-sp-port-');
     const ref = new CollectSink<Running>();
     await new EmbeddedRuntime(countJob(name, ref), { sources: { clicks: { kind: 'file', path: file('all.jsonl', clicks) } }, sinks: { out: ref } }).run();
 
@@ -198,12 +199,7 @@ describe('savepoint portability: AWS -> embedded', () => {
 
   it('a windowed job (event-time timers in the savepoint) taken on the AWS path restores embedded: fired and pending windows add up to an uninterrupted run', async () => {
     const name = unique('portw');
-    const dir = tmp('sluice-sp-portw-');
-    const file = (f: string, rows: readonly Click[]) => {
-      const p = join(dir, f);
-      writeFileSync(p, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
-      return p;
-    };
+    const { dir, file } = scratch('sluice-sp-portw-');
     const sinksOf = () => ({ running: new CollectSink<Running>(), windows: new CollectSink<Count>() });
     const jobOf = (name: string, k: ReturnType<typeof sinksOf>) => clickJob(name, { maxParallelism: 8, running: k.running, windows: k.windows });
     const ref = sinksOf();

@@ -28,7 +28,7 @@
  */
 import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { fromBytes } from '../../checkpoint/codec.ts';
-import { abort, createCoordinator, decide, onCommitted, openEpoch, recordAck, requestSavepoint, toRecord } from '../../checkpoint/coordinator.ts';
+import { abort, createCoordinator, decide, onCommitted, openEpoch, recordAcks, requestSavepoint, toRecord } from '../../checkpoint/coordinator.ts';
 import { CoordinatorFencedError, POINTER_NAME, RECORD_NAME, retainedEpochs, type InjectDecision, type TruncateDecision, writeCommit } from '../../checkpoint/driver.ts';
 import { RestoreError } from '../../checkpoint/driver-errors.ts';
 import { PlanMismatchError } from '../../checkpoint/errors.ts';
@@ -37,7 +37,6 @@ import { buildManifest } from '../../checkpoint/manifest.ts';
 import { participantKey, sourcePartitionKey, type CommitPointer, type CoordinatorRecord, type CoordinatorSetup, type CoordinatorState, type Decision, type Manifest, type StepResult } from '../../checkpoint/protocol.ts';
 import { resume } from '../../checkpoint/resume.ts';
 import type { BlobStore, PointerStore } from '../../checkpoint/storage.ts';
-import { SluiceError } from '../../errors.ts';
 import { finishSavepoint, type PlanDescription, readSavepointRequest, savepointMetaKey } from '../restore/savepoints.ts';
 import { type AckSource, type IdleContext, idleNext, inputSince, probeStep, type TimerWakeUp } from './checkpoint-idle.ts';
 import { acquireLease, checkTaskInput, childName, CoordinatorNotStartedError, type Carry, type Limits, taskError, updateLease } from './checkpoint-task.ts';
@@ -195,18 +194,8 @@ export class CheckpointSteps {
     if (!f) return { ...c, next: 'wait' };
     if (f.committing) return { ...c, next: 'commit', epoch: f.epoch };
     const missing = s.state.participants.filter((p) => !f.acks[participantKey(p)]);
-    let state = s.state;
-    const decisions: Decision[] = [];
-    for (const ack of await this.o.acks.get(f.epoch, missing)) {
-      try {
-        const r = recordAck(state, ack, now);
-        state = r.state;
-        decisions.push(...r.decisions);
-      } catch (e) {
-        // A protocol-breaking ack counts as missing: the epoch times out and the next one asks again.
-        if (!(e instanceof SluiceError) || e.retryable) throw e;
-      }
-    }
+    // A protocol-breaking ack counts as missing: the epoch times out and the next one asks again.
+    const { state, decisions } = recordAcks(s.state, await this.o.acks.get(f.epoch, missing), now);
     const r = decide(state, now);
     const kind = r.decisions[0]?.kind;
     if (kind === 'abort') return { ...c, next: 'abort', epoch: f.epoch };
