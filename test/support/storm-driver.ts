@@ -39,6 +39,8 @@ export interface InvocationControl {
   held?: boolean;
   readonly onHeld?: () => void;
   readonly release?: Promise<void>;
+  /** When given, each call's command and the error it ended with (after a hold, too). */
+  readonly outcomes?: { command: string; error?: string }[];
 }
 
 export const invocations = new AsyncLocalStorage<InvocationControl>();
@@ -63,7 +65,15 @@ export function stormClient<T extends DynamoDBClient | SQSClient | S3Client>(c: 
         const input = args.input as { Entries?: { VisibilityTimeout?: number }[] };
         for (const e of input.Entries ?? []) e.VisibilityTimeout = 0;
       }
-      return next(args);
+      if (!ctl?.outcomes) return next(args);
+      const outcome: { command: string; error?: string } = { command: context.commandName ?? '(unnamed)' };
+      ctl.outcomes.push(outcome);
+      try {
+        return await next(args);
+      } catch (e) {
+        outcome.error = (e as Error).name;
+        throw e;
+      }
     },
     { step: 'initialize', name: 'sluiceStorm' },
   );
@@ -102,7 +112,7 @@ export interface StormStats {
   failedMessages: number;
 }
 
-const withReceives = (records: readonly SQSRecord[], more: number): SQSRecord[] =>
+export const withReceives = (records: readonly SQSRecord[], more: number): SQSRecord[] =>
   records.map((r) => ({ ...r, attributes: { ...r.attributes, ApproximateReceiveCount: String(Number(r.attributes.ApproximateReceiveCount ?? '1') + more) } }));
 
 function shuffle<T>(rng: Rng, xs: T[]): T[] {
@@ -119,6 +129,20 @@ interface Held {
   readonly releaseAt: number;
   readonly release: () => void;
   readonly done: Promise<unknown>;
+}
+
+/**
+ * As the event source applies an answer: deletes what succeeded and releases the failures
+ * at once (in reverse: fauxqs puts each at its group's front). No answer fails the whole
+ * batch. Returns how many failed.
+ */
+export async function applyAnswer(sqs: SQSClient, q: StageQueues, batch: readonly Message[], answer: SQSBatchResponse | undefined): Promise<number> {
+  const failed = new Set(answer ? answer.batchItemFailures.map((f) => f.itemIdentifier) : batch.map((m) => m.MessageId!));
+  const done = batch.filter((m) => !failed.has(m.MessageId!));
+  const back = batch.filter((m) => failed.has(m.MessageId!)).reverse();
+  if (done.length) await sqs.send(new DeleteMessageBatchCommand({ QueueUrl: q.url, Entries: done.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle! })) }));
+  if (back.length) await sqs.send(new ChangeMessageVisibilityBatchCommand({ QueueUrl: q.url, Entries: back.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 })) }));
+  return failed.size;
 }
 
 /** Runs until every queue is empty, nothing is held and no duplicate is waiting. */
@@ -139,15 +163,10 @@ export async function runStorm(o: StormOptions): Promise<StormStats> {
     stats.invocations++;
     return invocations.run(ctl, () => pools[stage][slot]({ Records: records }));
   };
-  /** As the event source applies an answer: delete what succeeded, release the failures at once (in reverse, fauxqs puts each at its group's front). */
   const apply = async (q: StageQueues, batch: readonly Message[], answer: SQSBatchResponse | undefined): Promise<boolean> => {
-    const failed = new Set(answer ? answer.batchItemFailures.map((f) => f.itemIdentifier) : batch.map((m) => m.MessageId!));
-    stats.failedMessages += failed.size;
-    const done = batch.filter((m) => !failed.has(m.MessageId!));
-    const back = batch.filter((m) => failed.has(m.MessageId!)).reverse();
-    if (done.length) await o.sqs.send(new DeleteMessageBatchCommand({ QueueUrl: q.url, Entries: done.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle! })) }));
-    if (back.length) await o.sqs.send(new ChangeMessageVisibilityBatchCommand({ QueueUrl: q.url, Entries: back.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 })) }));
-    return failed.size === 0;
+    const failed = await applyAnswer(o.sqs, q, batch, answer);
+    stats.failedMessages += failed;
+    return failed === 0;
   };
   const settle = (p: Promise<SQSBatchResponse>) => p.then((a) => a, () => undefined);
 
