@@ -9,6 +9,7 @@
  * slow, and refuses with 429 what would pass --max-queued or --max-lag.
  */
 import { z } from 'zod';
+import { ConfigError } from '../errors.ts';
 import { DASHBOARD_HTML } from '../local/dashboard-page.ts';
 import { SinkTap } from '../local/dashboard-sink-tap.ts';
 import { EmbeddedRuntime, type RuntimeStats } from '../local/embedded.ts';
@@ -40,6 +41,8 @@ export interface DevCommandOptions extends CheckpointFlags {
   liveView?: LiveRenderer;
   /** Default `embedded`; `local-aws`: the Lambda handlers against local servers (target-local-aws.ts). */
   target?: Target;
+  /** Write the counters as CloudWatch EMF lines to this file (dev-metrics.ts); embedded only. */
+  metrics?: string;
 }
 
 const DevFlags = z.object({
@@ -66,7 +69,10 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
     maxQueued: { flag: '--max-queued', expected: 'a positive integer number of records' },
     maxLag: { flag: '--max-lag', expected: 'a positive integer number of milliseconds' },
   });
-  if (opts.target === 'local-aws') return (await import('./target-local-aws.ts')).devLocalAwsCommand(jobPath, flags, opts, log);
+  if (opts.target === 'local-aws') {
+    if (opts.metrics !== undefined) throw new ConfigError('--metrics', 'nothing with --target local-aws (its handlers publish their own metrics)', JSON.stringify(opts.metrics));
+    return (await import('./target-local-aws.ts')).devLocalAwsCommand(jobPath, flags, opts, log);
+  }
   const view = opts.liveView ?? liveRenderer();
   const say = (line: string) => view.message(line);
   const job = await loadJob(jobPath, parseParams(opts.param));
@@ -96,6 +102,7 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   });
   const url = server.url;
   checkpointed?.announce(url);
+  const metrics = opts.metrics === undefined ? undefined : new (await import('./dev-metrics.ts')).MetricsFile(opts.metrics, job.name);
 
   // Signals are handled before the endpoint is announced: a Ctrl-C right after it still stops gracefully.
   let stopping = false;
@@ -118,6 +125,7 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   say(`sluice dev: job "${job.name}" on the embedded runtime`);
   say(`ingestion endpoint ${url}  (GET ${url}/healthz)`);
   say(`dashboard ${url}/  (its numbers: GET ${url}/stats, or sluice status <job> --json)`);
+  if (opts.metrics !== undefined) say(`metrics: CloudWatch embedded metric format lines to ${opts.metrics}`);
   const streams = runtime.streams();
   for (const s of streams) say(`  stream "${s}": POST ${url}/streams/${encodeURIComponent(s)}/events   (JSON array or JSON lines)`);
   if (streams.length === 0) say('  (the job has no ingestion streams)');
@@ -133,6 +141,7 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
     const snapshot = monitor.snapshot(now);
     for (const line of letters.update(runtime.deadLetters, snapshot.deadLetterFile ?? undefined)) say(line);
     view.frame(snapshot);
+    metrics?.write(snapshot);
     return snapshot;
   };
   refresh();

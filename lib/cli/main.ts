@@ -110,9 +110,10 @@ const dev = program
   .option('--max-lag <ms>', "answer 429 while a stream's oldest accepted, unprocessed event is this old", '10000')
   .option('--param <key=value>', 'job parameter, repeatable', collect, [])
   .addOption(new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(['embedded', 'local-aws']).default('embedded'))
+  .option('--metrics <file>', 'write the counters (records in, rejections, dead letters, late records dropped per stage and operator) as CloudWatch embedded metric format lines, the names the AWS handlers publish')
   .option('--json', "at the stop, print the summary as one JSON object, the last line on stdout (the job's stdout sinks write there too)");
 addRejectPolicyOptions(dev).action(
-  action('dev', async (job: string, opts: { port: string; host: string; maxQueued: string; maxLag: string; param: string[]; target: Target; json?: boolean } & RejectPolicy) => {
+  action('dev', async (job: string, opts: { port: string; host: string; maxQueued: string; maxLag: string; param: string[]; target: Target; metrics?: string; json?: boolean } & RejectPolicy) => {
     const { devCommand, devExitCode } = await import('./dev.ts');
     const s = await devCommand(job, opts);
     if (opts.json) printJson(s);
