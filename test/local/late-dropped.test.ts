@@ -1,13 +1,16 @@
 /**
  * Late records a window drops (no late-data side output) are counted per operator in the
  * batch result, the embedded runtime's stats and the CLI's summary line, never dropped
- * without a trace; with a side output they go there and nothing counts as dropped.
+ * without a trace; with a side output they go there and nothing counts as dropped. One
+ * record per chunk judges each record against all before it (the README's recipe).
  */
 import { describe, expect, it } from 'vitest';
-import { CollectSink, type Sink } from '../../lib/api/sinks.ts';
-import { ManualClock } from '../../lib/api/types.ts';
+import { CollectSink, type Sink, Sinks } from '../../lib/api/sinks.ts';
+import { Job } from '../../lib/api/stream.ts';
+import { ManualClock, WatermarkStrategies } from '../../lib/api/types.ts';
+import { Windows } from '../../lib/api/windows.ts';
 import { lateDroppedCount } from '../../lib/cli/dead-letter-report.ts';
-import { EmbeddedRuntime } from '../../lib/local/embedded.ts';
+import { EmbeddedRuntime, runJob } from '../../lib/local/embedded.ts';
 import { type Click, type Count, clickCountsJob } from '../support/click-counts.ts';
 
 function clicksJob(lateOutput: boolean) {
@@ -48,5 +51,24 @@ describe('late records dropped', () => {
     expect(late.map((c) => c.ts).sort()).toEqual([300, 400]);
     expect(stats.lateDropped).toEqual({});
     expect(lateDroppedCount(stats.lateDropped)).toBe('0 late dropped');
+  });
+
+  it('are judged record by record with one record per chunk (the README recipe for tests), per chunk otherwise', async () => {
+    // 3,500 is far behind 9,000 but in its chunk under the default batch size: on time there.
+    const clicks: Click[] = [500, 9_000, 3_500, 9_100].map((ts) => ({ user: 'a', ts }));
+    const job = () => {
+      const j = new Job('record-exact', { parallelism: 1 });
+      j.fromItems('clicks', clicks, { timestamp: (c) => c.ts, watermark: WatermarkStrategies.boundedOutOfOrderness(0), parallelism: 1 })
+        .keyBy((c) => c.user)
+        .window(Windows.tumbling(1000))
+        .process<Count>((els, { key, window }, out) => out.emit({ user: key as string, start: window.start, n: els.length }))
+        .name('counts')
+        .sinkTo(Sinks.collect<Count>(), 'out');
+      return j;
+    };
+    const exact = await runJob(job(), { sourceBatchSize: 1 });
+    expect(exact.stats.lateDropped).toEqual({ counts: 1 });
+    const chunked = await runJob(job());
+    expect(chunked.stats.lateDropped).toEqual({});
   });
 });
