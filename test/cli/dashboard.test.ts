@@ -1,7 +1,7 @@
 /**
  * The dashboard of `sluice dev` in headless Chromium (Debian's, driven by playwright-core):
  * it loads, draws the job's operators, its counters follow published events and equal
- * GET /stats, and its checkpoint timeline gains an epoch. Screenshot: test-artifacts/dashboard.png.
+ * GET /stats and then `sluice status --json`, and its checkpoint timeline gains an epoch. Screenshot: test-artifacts/dashboard.png.
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
-import { ROOT, waitFor } from './helpers.ts';
+import { EXIT } from '../../lib/cli/exit-codes.ts';
+import { ROOT, sluice, waitFor } from './helpers.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const missing = !existsSync(CHROMIUM);
@@ -62,6 +63,14 @@ describe.skipIf(missing)('dashboard in headless Chromium', () => {
         const drawn = await page.$$eval('[data-testid=operator]', (ns) => ns.map((n) => [n.getAttribute('data-name'), Number(n.getAttribute('data-records-in'))]));
         return JSON.stringify(drawn) === JSON.stringify(s.operators.map((o) => [o.name, o.recordsIn]));
       });
+      // Publishing has stopped: what the page shows equals what `sluice status --json` prints.
+      const status = await sluice(['status', 'examples/first-job.ts', '--checkpoint-dir', join(dir, 'ck'), '--json']);
+      expect(status.code, status.stderr).toBe(EXIT.ok);
+      const st = JSON.parse(status.stdout) as { recordsIngested: number; lateDroppedTotal: number; operators: { name: string; recordsIn: number }[] };
+      expect(await shown()).toBe(st.recordsIngested);
+      expect(Number(await page.getAttribute('#late-dropped', 'data-value'))).toBe(st.lateDroppedTotal);
+      const drawn = await page.$$eval('[data-testid=operator]', (ns) => ns.map((n) => [n.getAttribute('data-name'), Number(n.getAttribute('data-records-in'))]));
+      expect(drawn).toEqual(st.operators.map((o) => [o.name, o.recordsIn]));
       await until('the checkpoint timeline gains an epoch', async () => (await completed()) > epochBefore);
       mkdirSync(join(ROOT, 'test-artifacts'), { recursive: true });
       await page.screenshot({ path: join(ROOT, 'test-artifacts', 'dashboard.png'), fullPage: true });
