@@ -26,15 +26,17 @@ export const LAYERS: readonly (readonly Layer[])[] = [
   ['operators', 'checkpoint'],
   ['runtime'],
   ['nexmark'],
-  ['examples'],
   ['local', 'aws'],
   ['testing'],
+  // The package's main entry point; the examples are written against it, as a user's job is.
+  ['index'],
+  ['examples'],
   ['infra'],
-  ['cli', 'index', 'functions'],
+  ['cli', 'functions'],
 ];
 
 /** The folders the layering covers. */
-export const SOURCE_DIRS: readonly string[] = ['lib', 'infra', 'functions'];
+export const SOURCE_DIRS: readonly string[] = ['lib', 'infra', 'functions', 'examples'];
 
 const RANK = new Map(LAYERS.flatMap((group, rank) => group.map((layer) => [layer, rank] as const)));
 
