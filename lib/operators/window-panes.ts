@@ -15,8 +15,8 @@
  * a firing window registers the next end when a pane of the key lies in that window.
  * A pane is dropped when its last window has fired. A process function's records are
  * kept out of `P`, in a field of their own per pane (`R${paneStart}`, its contents in `P`
- * null): a record is appended to it, where inside `P` each batch copied every record of
- * the key's panes (a pane stored with its records inside `P` still works).
+ * null): a record is appended to it, where inside `P` each batch would copy every record
+ * of the key's panes.
  *
  * A combined input (window-combiner.ts) carries one partial accumulator per (key, pane)
  * of a sender's channel buffer instead of records: it is decided like the records it
@@ -110,24 +110,20 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
 
   /**
    * A process function's record into its pane's field; a new pane joins `P` (contents null)
-   * and starts its timers. False: the pane is in `P` with its records (kept from before).
+   * and starts its timers.
    */
-  const appendToPane = (p: number, field: string, value: unknown, firstStart: number, wm: number): boolean => {
+  const appendToPane = (p: number, field: string, value: unknown, firstStart: number, wm: number): void => {
     const peeked = ctx.statePeek(PANES) as unknown[] | undefined;
     // Records mostly land in the newest pane: search from the end.
     let i = peeked === undefined ? -2 : peeked.length - 2;
     while (i >= 0 && (peeked![i] as number) > p) i -= 2;
-    if (i >= 0 && peeked![i] === p) {
-      if (peeked![i + 1] !== null) return false;
-      ctx.stateAppend(field, value);
-      return true;
+    if (i < 0 || peeked![i] !== p) {
+      const panes = (ctx.stateGet(PANES) as unknown[] | undefined) ?? [];
+      panes.splice(i + 2, 0, p, null);
+      ctx.stateSet(PANES, panes);
+      ctx.registerTimer('event', firstLiveEnd(firstStart, wm) - 1);
     }
-    const panes = (ctx.stateGet(PANES) as unknown[] | undefined) ?? [];
-    panes.splice(i + 2, 0, p, null);
-    ctx.stateSet(PANES, panes);
     ctx.stateAppend(field, value);
-    ctx.registerTimer('event', firstLiveEnd(firstStart, wm) - 1);
-    return true;
   };
 
   const op = {
@@ -151,7 +147,10 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
         else op.droppedLate += combined ? partialRecords(ctx, r.value) : 1;
         return;
       }
-      if (ownFields && appendToPane(p, cached.field, r.value, firstStart, wm)) return;
+      if (ownFields) {
+        appendToPane(p, cached.field, r.value, firstStart, wm);
+        return;
+      }
       let panes = ctx.stateGet(PANES) as unknown[] | undefined;
       let fresh = true;
       if (panes === undefined) panes = [p, first(r.value)];
@@ -186,8 +185,7 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
         if (p < start) continue;
         if (p >= end) break;
         // Copies (free for numbers): merge and getResult may change their arguments.
-        const c = panes[i + 1];
-        const copy = c === null ? (ctx.stateGet(recordsField(p)) ?? []) : cloneValue(c);
+        const copy = ownFields ? (ctx.stateGet(recordsField(p)) ?? []) : cloneValue(panes[i + 1]);
         acc = any ? contents.merge(acc, copy) : copy;
         any = true;
       }
@@ -197,7 +195,7 @@ export function paneWindowOperator(ctx: OperatorContext, spec: WindowSpec, w: Fi
       }
       let drop = 0;
       while (drop < panes.length && geo.lastStart(panes[drop] as number) + size <= end) {
-        if (panes[drop + 1] === null) ctx.stateDelete(recordsField(panes[drop] as number));
+        if (ownFields) ctx.stateDelete(recordsField(panes[drop] as number));
         drop += 2;
       }
       if (drop === panes.length) {

@@ -10,8 +10,7 @@
  * `S`, appended to a field of their own, `R${id}` (in `S` the id, a number, where the
  * contents would be): the id is the time of the session's first record, which no other
  * live session of the key can hold (a session keeps its first record's time). Inside `S`,
- * each batch's first record copied every record of the key's sessions (a
- * session from before, its records inside `S`, is still read and extended as it was).
+ * each batch's first record would copy every record of the key's sessions.
  *
  * Timers are lazy: a session registers one event-time timer at its end - 1 when it is
  * created (namespace ''), and nothing when it grows or merges. When a timer fires, the
@@ -35,24 +34,23 @@ export function lazySessionOperator(ctx: OperatorContext, spec: WindowSpec, gap:
 
   /** A session's contents in `S` (a process function's: its id) with the record's value added. */
   const add = (c: unknown, v: unknown): unknown => {
-    if (typeof c !== 'number' || !ownFields) return contents.add(c, v);
-    ctx.stateAppend(recordsField(c), v);
+    if (!ownFields) return contents.add(c, v);
+    ctx.stateAppend(recordsField(c as number), v);
     return c;
   };
   /** Sessions `b` merged into `a` (`a` the earlier): a process function's records move to `a`'s field. */
   const merge = (a: unknown, b: unknown): unknown => {
-    if (!ownFields || (typeof a !== 'number' && typeof b !== 'number')) return contents.merge(a, b);
-    const into = typeof a === 'number' ? a : undefined;
-    const moved = typeof b === 'number' ? ((ctx.stateGet(recordsField(b)) as unknown[] | undefined) ?? []) : (b as unknown[]);
-    if (typeof b === 'number') ctx.stateDelete(recordsField(b));
-    if (into === undefined) return contents.merge(a, moved);
-    for (const v of moved) ctx.stateAppend(recordsField(into), v);
-    return into;
+    if (!ownFields) return contents.merge(a, b);
+    const from = recordsField(b as number);
+    const moved = (ctx.stateGet(from) as unknown[] | undefined) ?? [];
+    ctx.stateDelete(from);
+    for (const v of moved) ctx.stateAppend(recordsField(a as number), v);
+    return a;
   };
   /** A session's contents to fire: a process function's records read from their field (a copy), which is then deleted. */
   const take = (c: unknown): unknown => {
-    if (typeof c !== 'number' || !ownFields) return c;
-    const field = recordsField(c);
+    if (!ownFields) return c;
+    const field = recordsField(c as number);
     const records = (ctx.stateGet(field) as unknown[] | undefined) ?? [];
     ctx.stateDelete(field);
     return records;
