@@ -17,17 +17,13 @@ import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
 import { createCheckpointHandler } from '../../lib/aws/checkpoint/checkpoint-handler.ts';
 import { DynamoDbTable } from '../../lib/aws/dynamodb/dynamodb-table.ts';
 import { AwsInputLog, loggingPartitions } from '../../lib/aws/operator/input-log.ts';
-import { type Carry, INITIAL_CARRY, type Limits } from '../../lib/aws/checkpoint/checkpoint-task.ts';
-import { DynamoDbPointerStore } from '../../lib/aws/dynamodb/dynamodb-pointers.ts';
-import { createStateTable } from '../../lib/aws/dynamodb/dynamodb-state.ts';
+import { type Carry, INITIAL_CARRY } from '../../lib/aws/checkpoint/checkpoint-task.ts';
 import { createIngestHandler } from '../../lib/aws/ingest/ingest-handler.ts';
 import { apiEvent } from '../../lib/testing/local-aws/feeder.ts';
 import { createOperatorHandler } from '../../lib/aws/operator/operator-handler.ts';
-import { createBucket, S3BlobStore } from '../../lib/aws/s3/s3-blob-store.ts';
 import { listAwsCheckpoints, loadRestorePoint, readSavepointRequest, requestSavepoint, SavepointExistsError, savepointFit } from '../../lib/aws/restore/savepoints.ts';
 import { restoreInPlace } from '../../lib/aws/restore/restore.ts';
 import { adoptPlan, remapSavepoint } from '../../lib/aws/restore/savepoint-remap.ts';
-import { createStageQueues, StaticQueues } from '../../lib/aws/sqs/sqs-queues.ts';
 import { RestoreError, StateCompatibilityError } from '../../lib/checkpoint/driver-errors.ts';
 import { SavepointPendingError } from '../../lib/checkpoint/errors.ts';
 import { manifestObjectKey } from '../../lib/checkpoint/protocol.ts';
@@ -36,10 +32,12 @@ import { InjectedCrash } from '../../lib/errors.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import type { Click, Running } from './click-job.ts';
 import { localClients, runUntilDrained, unique } from './helpers.ts';
+import { awsJobPath, STEP_LIMITS } from '../support/aws-job-path.ts';
 
 const clients = localClients();
-afterAll(() => Object.values(clients).forEach((c) => c.destroy()));
-const LIMITS: Limits = { maxEpochs: 1000, maxFailures: 5, leaseMs: 600_000, activityGrainMs: 0, epochTimeoutMs: 600_000 };
+const opened: { close(): void }[] = [];
+afterAll(() => [...Object.values(clients), ...opened.map((o) => ({ destroy: () => o.close() }))].forEach((c) => c.destroy()));
+const LIMITS = STEP_LIMITS;
 const USERS = ['ann', 'bob', 'cy', 'dee', 'eve', 'fay', 'gus'];
 const clicks: Click[] = Array.from({ length: 90 }, (_, i) => ({ user: USERS[(i * 5) % 7], ts: 1000 + i * 10 }));
 
@@ -77,43 +75,12 @@ function countJob(name: string, change: { parallelism?: number; keyedParallelism
 
 async function world(hook?: (point: string) => void) {
   const name = unique('svp');
-  const prefix = `${unique('p')}-`;
   const job = countJob(name);
-  const plan = compile(job.graph);
-  const table = unique('sluice-svp');
-  const bucket = unique('svp').toLowerCase();
-  const [, , queues] = await Promise.all([createStateTable(clients.dynamodb, table), createBucket(clients.s3, bucket), createStageQueues(clients.sqs, plan, { prefix, visibilityTimeoutSeconds: 300 })]);
-  const staticQueues = new StaticQueues(queues);
-  const ingest = createIngestHandler({ job, sqs: clients.sqs, queues: staticQueues });
-  const coordinator = createCheckpointHandler({ job, ...clients, bucket, tableName: table, queues: staticQueues, overrides: { hook } });
-  const step = (action: string, carry: Partial<Carry>) => coordinator({ action, execution: 'test', carry, limits: LIMITS });
   const out = new CollectSink<Running>();
-  const blobs = new S3BlobStore({ s3: clients.s3, bucket });
-  const pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: table, job: name });
-  const drain = () =>
-    runUntilDrained({
-      sqs: clients.sqs,
-      queues,
-      container: () => ({ invoke: createOperatorHandler({ job, ...clients, tableName: table, queues: staticQueues, queuePrefix: prefix, sinks: { out }, checkpointStore: blobs }) }),
-      maxInvocations: 2000,
-    });
-  const send = async (from: number, to: number) => {
-    for (let i = from; i < to; i += 10) expect((await ingest(apiEvent('clicks', JSON.stringify(clicks.slice(i, Math.min(to, i + 10)))))).statusCode).toBe(202);
-  };
-  /** One epoch through the steps: open (with or without new activity), inject, drain, decide, commit. */
-  const epoch = async (c: Carry, touch: boolean): Promise<Carry> => {
-    if (touch) await coordinator.acks.touch(Date.now());
-    c = await step('open', c);
-    expect(c.next).toBe('inject');
-    c = await step('inject', c);
-    await drain();
-    c = await step('decide', c);
-    expect(c.next).toBe('commit');
-    return step('commit', c);
-  };
-  /** What the savepoint functions take: the job's control items and bucket. */
-  const at = { pointers, blobs, job: name };
-  return { name, job, plan, table, bucket, prefix, queues, staticQueues, step, blobs, pointers, at, send, drain, epoch, out };
+  const aws = await awsJobPath(job, { out }, { prefix: 'svp', hook });
+  opened.push(aws);
+  const send = (from: number, to: number) => aws.publish('clicks', clicks, from, to);
+  return { ...aws, name, job, send, out };
 }
 
 /** Counts per user in a restored manifest. */
