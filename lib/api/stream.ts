@@ -20,6 +20,7 @@ import { type Key, type KeySelector, OutputTag, WatermarkStrategies } from './ty
 import type { WindowAssigner } from './windows.ts';
 
 export class Job {
+  /** The logical graph the API builds (compiled by the runtimes). @internal */
   readonly graph: JobGraph;
 
   constructor(name: string, options: JobOptions = {}) {
@@ -97,16 +98,20 @@ function checkIdleAdvance(source: string, kind: string, advance: unknown): IdleA
 
 /** Shared by the stream classes: adds a node downstream of this stream. */
 abstract class StreamBase {
+  /** Streams are made by a Job and by the operators of other streams. @internal */
   constructor(
     readonly job: Job,
+    /** The logical node that produces this stream. @internal */
     protected readonly node: LogicalNode,
     protected readonly port: string,
   ) {}
 
+  /** The logical input a downstream operator reads this stream through. @internal */
   protected input(partitioning: LogicalInput['partitioning'] = { kind: 'forward' }): LogicalInput {
     return { node: this.node.id, port: this.port, partitioning };
   }
 
+  /** Adds an operator downstream of this stream. @internal */
   protected add<O>(spec: NodeSpec, inputs: LogicalInput[]): DataStream<O> {
     return new DataStream<O>(this.job, this.job.graph.addNode(spec, inputs), MAIN_PORT);
   }
@@ -197,6 +202,7 @@ export class DataStream<T> extends StreamBase {
 }
 
 export class KeyedStream<T, K extends Key> extends StreamBase {
+  /** Made by DataStream.keyBy. @internal */
   constructor(
     job: Job,
     node: LogicalNode,
@@ -206,7 +212,10 @@ export class KeyedStream<T, K extends Key> extends StreamBase {
     super(job, node, port);
   }
 
-  /** The logical input a keyed operator reads this stream through. */
+  /**
+   * The logical input a keyed operator reads this stream through.
+   * @internal
+   */
   keyedInput(): LogicalInput {
     return this.input({ kind: 'hash', key: this.key });
   }

@@ -48,10 +48,12 @@ export interface StagePlan {
 }
 
 export interface PhysicalPlan {
+  /** The logical graph it was compiled from. @internal */
   readonly job: JobGraph;
   readonly stages: readonly StagePlan[];
   readonly edges: readonly StageEdge[];
   readonly stageOfNode: readonly number[];
+  /** Per logical node: where its output goes. @internal */
   readonly successors: readonly Successor[][];
 }
 

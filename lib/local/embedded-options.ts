@@ -11,7 +11,7 @@ import type { FaultInjector } from './faults.ts';
 import type { BarrierEntry, SourceLog } from './input-log.ts';
 
 export interface EmbeddedOptions {
-  /** Default: a fresh InMemoryStateBackend. */
+  /** Default: a fresh InMemoryStateBackend. @internal */
   readonly backend?: StateBackend;
   /** Default: the system clock. */
   readonly clock?: Clock;
@@ -61,11 +61,11 @@ export interface EmbeddedOptions {
   /** Attempts of a record whose user code throws before it is dead-lettered. Default 3. */
   readonly maxAttempts?: number;
   readonly faults?: FaultInjector;
-  /** Where dead letters go (default the checkpoint directory's store, or memory without checkpoints). */
+  /** Where dead letters go (default the checkpoint directory's store, or memory without checkpoints). @internal */
   readonly deadLetters?: DeadLetterStore;
-  /** Checkpointed runs (wired by lib/local/checkpointing.ts). */
+  /** Checkpointed runs (wired by lib/local/checkpointing.ts). @internal */
   readonly checkpoints?: EmbeddedCheckpointHooks;
-  /** Start from a checkpoint: installed before any partition opens. */
+  /** Start from a checkpoint: installed before any partition opens. @internal */
   readonly restore?: RestorePlan;
   /** Called with the running total of accepted source records (`sluice run --crash-after`). */
   readonly onSourceRecords?: (total: number) => void;

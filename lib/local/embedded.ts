@@ -43,6 +43,7 @@ export { chunkedRounds } from './rounds.ts';
 
 export class EmbeddedRuntime implements IngestTarget {
   readonly plan: PhysicalPlan;
+  /** Where partitions keep keyed state. @internal */
   readonly backend: StateBackend;
   readonly clock: Clock;
   readonly rejectedInputs: RejectedInput[] = [];
@@ -295,7 +296,7 @@ export class EmbeddedRuntime implements IngestTarget {
     };
   }
 
-  /** Barrier `epoch` into every source partition, after everything read so far. */
+  /** Barrier `epoch` into every source partition, after everything read so far. @internal */
   injectBarrier(barrier: Omit<Barrier, 'positions'>): void {
     this.sources.forEach((src, i) => src.inject(barrier, this.hosts[i]));
     this.wake?.();
@@ -434,6 +435,7 @@ export class EmbeddedRuntime implements IngestTarget {
     return offerIngest(this.ingest, stream, events, keyed);
   }
 
+  /** What is remembered of an Idempotency-Key (the ingestion endpoint's replays). @internal */
   recall(key: string): Recalled {
     return recallIngestKey(this.ingest, key);
   }

@@ -38,6 +38,7 @@ export interface IngestTarget {
   /**
    * Optional: what is remembered of an Idempotency-Key. A target with it remembers `keyed`
    * offers, durably with their events when they are logged; without it, keys are ignored.
+   * @internal
    */
   recall?(key: string): Recalled;
   /** Optional: the stream's queue and lag, for the endpoint's bounds (absent: only `offer` refuses). */

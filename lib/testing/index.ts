@@ -19,4 +19,12 @@ export { compareOutputs, assertExactlyOnce, canonicalJson, type Comparison, type
 export { readJsonLines } from './jsonl.ts';
 export { openLocalAws, localAwsAt, type LocalAwsEnvironment, type ServiceEndpoint } from './local-aws/endpoints.ts';
 export { startDynamoDbLocal, startFauxqs, LOCAL_CREDENTIALS, LOCAL_REGION, type LocalServer } from './local-aws/servers.ts';
-export { LocalAwsRuntime, type LocalAwsOptions, type LocalAwsRunResult } from './local-aws/runner.ts';
+export { LocalAwsRuntime, type LocalAwsOptions, type LocalAwsRunResult, type StageReport, type DeadLetterReport } from './local-aws/runner.ts';
+export type { LocalAwsCheckpointOptions } from './local-aws/checkpointing.ts';
+export type { EventSourceMetrics } from './local-aws/event-source.ts';
+export type { CostEstimate, CostLine, LambdaUsage } from '../aws/cost/prices.ts';
+export type { AwsAccounting, OperationCounters, OperationRow } from '../aws/cost/accounting.ts';
+export type { DeadLetterMessage } from '../aws/sqs/sqs-codec.ts';
+export type { DeadLetter, DeadTimer } from '../transport/envelope.ts';
+export type { RejectedInput } from '../transport/sources.ts';
+export type { PhysicalPlan, StagePlan, StageEdge, EdgeSource } from '../graph/compile.ts';

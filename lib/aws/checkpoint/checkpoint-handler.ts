@@ -47,14 +47,17 @@ export interface CheckpointHandlerConfig {
   readonly accounting?: AwsAccounting;
   /** Powertools Metrics for `epochsAborted` (functions/checkpoint.ts: namespace Sluice, service = the job). */
   readonly metrics?: CheckpointStepsOptions['metrics'];
-  /** Overrides for tests (clock, fault hooks, sinks). */
+  /** Overrides for tests (clock, fault hooks, sinks). @internal */
   readonly overrides?: Partial<Pick<CheckpointStepsOptions, 'now' | 'hook' | 'sinks' | 'truncateLogs'>>;
 }
 
 export interface CheckpointHandler {
   (event: unknown): Promise<Carry>;
+  /** The coordinator's steps. @internal */
   readonly steps: CheckpointSteps;
+  /** What the deployed plan says: job, fingerprint, participants. @internal */
   readonly setup: CoordinatorSetup;
+  /** Barrier acks in the state table. @internal */
   readonly acks: DynamoDbAckStore;
   readonly accounting: AwsAccounting;
 }

@@ -120,6 +120,7 @@ export interface OperatorHandlerConfig {
   /**
    * Where checkpoint barrier acknowledgements go (the coordinator), after what precedes
    * them; default with checkpointStore: DynamoDbAckStore on the table, else dropped with a warning.
+   * @internal
    */
   readonly onBarrierAcks?: (acks: readonly BarrierAck[]) => Promise<void>;
   /**
@@ -129,7 +130,7 @@ export interface OperatorHandlerConfig {
    * its own inputLogStore).
    */
   readonly logInput?: boolean;
-  /** Default: DynamoDbStateBackend on tableName. */
+  /** Default: DynamoDbStateBackend on tableName. @internal */
   readonly backend?: StateBackend;
   readonly logger?: Logger;
   readonly metrics?: Metrics;
@@ -139,6 +140,7 @@ export interface OperatorHandler {
   (event: SQSEvent, context?: Context): Promise<SQSBatchResponse>;
   readonly plan: PhysicalPlan;
   readonly accounting: AwsAccounting;
+  /** The SQS transport the handler sends envelopes with. @internal */
   readonly transport: SqsTransport;
 }
 

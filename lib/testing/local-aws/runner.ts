@@ -119,7 +119,9 @@ export class LocalAwsRuntime {
   readonly rejectedInputs: RejectedInput[] = [];
   readonly tableName: string;
   readonly bucket: string;
+  /** The stage queues and their DLQs, once started. @internal */
   queues: StageQueues[] = [];
+  /** One event source per stage, once started. @internal */
   sources: SqsEventSource[] = [];
   ingest?: IngestHandler;
   private transport?: SqsTransport;
@@ -135,7 +137,7 @@ export class LocalAwsRuntime {
   /** For the stall report: what the run is doing. */
   private phase = 'starting';
   private watch?: StallWatch;
-  /** With options.checkpoints, once started. */
+  /** With options.checkpoints, once started. @internal */
   checkpointing?: LocalAwsCheckpointing;
   private readonly identity?: ReturnType<typeof LocalAwsCheckpointing.identity>;
 
