@@ -3,6 +3,7 @@
  * one function, the action in the event. Logic: lib/aws/checkpoint/checkpoint-steps.ts.
  * Built on the first call, so loading the bundle needs no configuration.
  */
+import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
@@ -24,4 +25,5 @@ export const handler = (event: unknown) =>
     queuePrefix: deployment.queuePrefix,
     tableName: deployment.table,
     metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: job.name }),
+    logger: new Logger({ serviceName: `sluice-${job.name}-checkpoint` }),
   }))(event);

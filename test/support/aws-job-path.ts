@@ -5,6 +5,7 @@
  * the given sinks, and the checkpoint stores. The savepoint tests (test/aws/savepoints,
  * test/aws/savepoint-portability) drive epochs with it.
  */
+import type { Logger } from '@aws-lambda-powertools/logger';
 import { expect, inject } from 'vitest';
 import type { Sink } from '../../lib/api/sinks.ts';
 import type { Job } from '../../lib/api/stream.ts';
@@ -25,6 +26,8 @@ export interface AwsJobPathOptions {
   readonly prefix: string;
   /** Called at the checkpoint steps' named points (a crash between two calls). */
   readonly hook?: (point: string) => void | Promise<void>;
+  /** The handlers' and the checkpoint steps' Powertools Logger. */
+  readonly logger?: Logger;
 }
 
 export async function awsJobPath(job: Job, sinks: Readonly<Record<string, Sink<any>>>, o: AwsJobPathOptions) {
@@ -32,7 +35,7 @@ export async function awsJobPath(job: Job, sinks: Readonly<Record<string, Sink<a
   const { clean: clients, plan, prefix, table, bucket, queues, resolver: staticQueues } = await jobResources(() => job, servers, { prefix: o.prefix, bucket: o.prefix });
   const name = plan.job.name;
   const ingest = createIngestHandler({ job, sqs: clients.sqs, queues: staticQueues });
-  const coordinator = createCheckpointHandler({ job, ...clients, bucket, tableName: table, queues: staticQueues, ...(o.hook ? { overrides: { hook: o.hook } } : {}) });
+  const coordinator = createCheckpointHandler({ job, ...clients, bucket, tableName: table, queues: staticQueues, logger: o.logger, ...(o.hook ? { overrides: { hook: o.hook } } : {}) });
   const step = (action: string, carry: Partial<Carry>) => coordinator({ action, execution: 'test', carry, limits: STEP_LIMITS });
   const blobs = new S3BlobStore({ s3: clients.s3, bucket });
   const pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: table, job: name });
@@ -40,7 +43,7 @@ export async function awsJobPath(job: Job, sinks: Readonly<Record<string, Sink<a
     runUntilDrained({
       sqs: clients.sqs,
       queues,
-      container: () => ({ invoke: createOperatorHandler({ job, ...clients, tableName: table, queues: staticQueues, queuePrefix: prefix, sinks, checkpointStore: blobs }) }),
+      container: () => ({ invoke: createOperatorHandler({ job, ...clients, tableName: table, queues: staticQueues, queuePrefix: prefix, sinks, checkpointStore: blobs, logger: o.logger }) }),
       maxInvocations: 2000,
     });
   /** Events `from` to `to` of `items` into `stream`, ten per request. */

@@ -4,6 +4,7 @@
  * stage queues (barriers). functions/checkpoint.ts is this with the SDK's default clients;
  * tests pass clients for the local servers.
  */
+import type { Logger } from '@aws-lambda-powertools/logger';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
@@ -47,6 +48,8 @@ export interface CheckpointHandlerConfig {
   readonly accounting?: AwsAccounting;
   /** Powertools Metrics for `epochsAborted` (functions/checkpoint.ts: namespace Sluice, service = the job). */
   readonly metrics?: CheckpointStepsOptions['metrics'];
+  /** Powertools Logger: one line per step (action, epoch, what comes next), and each failure. */
+  readonly logger?: Logger;
   /** Overrides for tests (clock, fault hooks, sinks). @internal */
   readonly overrides?: Partial<Pick<CheckpointStepsOptions, 'now' | 'hook' | 'sinks' | 'truncateLogs'>>;
 }
@@ -104,5 +107,17 @@ export function createCheckpointHandler(config: CheckpointHandlerConfig): Checkp
     truncateLogs: inputLogTruncation(plan, new AwsInputLog(new DynamoDbTable(config.dynamodb, config.inputLogTableName ?? tableName, accounting), blobs)),
     ...config.overrides,
   });
-  return Object.assign((event: unknown) => steps.handle(event), { steps, setup, acks, accounting });
+  const log = config.logger;
+  const handle = async (event: unknown): Promise<Carry> => {
+    const { action, carry } = (event ?? {}) as { action?: unknown; carry?: Partial<Carry> };
+    try {
+      const out = await steps.handle(event);
+      log?.info('checkpoint step', { action, epoch: out.epoch, next: out.next, failures: out.failures });
+      return out;
+    } catch (e) {
+      log?.error('checkpoint step failed', { action, epoch: carry?.epoch, error: (e as Error).message });
+      throw e;
+    }
+  };
+  return Object.assign(handle, { steps, setup, acks, accounting });
 }

@@ -53,9 +53,10 @@ export class AwsOutbox {
       deadLetters: async (letters) => {
         await transport.sendDeadLetters(letters.map(({ letter, epoch }) => ({ ...letter, job, stage: scope.stage, partition: scope.partition, epoch })));
         metrics?.addMetric(OPERATOR_METRICS.deadLetters, MetricUnit.Count, letters.length);
-        for (const { letter: d } of letters) {
-          if (d.record) log?.warn('record parked as a dead letter', { operator: d.operator, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });
-          else log?.warn('callback parked as a dead letter (a timer counts as consumed)', { operator: d.operator, timer: d.timer, watermark: d.watermark, attempts: d.attempts, error: d.error });
+        for (const { letter: d, epoch } of letters) {
+          const at = { stage: scope.stage, partition: scope.partition, epoch, operator: d.operator };
+          if (d.record) log?.warn('record parked as a dead letter', { ...at, channel: d.channel, seq: d.seq, index: d.index, offset: d.offset, attempts: d.attempts, error: d.error });
+          else log?.warn('callback parked as a dead letter (a timer counts as consumed)', { ...at, timer: d.timer, watermark: d.watermark, attempts: d.attempts, error: d.error });
         }
       },
       sink: async (delivery) => {
@@ -67,6 +68,7 @@ export class AwsOutbox {
       },
       sinkRejected: (e) => log?.warn('sink refused records; parked as dead letters', { sink: e.sink, producer: e.producer, seq: e.seq, records: e.rejected.length, error: e.message }),
       acks: (acks) => {
+        for (const a of acks) log?.info('barrier acknowledged', { stage: a.stage, partition: a.partition, epoch: a.epoch, snapshotBytes: a.snapshot?.bytes ?? 0, full: a.snapshot?.full ?? false });
         if (recordAcks) return recordAcks(acks);
         log?.warn('checkpoint acknowledgements without a coordinator were dropped', { epochs: acks.map((a) => a.epoch) });
       },
