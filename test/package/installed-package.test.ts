@@ -13,18 +13,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { physicalNames, sharedNames } from '../support/physical-names.ts';
+import { devVersion, newProject, npmInstall, packedSluice, ROOT } from '../support/packed-sluice.ts';
 import { localServerEnv } from '../aws/helpers.ts';
 
-const ROOT = new URL('../..', import.meta.url).pathname;
 const WORK = mkdtempSync(join(tmpdir(), 'sluice-package-'));
 const PROJECT = join(WORK, 'project');
 const BLOCK_NETWORK = join(ROOT, 'test/infra/support/block-network.cjs');
-
-/** The versions this repository tests with, so the install comes from npm's cache. */
-function devVersion(name: string): string {
-  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { devDependencies: Record<string, string> };
-  return `${name}@${pkg.devDependencies[name]}`;
-}
 
 /** The README's job (examples/order-alerts.ts, shown there verbatim), its threshold imported the NodeNext way (.js naming a .ts file). */
 const ORDERS_JOB = readFileSync(join(ROOT, 'examples/order-alerts.ts'), 'utf8')
@@ -102,13 +96,10 @@ const lines = (file: string) =>
 const localServers = localServerEnv;
 
 beforeAll(() => {
-  // npm pack runs the prepack build (tsc into dist/), as a publish would.
-  execFileSync('npm', ['pack', '--silent', '--pack-destination', WORK], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
-  const tarball = join(WORK, readdirSync(WORK).find((f) => f.endsWith('.tgz'))!);
-  mkdirSync(PROJECT);
-  execFileSync('npm', ['init', '-y'], { cwd: PROJECT, stdio: 'ignore' });
-  const install = ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'];
-  execFileSync('npm', [...install, tarball, devVersion('aws-cdk-lib'), devVersion('constructs'), devVersion('cdk-nag')], { cwd: PROJECT, stdio: ['ignore', 'ignore', 'inherit'] });
+  // npm pack runs the prepack build (tsc into dist/), as a publish would (once per content of the sources: packedSluice).
+  const tarball = packedSluice();
+  newProject(PROJECT);
+  npmInstall(PROJECT, [tarball, devVersion('aws-cdk-lib'), devVersion('constructs'), devVersion('cdk-nag')]);
   mkdirSync(join(PROJECT, 'jobs'));
   if (!ORDERS_JOB.includes("import { THRESHOLD } from './threshold.js'") || !ORDERS_JOB.includes('total >= THRESHOLD')) throw new Error('examples/order-alerts.ts changed: the test can no longer derive its job from it');
   writeFileSync(join(PROJECT, 'jobs/orders.ts'), ORDERS_JOB);
