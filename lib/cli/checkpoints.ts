@@ -221,6 +221,8 @@ export async function openDevRuntime(
   flags: CheckpointFlags,
   log: Log,
   embedded: Omit<EmbeddedOptions, 'checkpoints' | 'restore'> = {},
+  /** The job module as the user named it, for the savepoint command printed. */
+  jobPath = '<job>',
 ): Promise<{ runtime: EmbeddedRuntime; finalCheckpoint: () => Promise<number | null>; lastCheckpoint: () => number | null; monitored: MonitoredCheckpoints; announce: (url: string) => void; close: () => void } | undefined> {
   const ck = checkpointOptions(job, flags, 10_000);
   if (!ck) return undefined;
@@ -248,7 +250,7 @@ export async function openDevRuntime(
   process.on('SIGUSR2', serve);
   if (checkpoints.resumed === 'start') log(`no checkpoint to resume in ${ck.dir}; state starts empty and the events the endpoint logged are replayed`);
   log(
-    `checkpoints: ${ck.intervalMs ? `every ${fmt.span(ck.intervalMs)}` : 'at stop (and savepoints)'} in ${ck.dir}${checkpoints.restoredEpoch ? `, restored epoch ${checkpoints.restoredEpoch}` : ''}; savepoint: sluice savepoint <job>`,
+    `checkpoints: ${ck.intervalMs ? `every ${fmt.span(ck.intervalMs)}` : 'at stop (and savepoints)'} in ${ck.dir}${checkpoints.restoredEpoch ? `, restored epoch ${checkpoints.restoredEpoch}` : ''}; savepoint: sluice savepoint ${shellWord(jobPath)}${flags.checkpointDir !== undefined ? ` --checkpoint-dir ${shellWord(flags.checkpointDir)}` : ''}`,
   );
   return {
     runtime,

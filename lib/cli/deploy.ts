@@ -176,7 +176,10 @@ function runCdk(args: readonly string[], quietStdout = false): Promise<void> {
 }
 
 /** What a user needs after a deploy, from the stack's outputs (infra/stack.ts). */
-export function describeOutputs(s: Pick<Synthesized, 'stackName' | 'streams'>, outputs: Record<string, string>, jobPath: string): string[] {
+/** The flags of a deploy that its destroy needs again: the stack it names, the job it builds, what the report says is retained. */
+type DestroyFlags = Pick<DeployFlags, 'removalPolicy' | 'param' | 'queuePrefix'>;
+
+export function describeOutputs(s: Pick<Synthesized, 'stackName' | 'streams'>, outputs: Record<string, string>, jobPath: string, flags: DestroyFlags = {}): string[] {
   const lines = [`deployed ${s.stackName}:`];
   const label: Record<string, string> = {
     EndpointUrl: 'endpoint',
@@ -189,7 +192,13 @@ export function describeOutputs(s: Pick<Synthesized, 'stackName' | 'streams'>, o
   for (const [key, name] of Object.entries(label)) if (outputs[key] !== undefined) lines.push(`  ${name.padEnd(18)} ${outputs[key]}`);
   const url = outputs.EndpointUrl;
   if (url) for (const stream of s.streams) lines.push(`next: sluice publish ${stream} events.jsonl --url ${url}`);
-  lines.push(`remove it: sluice destroy ${jobPath}${s.stackName.startsWith('Sluice-') ? '' : ` --stack-name ${s.stackName}`}`);
+  const again = [
+    ...(s.stackName.startsWith('Sluice-') ? [] : ['--stack-name', s.stackName]),
+    ...(flags.queuePrefix !== undefined ? ['--queue-prefix', flags.queuePrefix] : []),
+    ...(flags.param ?? []).flatMap((p) => ['--param', p]),
+    ...(flags.removalPolicy === 'destroy' ? ['--removal-policy', 'destroy'] : []),
+  ];
+  lines.push(`remove it: sluice destroy ${[jobPath, ...again].join(' ')}`);
   return lines;
 }
 
@@ -204,8 +213,8 @@ export interface DeployResult {
   readonly destroy: string;
 }
 
-export function deployResult(s: Pick<Synthesized, 'stackName' | 'streams' | 'outdir'> & { job: Pick<Job, 'name'> }, outputs: Record<string, string>, jobPath: string): DeployResult {
-  const lines = describeOutputs(s, outputs, jobPath);
+export function deployResult(s: Pick<Synthesized, 'stackName' | 'streams' | 'outdir'> & { job: Pick<Job, 'name'> }, outputs: Record<string, string>, jobPath: string, flags: DestroyFlags = {}): DeployResult {
+  const lines = describeOutputs(s, outputs, jobPath, flags);
   return {
     job: s.job.name,
     stackName: s.stackName,
@@ -234,8 +243,8 @@ export async function deployCommand(jobPath: string, flags: DeployFlags & { json
   const outputsFile = join(s.outdir, `${s.stackName}.outputs.json`);
   await runCdk(['deploy', s.stackName, '--app', s.outdir, '--outputs-file', outputsFile, '--require-approval', flags.requireApproval ?? 'broadening', '--no-notices'], flags.json);
   const outputs = existsSync(outputsFile) ? ((JSON.parse(readFileSync(outputsFile, 'utf8')) as Record<string, Record<string, string>>)[s.stackName] ?? {}) : {};
-  for (const line of describeOutputs(s, outputs, jobPath)) log(line);
-  return deployResult(s, outputs, jobPath);
+  for (const line of describeOutputs(s, outputs, jobPath, flags)) log(line);
+  return deployResult(s, outputs, jobPath, flags);
 }
 
 export async function destroyCommand(jobPath: string, flags: DeployFlags & { json?: boolean }, log: Log = stderr): Promise<DestroyResult> {

@@ -79,7 +79,7 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   const tap = new SinkTap();
   // Checkpoints every 10 s by default (savepoints on request); --checkpoint-interval 0 keeps savepoints only.
   const embedded = { sliceMs: DEV_SLICE_MS, sinks: tap.wrapJobSinks(job) };
-  const checkpointed = await openDevRuntime(job, opts, say, embedded);
+  const checkpointed = await openDevRuntime(job, opts, say, embedded, jobPath);
   const runtime = checkpointed?.runtime ?? new EmbeddedRuntime(job, embedded);
   await runtime.start();
   let server: IngestServer | undefined;

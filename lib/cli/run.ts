@@ -4,6 +4,7 @@
  * file. The runtime is deterministic, so the same input gives a byte-identical
  * output file. Rejected lines and dead letters are reported, never dropped.
  */
+import type { RejectedInput } from '../transport/sources.ts';
 import { stat, writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { JsonLinesFileSink } from '../api/sinks.ts';
@@ -115,7 +116,7 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   }
   const durationMs = performance.now() - t0;
 
-  const rejected = runtime.rejectedInputs;
+  const rejected = inInputOrder(runtime.rejectedInputs);
   const dead = runtime.deadLetters;
   if (rejected.length) {
     log(`${fmt.int(rejected.length)} input line(s) rejected${rejected.length > DEAD_LETTERS_SHOWN ? ` (first ${DEAD_LETTERS_SHOWN})` : ''}:`);
@@ -189,3 +190,13 @@ async function requireFile(flag: string, path: string): Promise<void> {
   }
 }
 
+/**
+ * Rejected inputs by source and line: a line the reader could not parse is reported when
+ * its chunk is read, one whose timestamp or schema fails when the chunk is stamped.
+ */
+export function inInputOrder(rejected: readonly RejectedInput[]): RejectedInput[] {
+  const sources = new Map<string, number>();
+  for (const r of rejected) if (!sources.has(r.source)) sources.set(r.source, sources.size);
+  const line = (r: RejectedInput) => Number(/:(\d+)$/.exec(r.position)?.[1] ?? Number.MAX_SAFE_INTEGER);
+  return [...rejected].sort((a, b) => sources.get(a.source)! - sources.get(b.source)! || line(a) - line(b));
+}

@@ -38,6 +38,9 @@ describe('sluice deploy', () => {
     });
     // Without an endpoint output there is nothing to publish to.
     expect(deployResult({ ...s, stackName: 'Sluice-orders' }, {}, 'jobs/orders.ts')).toMatchObject({ publish: [], destroy: 'sluice destroy jobs/orders.ts' });
+    // The destroy command repeats what names the stack and what the report says is retained.
+    const flags = { removalPolicy: 'destroy', param: ['region=eu'], queuePrefix: 'stg-' } as const;
+    expect(deployResult(s, {}, 'jobs/orders.ts', flags).destroy).toBe('sluice destroy jobs/orders.ts --stack-name Orders-Staging --queue-prefix stg- --param region=eu --removal-policy destroy');
   });
 
   it('destroy --json: the stack and whether its table, buckets and log groups are retained', () => {

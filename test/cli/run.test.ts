@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateEvent, serializeEvent, type NexmarkEvent } from '../../lib/nexmark/index.ts';
 import { EXIT } from '../../lib/cli/exit-codes.ts';
+import { inInputOrder } from '../../lib/cli/run.ts';
 import { sluice } from './helpers.ts';
 
 const COUNT = 4000;
@@ -139,5 +140,12 @@ describe('sluice run argument errors', () => {
     expect(JSON.parse(r.stdout)).toEqual({
       error: { kind: 'error', code: 'CONFIG', message: expect.stringContaining('--input: expected'), field: '--input', expected: 'a readable JSON-lines file', received: '"/nonexistent/events.jsonl" (ENOENT)' },
     });
+  });
+});
+
+describe('sluice run: rejected lines', () => {
+  it('are reported by source and line, however they were found (parse errors when read, timestamp errors when stamped)', () => {
+    const r = (source: string, line: number, error: string) => ({ source, position: `${source}.jsonl:${line}`, error });
+    expect(inInputOrder([r('a', 3, 'json'), r('a', 2, 'timestamp'), r('b', 1, 'json'), r('a', 10, 'schema')]).map((x) => x.position)).toEqual(['a.jsonl:2', 'a.jsonl:3', 'a.jsonl:10', 'b.jsonl:1']);
   });
 });
