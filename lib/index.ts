@@ -1,6 +1,6 @@
 /** Sluice's public API (`sluice`): write a job with these, run it with `sluice` or on the embedded runtime. */
 export { Job, DataStream, KeyedStream, WindowedStream, JoinedWindow, IntervalJoined, ConnectedStreams, type CoGroupOptions } from './api/stream.ts';
-export type { JobOptions } from './api/logical.ts';
+export type { JobOptions, ParallelismOverride } from './api/logical.ts';
 export { DataStreamSink } from './api/stream-sink.ts';
 export { Windows, type TimeWindow, type WindowAssigner } from './api/windows.ts';
 export {

@@ -13,6 +13,7 @@ import type {
   ReduceFunction,
   WindowResultFunction,
 } from './functions.ts';
+import { JobDefinitionError } from '../errors.ts';
 import type { Sink } from './sinks.ts';
 import type { SourceDef } from './sources.ts';
 import type { KeySelector } from './types.ts';
@@ -95,6 +96,14 @@ export interface JobOptions {
   readonly maxParallelism?: number;
 }
 
+/** Parallelism to run a job at instead of what it declares (`sluice run|dev|restore --parallelism`). */
+export interface ParallelismOverride {
+  /** The job's default: the parallelism of every operator that does not set its own. */
+  readonly default?: number;
+  /** By operator name: that operator's parallelism, also where it sets its own. */
+  readonly operators?: Readonly<Record<string, number>>;
+}
+
 export class JobGraph {
   readonly nodes: LogicalNode[] = [];
   readonly parallelism: number;
@@ -119,6 +128,21 @@ export class JobGraph {
     };
     this.nodes.push(node);
     return node;
+  }
+
+  /**
+   * A copy at other parallelisms: the same operators, names, state identities and
+   * maxParallelism (key groups), so its checkpoints' and savepoints' state restores into
+   * it by key group. An operator name the job does not have is an error naming those it has.
+   */
+  withParallelism(o: ParallelismOverride): JobGraph {
+    const names = this.nodes.map((n) => n.name);
+    for (const name of Object.keys(o.operators ?? {})) {
+      if (!names.includes(name)) throw new JobDefinitionError(name, `a parallelism for an operator of job "${this.name}" (${names.join(', ')})`, 'no such operator');
+    }
+    const copy = new JobGraph(this.name, { parallelism: o.default ?? this.parallelism, maxParallelism: this.maxParallelism });
+    for (const n of this.nodes) copy.nodes.push(o.operators?.[n.name] === undefined ? { ...n } : { ...n, parallelism: o.operators[n.name] });
+    return copy;
   }
 
   sources(): LogicalNode[] {

@@ -1,6 +1,6 @@
 /** The fluent, typed dataflow API: Job -> DataStream -> KeyedStream -> windows, joins, sinks. */
 import { JobDefinitionError } from '../errors.ts';
-import { JobGraph, MAIN_PORT, type JobOptions, type LogicalInput, type LogicalNode, type NodeSpec, type WindowFunctionSpec } from './logical.ts';
+import { JobGraph, MAIN_PORT, type JobOptions, type ParallelismOverride, type LogicalInput, type LogicalNode, type NodeSpec, type WindowFunctionSpec } from './logical.ts';
 import type {
   AggregateFunction,
   CoGroupFunction,
@@ -32,6 +32,17 @@ export class Job {
 
   get name(): string {
     return this.graph.name;
+  }
+
+  /**
+   * This job at other parallelisms: `default` for every operator without its own, and per
+   * operator by name. Its state and key groups stay, so a savepoint of this job restores
+   * into the copy with its state moved by key group (rescaling), within maxParallelism.
+   */
+  withParallelism(o: ParallelismOverride): Job {
+    const job = Object.create(Job.prototype) as { graph: JobGraph };
+    job.graph = this.graph.withParallelism(o);
+    return job as Job;
   }
 
   /** A named ingestion stream (HTTP endpoint locally, the ingest function on AWS). */

@@ -113,10 +113,13 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
     .option('--port <port>', 'dev: ingestion endpoint port', '8080')
     .option('--host <host>', 'dev: interface to listen on', '127.0.0.1')
     .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+    .option('--parallelism <P|operator=P>', 'restore at parallelism P (operators without their own), or one operator at P; repeatable: state and timers move by key group (embedded)', collect, [])
     .option('--json', 'print the result as one JSON object on stdout: the `run` shape with --input, the `dev` shape at the stop otherwise, or what was restored (local-aws, aws)');
   addRejectPolicyOptions(addTargetOptions(addDevCheckpointOptions(restore))).action(
     action('restore', async (job: string, opts: { from: string; input?: string; output?: string; param: string[]; port: string; host: string; json?: boolean } & AwsFlags & RejectPolicy) => {
       if (opts.target !== 'embedded') {
+        const p = (opts as { parallelism?: string[] }).parallelism;
+        if (p?.length) throw new ConfigError('--parallelism', `nothing with --target ${opts.target} (restoring on the AWS path keeps the deployed partitions)`, JSON.stringify(p.join(' ')));
         if (opts.input !== undefined || opts.output !== undefined) throw new ConfigError(opts.input !== undefined ? '--input' : '--output', `no --input/--output with --target ${opts.target} (the job restores in place and keeps consuming its queues)`, 'given');
         const r = await (await awsCommands()).restoreAwsCommand(job, { ...opts, target: opts.target }, err);
         if (opts.json) printJson(r);

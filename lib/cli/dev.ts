@@ -16,6 +16,7 @@ import { EmbeddedRuntime, type RuntimeStats } from '../local/embedded.ts';
 import type { IngestRejections } from '../local/ingest-bounds.ts';
 import { type IngestServer, startIngestServer } from '../local/ingest-server.ts';
 import { loadJob, parseParams } from './load-job.ts';
+import { withParallelismFlag } from './parallelism-flag.ts';
 import { DeadLetterFeed, deadLetterCount } from './dead-letter-report.ts';
 import { fmt, validateFlags } from './options.ts';
 import { type CheckpointFlags, openDevRuntime } from './checkpoints.ts';
@@ -35,6 +36,8 @@ export interface DevCommandOptions extends CheckpointFlags {
   /** Age in ms of the oldest unprocessed accepted event at which requests get a 429 (default 10,000). */
   maxLag?: string | number;
   param?: string[];
+  /** `--parallelism`: P, or operator=P (parallelism-flag.ts). */
+  parallelism?: string[];
   /** Live view refresh period (default 1 s); tests shorten it. */
   intervalMs?: number;
   /** Where the live view and the messages go (default: stderr, redrawn in place when it is a terminal). */
@@ -75,7 +78,7 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
   }
   const view = opts.liveView ?? liveRenderer();
   const say = (line: string) => view.message(line);
-  const job = await loadJob(jobPath, parseParams(opts.param));
+  const job = withParallelismFlag(await loadJob(jobPath, parseParams(opts.param)), opts.parallelism);
   const tap = new SinkTap();
   // Checkpoints every 10 s by default (savepoints on request); --checkpoint-interval 0 keeps savepoints only.
   const embedded = { sliceMs: DEV_SLICE_MS, sinks: tap.wrapJobSinks(job) };

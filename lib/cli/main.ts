@@ -84,6 +84,7 @@ const run = program
   .option('--sink <name>', 'sink to write to --output (default: the only sink)')
   .option('--param <key=value>', 'job parameter, repeatable (numbers and true/false are converted)', collect, [])
   .option('--dead-letters <file>', 'write rejected input lines and dead letters as JSON lines')
+  .option('--parallelism <P|operator=P>', 'run at parallelism P (operators without their own), or one operator at P; repeatable. From a savepoint (restore --from) state moves by key group', collect, [])
   .addOption(targetOption())
   .option('--assembly <dir>', 'assembly: a cloud assembly `sluice synth` wrote (default: synthesize one into a temporary directory)')
   .option('--stack-name <name>', 'assembly: the stack to run (default: the only one)')
@@ -109,6 +110,7 @@ const dev = program
   .option('--max-queued <records>', 'answer 429 to a request that would take a stream past this many accepted, unprocessed records', '100000')
   .option('--max-lag <ms>', "answer 429 while a stream's oldest accepted, unprocessed event is this old", '10000')
   .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+  .option('--parallelism <P|operator=P>', 'run at parallelism P (operators without their own), or one operator at P; repeatable. From a savepoint (restore --from) state moves by key group', collect, [])
   .addOption(new Option('--target <target>', 'where the job runs: embedded, or local-aws (the real Lambda handlers against local servers)').choices(['embedded', 'local-aws']).default('embedded'))
   .option('--metrics <file>', 'write the counters (records in, rejections, dead letters, late records dropped per stage and operator) as CloudWatch embedded metric format lines, the names the AWS handlers publish')
   .option('--json', "at the stop, print the summary as one JSON object, the last line on stdout (the job's stdout sinks write there too)");
@@ -242,7 +244,7 @@ const EXAMPLES: Record<string, string[]> = {
     'sluice run jobs/orders.ts --input orders.jsonl --output alerts.jsonl --target local-aws',
     'sluice run jobs/orders.ts --input big.jsonl --output alerts.jsonl --dashboard 8090',
   ],
-  dev: ['sluice dev examples/first-job.ts --port 8080', 'sluice dev jobs/orders.ts --port 0 --checkpoint-interval 5000', 'sluice dev jobs/orders.ts --resume'],
+  dev: ['sluice dev examples/first-job.ts --port 8080', 'sluice dev jobs/orders.ts --port 0 --checkpoint-interval 5000', 'sluice dev jobs/orders.ts --resume', 'sluice dev jobs/orders.ts --parallelism 4 --parallelism per-customer=8'],
   publish: ['sluice publish views views.jsonl --url http://127.0.0.1:8080', 'sluice publish orders orders.jsonl --url https://abc123.execute-api.eu-west-1.amazonaws.com --json'],
   synth: ['sluice synth jobs/orders.ts', 'sluice synth jobs/orders.ts --output cdk.out --stack-name Orders-Staging --json'],
   deploy: ['sluice deploy jobs/orders.ts', 'sluice deploy jobs/orders.ts --require-approval never --json > deployed.json', 'AWS_ENDPOINT_URL=http://localhost:4566 sluice deploy jobs/orders.ts --endpoint functionUrl --removal-policy destroy'],
@@ -255,6 +257,7 @@ const EXAMPLES: Record<string, string[]> = {
     'sluice restore jobs/orders.ts --from before-upgrade',
     'sluice restore jobs/orders.ts --from 12 --input orders.jsonl --output alerts.jsonl',
     'sluice restore jobs/orders.ts --target aws --from before-upgrade',
+    'sluice restore jobs/orders.ts --from before-upgrade --parallelism 4 --input orders.jsonl --output alerts.jsonl',
   ],
 };
 for (const cmd of program.commands) {

@@ -86,9 +86,13 @@ export async function checkResumable(dir: string, job: Job): Promise<void> {
   const was = readPlan(dir);
   const changes = was && was.fingerprint === record.fingerprint ? planChanges(was, now) : [];
   const what = changes.length ? changes.join('; ') : `the plan's edges or state (fingerprint ${record.fingerprint} -> ${now.fingerprint})`;
+  // Only partition counts changed: rescaling goes through a savepoint of the running job.
+  const rescale = changes.length > 0 && changes.every((c) => / parallelism \d+ -> \d+$/.test(c))
+    ? '; to rescale, resume as it was, take a savepoint (sluice savepoint <job> --label L), stop it, then sluice restore <job> --from L --parallelism P'
+    : '';
   throw new ConfigError(
     '--resume',
-    `the job as its checkpoints in ${dir} were taken (resume with the job and --param as they were, or start over without --resume; a changed job continues from a savepoint: sluice restore --from <label>)`,
+    `the job as its checkpoints in ${dir} were taken (resume with the job, --param and --parallelism as they were, or start over without --resume; a changed job continues from a savepoint: sluice restore --from <label>${rescale})`,
     `a changed job: ${what}`,
   );
 }

@@ -5,6 +5,7 @@
  * output file. Rejected lines and dead letters are reported, never dropped.
  */
 import type { RejectedInput } from '../transport/sources.ts';
+import { withParallelismFlag } from './parallelism-flag.ts';
 import { stat, writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { JsonLinesFileSink } from '../api/sinks.ts';
@@ -26,6 +27,8 @@ export interface RunCommandOptions extends RunCheckpointFlags {
   source?: string;
   sink?: string;
   param?: string[];
+  /** `--parallelism`: P, or operator=P (parallelism-flag.ts). */
+  parallelism?: string[];
   deadLetters?: string;
   /** Default `embedded`; `local-aws`: the Lambda handlers against local servers (target-local-aws.ts); `assembly`: a cloud assembly's bundles (target-assembly.ts). */
   target?: Target;
@@ -73,7 +76,7 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
     throw new ConfigError('--dead-letters', 'a file other than --input and --output', JSON.stringify(opts.deadLetters));
   }
 
-  const job = await loadJob(jobPath, params);
+  const job = withParallelismFlag(await loadJob(jobPath, params), opts.parallelism);
   const sources = job.graph.sources();
   const ingest = sources.filter((n) => n.spec.kind === 'source' && n.spec.source.binding.kind === 'ingest');
   const source = pickNode('--source', 'source', sources, opts.source, ingest);
@@ -91,6 +94,7 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   const ckpt = await prepareRunCheckpoints(job, sink.name, opts, log);
   const output = ckpt?.sink ?? new CountingFileSink<unknown>(opts.output);
   const bindings = { sources: { [source.name]: { kind: 'file' as const, path: opts.input } }, sinks: { [sink.name]: output } };
+  if (opts.target === 'assembly' && opts.parallelism?.length) throw new ConfigError('--parallelism', 'nothing with --target assembly (its bundles build the job as its module declares it)', JSON.stringify(opts.parallelism.join(' ')));
   if (opts.target !== 'assembly' && (opts.assembly !== undefined || opts.stackName !== undefined)) {
     throw new ConfigError(opts.assembly !== undefined ? '--assembly' : '--stack-name', 'only with --target assembly', `--target ${opts.target ?? 'embedded'}`);
   }

@@ -18,6 +18,7 @@ import type { DeadLetter } from '../transport/envelope.ts';
 import type { LocalAwsRunCheckpoints } from './checkpoints.ts';
 import type { DevSummary } from './dev-summary.ts';
 import { loadJob, parseParams } from './load-job.ts';
+import { withParallelismFlag } from './parallelism-flag.ts';
 import { fmt } from './options.ts';
 
 type Log = (line: string) => void;
@@ -90,8 +91,8 @@ export function costLine(cost: CostEstimate, lambda: LambdaUsage, events: number
 }
 
 /** `sluice dev --target local-aws`: the handlers behind a local Function URL, with a live table. */
-export async function devLocalAwsCommand(jobPath: string, flags: { port: number; host: string }, opts: { param?: string[]; intervalMs?: number }, log: Log): Promise<DevSummary> {
-  const job = await loadJob(jobPath, parseParams(opts.param));
+export async function devLocalAwsCommand(jobPath: string, flags: { port: number; host: string }, opts: { param?: string[]; parallelism?: string[]; intervalMs?: number }, log: Log): Promise<DevSummary> {
+  const job = withParallelismFlag(await loadJob(jobPath, parseParams(opts.param)), opts.parallelism);
   const env = await open(log);
   let runtime: LocalAwsRuntime | undefined;
   let server: Awaited<ReturnType<typeof startFunctionUrl>> | undefined;

@@ -6,12 +6,13 @@
  * Partition crashes and duplicate deliveries are injected on top. Process kills by real
  * SIGKILL are the crash soak's (bench/soak.ts); this harness runs many more kills per second.
  */
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Job } from '../../lib/api/stream.ts';
 import { ManualClock } from '../../lib/api/types.ts';
-import { type LocalCheckpointing, openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
+import { POINTER_NAME } from '../../lib/checkpoint/driver.ts';
+import { type CheckpointingOptions, type LocalCheckpointing, openCheckpointedRuntime } from '../../lib/local/checkpointing.ts';
 import { CommittedFileSink } from '../../lib/local/committed-sink.ts';
 import type { EmbeddedRuntime } from '../../lib/local/embedded.ts';
 import { FaultInjector, mulberry32 } from '../../lib/local/faults.ts';
@@ -29,6 +30,11 @@ export interface KillHarnessOptions {
   readonly sink?: string;
   /** Each kill falls within an attempt's first `window` events (default 80: a resumed attempt may have few more). */
   readonly window?: number;
+  /**
+   * How the first attempt starts (default fresh); a savepoint (`{ from }`) is started from
+   * again, as its user would run the restore again, until a checkpoint of this run completed.
+   */
+  readonly firstStart?: CheckpointingOptions['start'];
 }
 
 export interface KillHarnessRun {
@@ -55,6 +61,9 @@ export async function runWithKills(make: () => Job, o: KillHarnessOptions): Prom
   const restoredFrom: number[] = [];
   const reloaded: number[] = [];
   let killed = 0;
+  const first = o.firstStart ?? 'fresh';
+  const committed = () => existsSync(join(dir, 'pointers', `${POINTER_NAME}.json`));
+  const startOf = (attempt: number): CheckpointingOptions['start'] => (attempt === 0 || (typeof first === 'object' && !committed()) ? first : 'resume');
   for (let attempt = 0; ; attempt++) {
     const clock = new ManualClock(1_000_000 + attempt * 10_000_000);
     const sink = new CommittedFileSink(file, join(dir, 'sinks', sinkName), false);
@@ -76,7 +85,7 @@ export async function runWithKills(make: () => Job, o: KillHarnessOptions): Prom
             tick('source');
           },
         },
-        { dir, intervalMs: 3, sinks: [sink], durable: false, ...(o.logInput ? { logInput: o.logInput } : {}), start: attempt === 0 ? 'fresh' : 'resume', beforeWrite: (op) => tick(op) },
+        { dir, intervalMs: 3, sinks: [sink], durable: false, ...(o.logInput ? { logInput: o.logInput } : {}), start: startOf(attempt), beforeWrite: (op) => tick(op) },
       );
       restoredFrom.push(checkpoints.restoredEpoch);
       if (attempt > 0) reloaded.push(checkpoints.deadLetters.count);
