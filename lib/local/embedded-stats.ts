@@ -1,5 +1,5 @@
 /** The embedded runtime's statistics, read off the scheduler's slots (slot.ts). */
-import { MAX_WATERMARK } from '../api/types.ts';
+import { MAX_WATERMARK, MIN_WATERMARK } from '../api/types.ts';
 import type { PhysicalPlan } from '../graph/compile.ts';
 import type { DeadLetterStore } from '../checkpoint/dead-letter-store.ts';
 import type { RuntimeStats } from './embedded-options.ts';
@@ -19,17 +19,25 @@ export function addLateDropped(counters: RuntimeCounters, batch: Readonly<Record
   for (const op in batch) counters.lateDropped[op] = (counters.lateDropped[op] ?? 0) + batch[op];
 }
 
-/** Records in per operator, the watermark per stage (minimum over its partitions), the counters. */
+/** Records in per operator, the watermark per stage (minimum over its partitions that are not idle), the counters. */
 export function runtimeStats(plan: PhysicalPlan, slots: readonly (readonly Slot[])[], counters: RuntimeCounters, deadLetters: DeadLetterStore, rejectedInputs: number): RuntimeStats {
   const recordsIn: Record<string, number> = {};
   const watermarks: Record<string, number> = {};
   for (const row of slots) {
-    let wm = MAX_WATERMARK;
+    // As the next stage sees it: the minimum over partitions that are not idle; all idle, the furthest.
+    let active = MAX_WATERMARK;
+    let furthest = MIN_WATERMARK;
+    let anyActive = false;
     for (const slot of row) {
       for (const s of slot.runtime.operatorStats()) recordsIn[s.name] = (recordsIn[s.name] ?? 0) + s.recordsIn;
-      wm = Math.min(wm, slot.runtime.watermark);
+      const wm = slot.runtime.watermark;
+      furthest = Math.max(furthest, wm);
+      if (!slot.runtime.idle) {
+        anyActive = true;
+        active = Math.min(active, wm);
+      }
     }
-    watermarks[plan.stages[row[0].stage].name] = wm;
+    watermarks[plan.stages[row[0].stage].name] = anyActive ? active : furthest;
   }
   let queuedRecords = 0;
   for (const row of slots) for (const s of row) queuedRecords += s.queuedRecords;

@@ -141,6 +141,11 @@ export class PartitionRuntime {
     return this.inputWatermark;
   }
 
+  /** Every input is idle: downstream does not wait for this partition's watermark. */
+  get idle(): boolean {
+    return this.progress.outputIdle;
+  }
+
   /** The epoch whose barrier this partition is aligning, if any (tests, metrics). */
   get aligningEpoch(): number | undefined {
     return this.progress.aligning?.barrier.epoch;

@@ -83,4 +83,18 @@ describe('idle watermark extrapolation in the embedded runtime', () => {
       await h.runtime.close();
     }
   });
+
+  it("a stage's watermark in the stats leaves out its idle partitions, as the next stage does", async () => {
+    const h = await start('hold');
+    try {
+      const source = h.runtime.plan.stages[0].name;
+      await h.at(0, [{ user: 'a', ts: 400 }]); // one request: one partition has data
+      expect(h.runtime.stats().watermarks[source], 'the empty partition holds event time back').toBe(Number.NEGATIVE_INFINITY);
+      await h.at(1000); // both idle: the empty one no longer counts
+      expect(h.runtime.stats().watermarks[source]).toBe(399);
+    } finally {
+      h.runtime.stop();
+      await h.runtime.close();
+    }
+  });
 });
