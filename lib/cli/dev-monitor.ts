@@ -9,6 +9,7 @@ import type { EmbeddedRuntime } from '../local/embedded.ts';
 import type { SinkTap } from '../local/dashboard-sink-tap.ts';
 import type { IngestRejections } from '../local/ingest-bounds.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
+import { scalingAdvice } from '../runtime/scaling-advice.ts';
 import { rejectedCounts } from './dev-summary.ts';
 import { projectCost } from './status-cost.ts';
 import type { CheckpointEntry, DevStatus, OperatorStatus, StageStatus } from './status-shape.ts';
@@ -72,6 +73,8 @@ export class DevMonitor {
         endOfInput: wm === MAX_WATERMARK,
         watermarkLagMs: wm === undefined || wm === MIN_WATERMARK || wm === MAX_WATERMARK ? null : Math.max(0, now - wm),
         stateKeys: backend ? backend.entityCount(job, st.id) : null,
+        recordsIn: s.load[st.name]?.recordsIn ?? 0,
+        busyMs: s.load[st.name]?.busyMs ?? 0,
       };
     });
 
@@ -129,6 +132,14 @@ export class DevMonitor {
       lagMs,
       lateDroppedTotal: Object.values(s.lateDropped).reduce((a, b) => a + b, 0),
       stages,
+      maxParallelism: plan.job.maxParallelism,
+      scaling: scalingAdvice(
+        stages.map((st) => ({ name: st.name, partitions: st.parallelism, recordsIn: st.recordsIn, busyMs: st.busyMs })),
+        // What the source stages processed (not what waits in their queues): the selectivities' base.
+        [...new Set(plan.edges.filter((e) => e.from.kind === 'source').map((e) => e.toStage))].reduce((n, id) => n + stages[id].recordsIn, 0),
+        operators.filter((o) => o.kind === 'source').reduce((n, o) => n + o.inPerSecond, 0),
+        plan.job.maxParallelism,
+      ),
       operators,
       edges,
       checkpoints: ck ? { dir: ck.dir, intervalMs: ck.intervalMs, timeline } : null,

@@ -5,6 +5,7 @@
  * what was expected and what was received, and exit 1.
  */
 import { Command, Option } from 'commander';
+import { ConfigError } from '../errors.ts';
 import { addTargetOptions, registerCheckpointCommands } from './checkpoint-commands.ts';
 import { addRejectPolicyOptions, EXIT, outcomeCode, type RejectPolicy } from './exit-codes.ts';
 import { errorJson, examples, JSON_FLAG, packageVersion, printJson, strictParsing, wantsJson } from './program.ts';
@@ -192,10 +193,12 @@ addTargetOptions(
     .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
     .option('--checkpoint-dir <dir>', "the dev process's (or local-aws run's) checkpoint directory (default .sluice/<job>/)")
     .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+    .option('--target-rate <records/s>', 'embedded: the partitions each stage needs at this source rate, from its true rate (default: the current input rate)')
     .option(...JSON_FLAG),
 ).action(
-  action('status', async (job: string, opts: { checkpointDir?: string; param: string[]; json?: boolean; target: 'embedded' | 'local-aws' | 'aws' }) => {
+  action('status', async (job: string, opts: { checkpointDir?: string; param: string[]; targetRate?: string; json?: boolean; target: 'embedded' | 'local-aws' | 'aws' }) => {
     const log = (l: string) => process.stderr.write(l + '\n');
+    if (opts.target !== 'embedded' && opts.targetRate !== undefined) throw new ConfigError('--target-rate', `only with --target embedded (the dev process measures its stages' true rates)`, `--target ${opts.target}`);
     const s =
       opts.target === 'embedded'
         ? await (await import('./status.ts')).statusCommand(job, opts, log)
@@ -250,7 +253,7 @@ const EXAMPLES: Record<string, string[]> = {
   deploy: ['sluice deploy jobs/orders.ts', 'sluice deploy jobs/orders.ts --require-approval never --json > deployed.json', 'AWS_ENDPOINT_URL=http://localhost:4566 sluice deploy jobs/orders.ts --endpoint functionUrl --removal-policy destroy'],
   destroy: ['sluice destroy jobs/orders.ts', 'sluice destroy jobs/orders.ts --stack-name Orders-Staging --force', 'sluice destroy jobs/orders.ts --force --json'],
   demo: ['sluice demo', 'sluice demo --query q8 --duration 10 --events-per-second 20000', 'sluice demo --duration 5 --json'],
-  status: ['sluice status examples/first-job.ts', 'sluice status jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice status jobs/orders.ts --target aws'],
+  status: ['sluice status examples/first-job.ts', 'sluice status jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice status jobs/orders.ts --target-rate 50000', 'sluice status jobs/orders.ts --target aws'],
   checkpoints: ['sluice checkpoints jobs/orders.ts', 'sluice checkpoints jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice checkpoints jobs/orders.ts --target aws'],
   savepoint: ['sluice savepoint jobs/orders.ts --label before-upgrade', 'sluice savepoint jobs/orders.ts --checkpoint-dir /var/lib/orders --json', 'sluice savepoint jobs/orders.ts --target aws --label v2'],
   restore: [

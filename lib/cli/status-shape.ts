@@ -3,6 +3,7 @@
  * `sluice status --json` prints as is and the dashboard draws (README "Status and dashboard").
  */
 import type { SinkLatest } from '../local/dashboard-sink-tap.ts';
+import type { ScalingAdvice } from '../runtime/scaling-advice.ts';
 import type { CostProjection } from './status-cost.ts';
 
 export interface DevStatus {
@@ -33,6 +34,10 @@ export interface DevStatus {
   /** The sum of lateDropped. */
   lateDroppedTotal: number;
   stages: StageStatus[];
+  /** Key groups: the most partitions a stage can have. */
+  maxParallelism: number;
+  /** Partitions per stage for the current input rate, from each stage's true rate (lib/runtime/scaling-advice.ts; `sluice status --target-rate` for another rate). */
+  scaling: ScalingAdvice;
   operators: OperatorStatus[];
   /** Operator to operator; `shuffle`: the records cross to another stage (by key, or rebalanced). */
   edges: { from: string; to: string; shuffle: boolean }[];
@@ -60,6 +65,9 @@ export interface StageStatus {
   watermarkLagMs: number | null;
   /** Keys in the stage's state; null where the state backend does not count them. */
   stateKeys: number | null;
+  /** Records its batches took in, and the milliseconds its partitions spent in them (useful time). */
+  recordsIn: number;
+  busyMs: number;
 }
 
 export interface OperatorStatus {

@@ -12,12 +12,21 @@ import { countersPhrase } from './dev-live-view.ts';
 import type { DevStatus } from './status-shape.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { fmt } from './options.ts';
+import { scalingAdvice } from '../runtime/scaling-advice.ts';
+
+/** Records the stages that read the sources processed: what the advice's rates are relative to. */
+function sourceStageRecords(s: DevStatus): number {
+  const fed = new Set(s.operators.filter((o) => o.kind === 'source').map((o) => o.stage));
+  return s.stages.filter((st) => fed.has(st.name)).reduce((n, st) => n + st.recordsIn, 0);
+}
 
 type Log = (line: string) => void;
 
 export type { DevStatus };
 
-export async function statusCommand(jobPath: string, opts: { checkpointDir?: string; param?: string[] }, out: Log): Promise<DevStatus> {
+export async function statusCommand(jobPath: string, opts: { checkpointDir?: string; param?: string[]; targetRate?: string }, out: Log): Promise<DevStatus> {
+  const target = opts.targetRate === undefined ? undefined : Number(opts.targetRate);
+  if (target !== undefined && !(Number.isFinite(target) && target > 0)) throw new ConfigError('--target-rate', 'a positive number of source records per second', JSON.stringify(opts.targetRate));
   const job = await loadJob(jobPath, parseParams(opts.param));
   const dir = opts.checkpointDir ?? defaultCheckpointDir(job.name);
   const none = (why: string) => new ConfigError('<job>', `a job running under \`sluice dev\` with its checkpoint directory in ${dir} (else --checkpoint-dir)`, why);
@@ -41,6 +50,7 @@ export async function statusCommand(jobPath: string, opts: { checkpointDir?: str
   } catch (e) {
     throw none(`GET ${info.url}/stats failed (${(e as Error).message})`);
   }
+  if (target !== undefined) s = { ...s, scaling: scalingAdvice(s.scaling.stages, sourceStageRecords(s), target, s.maxParallelism) };
   out(`job "${s.job}": sluice dev, pid ${s.pid}, up ${fmt.span(s.uptimeMs)}, endpoint ${s.url} (dashboard ${s.url}/)`);
   out(`  ${countersPhrase(s)}`);
   out(`  last checkpoint: ${s.lastCheckpoint === null ? 'none yet' : `epoch ${s.lastCheckpoint}`} (${dir})`);
@@ -50,6 +60,12 @@ export async function statusCommand(jobPath: string, opts: { checkpointDir?: str
   for (const st of s.stages) {
     const wm = st.endOfInput ? 'end of input' : st.watermark === null ? '-' : new Date(st.watermark).toISOString();
     out(`  stage    ${st.name.padEnd(24)} watermark ${wm}, queued ${fmt.int(st.queuedRecords)} (${Math.round(st.queueFill * 100)}% of a partition's queue)`);
+  }
+  out(`  scaling at ${fmt.int(s.scaling.targetRate)} source records/s (${target === undefined ? 'the current input; --target-rate for another' : '--target-rate'}), from each stage's true rate (records per second of busy time):`);
+  for (const a of s.scaling.stages) {
+    const rate = a.truePerPartition === null ? 'not measured yet' : `${fmt.int(a.truePerPartition)} records/s per partition`;
+    const advice = a.advisedPartitions === null ? '' : `, needs ${fmt.int(a.requiredRate)}/s: ${a.advisedPartitions} partition${a.advisedPartitions === 1 ? '' : 's'}${a.advisedPartitions === a.partitions ? ' (as now)' : ` (now ${a.partitions}; sluice restore --from <savepoint> --parallelism)`}`;
+    out(`  stage    ${a.name.padEnd(24)} ${rate}${advice}`);
   }
   if (s.cost.dollarsPerMillionEvents !== null) out(`  projected AWS cost: $${s.cost.dollarsPerMillionEvents.toPrecision(2)} per million events (prices as of ${s.cost.pricesAsOf}; see the dashboard for the assumptions)`);
   return s;

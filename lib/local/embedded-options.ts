@@ -110,6 +110,8 @@ export interface RuntimeStats {
   readonly recordsIn: Record<string, number>;
   readonly sourceRecords: number;
   readonly watermarks: Record<string, number>;
+  /** Per stage: the records its batches took in and the milliseconds its partitions spent in them (useful time; scaling-advice.ts). */
+  readonly load: Readonly<Record<string, { readonly recordsIn: number; readonly busyMs: number }>>;
   readonly queuedRecords: number;
   readonly deadLetters: number;
   /** The file that holds every dead letter (absent: they are in memory only). */

@@ -12,6 +12,13 @@ export interface RuntimeCounters {
   recoveries: number;
   /** Records dropped as late per operator, from committed batches (BatchResult.lateDropped). */
   readonly lateDropped: Record<string, number>;
+  /** Per stage (by id): milliseconds its partitions spent in batches, and the records those batches took in. */
+  readonly busyMs: number[];
+  readonly batchRecords: number[];
+}
+
+export function newCounters(stages: number): RuntimeCounters {
+  return { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0, lateDropped: {}, busyMs: new Array<number>(stages).fill(0), batchRecords: new Array<number>(stages).fill(0) };
 }
 
 /** Adds a batch's late drops to the run's. */
@@ -44,6 +51,7 @@ export function runtimeStats(plan: PhysicalPlan, slots: readonly (readonly Slot[
   return {
     recordsIn,
     watermarks,
+    load: Object.fromEntries(plan.stages.map((st) => [st.name, { recordsIn: counters.batchRecords[st.id], busyMs: counters.busyMs[st.id] }])),
     sourceRecords: counters.sourceRecords,
     queuedRecords,
     deadLetters: deadLetters.count,

@@ -63,8 +63,12 @@ describe('sluice dev + sluice publish', () => {
       const s = JSON.parse(status.stdout);
       expect(Object.keys(s)).toEqual([
         'job', 'pid', 'url', 'startedAt', 'uptimeMs', 'recordsIngested', 'queuedRecords', 'rejected', 'deadLetters', 'deadLetterFile', 'lateDropped', 'recordsIn', 'watermarks', 'lastCheckpoint',
-        'at', 'lagMs', 'lateDroppedTotal', 'stages', 'operators', 'edges', 'checkpoints', 'sinks', 'cost',
+        'at', 'lagMs', 'lateDroppedTotal', 'stages', 'maxParallelism', 'scaling', 'operators', 'edges', 'checkpoints', 'sinks', 'cost',
       ]);
+      // Scaling advice per stage, from the records its batches took in and their busy time.
+      expect(s.scaling.stages.map((a: { name: string }) => a.name)).toEqual(s.stages.map((st: { name: string }) => st.name));
+      expect(s.stages.reduce((n: number, st: { recordsIn: number }) => n + st.recordsIn, 0)).toBeGreaterThan(0);
+      expect(status.stderr).toMatch(/scaling at [\d,]+ source records\/s \(the current input; --target-rate for another\)/);
       expect(s).toMatchObject({ job: 'page-views', pid: dev.pid, url, recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0 });
       expect(Object.values(s.recordsIn)).toContain(5);
       expect(Object.values(s.watermarks).some((w) => typeof w === 'number' && w > 100_000)).toBe(true);
