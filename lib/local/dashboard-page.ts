@@ -124,16 +124,18 @@ function drawGraph(s) {
   svg.append(defs);
   s.stages.forEach((st, i) => {
     const x = PAD + i * COL_W - 6;
-    const g = el('svg:g', { 'data-testid': 'stage', 'data-name': st.name });
+    const adv = s.scaling ? s.scaling.stages[i] : undefined;
+    const advised = adv && adv.advisedPartitions !== null ? adv.advisedPartitions : null;
+    const g = el('svg:g', { 'data-testid': 'stage', 'data-name': st.name, 'data-advised': advised === null ? '' : advised });
     g.append(el('svg:rect', { class: 'stage-box', x: x, y: 6, width: COL_W - 8, height: height - 6, rx: 8 }));
-    g.append(el('svg:text', { class: 'stage-title', x: x + 10, y: 24 }, 'stage ' + st.name + ' \\u00d7' + st.parallelism));
+    g.append(el('svg:text', { class: 'stage-title', x: x + 10, y: 24 }, 'stage ' + st.name + ' \\u00d7' + st.parallelism + (advised !== null && advised !== st.parallelism ? ' (advised \\u00d7' + advised + ')' : '')));
     const wm = st.endOfInput ? 'end of input' : st.watermark === null ? 'none yet' : new Date(st.watermark).toISOString().replace('T', ' ').slice(0, 19);
     g.append(el('svg:text', { class: 'stage-info', x: x + 10, y: 40 }, 'watermark ' + wm + (st.watermarkLagMs !== null ? ' (lag ' + span(st.watermarkLagMs) + ')' : '')));
     g.append(el('svg:text', { class: 'stage-info', x: x + 10, y: 55 }, 'queued ' + int(st.queuedRecords) + ' \\u00b7 state ' + (st.stateKeys === null ? '-' : int(st.stateKeys) + ' keys')));
     const barW = COL_W - 28;
     g.append(el('svg:rect', { class: 'fill-bg', x: x + 10, y: 62, width: barW, height: 6, rx: 3 }));
     g.append(el('svg:rect', { class: 'fill-bar' + (st.queueFill > 0.8 ? ' high' : ''), x: x + 10, y: 62, width: Math.max(st.queueFill > 0 ? 2 : 0, barW * st.queueFill), height: 6, rx: 3 }));
-    g.append(el('svg:title', {}, 'back-pressure: fullest input queue ' + Math.round(st.queueFill * 100) + '% of ' + int(st.queueCapacity) + ' records'));
+    g.append(el('svg:title', {}, 'back-pressure: fullest input queue ' + Math.round(st.queueFill * 100) + '% of ' + int(st.queueCapacity) + ' records' + (adv && adv.truePerPartition !== null ? '; true rate ' + int(adv.truePerPartition) + ' records/s per partition, ' + advised + ' partition(s) for the current input' : '')));
     svg.append(g);
   });
   for (const e of s.edges) {

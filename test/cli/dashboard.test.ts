@@ -71,6 +71,10 @@ describe.skipIf(missing)('dashboard in headless Chromium', () => {
       expect(Number(await page.getAttribute('#late-dropped', 'data-value'))).toBe(st.lateDroppedTotal);
       const drawn = await page.$$eval('[data-testid=operator]', (ns) => ns.map((n) => [n.getAttribute('data-name'), Number(n.getAttribute('data-records-in'))]));
       expect(drawn).toEqual(st.operators.map((o) => [o.name, o.recordsIn]));
+      // Each stage carries the scaling advice (partitions for the current input) once its records are measured.
+      const advised = await page.$$eval('[data-testid=stage]', (ns) => ns.map((n) => n.getAttribute('data-advised')));
+      expect(advised.length).toBeGreaterThan(0);
+      for (const a of advised) expect(Number(a)).toBeGreaterThanOrEqual(1);
       await until('the checkpoint timeline gains an epoch', async () => (await completed()) > epochBefore);
       mkdirSync(join(ROOT, 'test-artifacts'), { recursive: true });
       await page.screenshot({ path: join(ROOT, 'test-artifacts', 'dashboard.png'), fullPage: true });
