@@ -32,6 +32,12 @@ export interface TransactionalSink {
   commit(epoch: number): void | Promise<void>;
   /** After a restore of checkpoint `epoch`: finish its commit, then drop everything staged after it. */
   recover(epoch: number): void | Promise<void>;
+  /**
+   * Before a resume or a restore changes anything: throws when this sink cannot continue
+   * the output its checkpoints committed (another file, say), so the run is refused
+   * with the checkpoint directory as it was.
+   */
+  check?(): void;
 }
 
 export function isTransactional(s: unknown): s is TransactionalSink {

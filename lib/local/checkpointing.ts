@@ -136,6 +136,8 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
       // A checkpoint of this directory keeps its log (replay) and its sinks' output up to it.
       keep = loaded.meta ? [] : ['log', 'sinks'];
     }
+    // Every refusal before anything is deleted: a refused restore leaves the directory as it was.
+    if (start === 'resume' || keep.includes('sinks')) for (const s of options.sinks ?? []) s.check?.();
     if (start !== 'resume') for (const d of ['blobs', 'pointers', 'log', 'sinks']) if (!keep.includes(d)) rmSync(join(dir, d), { recursive: true, force: true });
     h.makeDirs();
     for (const s of options.sinks ?? []) await (s as { open?: () => unknown }).open?.();

@@ -58,15 +58,24 @@ export class CommittedFileSink<T> implements Sink<T>, TransactionalSink {
   open(): void {
     mkdirSync(this.staging, { recursive: true });
     mkdirSync(dirname(this.path), { recursive: true });
-    try {
-      this.state = JSON.parse(readFileSync(this.stateFile, 'utf8')) as CommittedState;
-    } catch {
-      // No commit yet.
-    }
-    if (this.state.path !== resolve(this.path)) {
-      throw new RestoreError('--output', `the file this checkpoint directory commits to (${this.state.path})`, resolve(this.path));
-    }
+    this.state = this.stored() ?? this.state;
+    this.check();
     this.cutOutput(this.state.length);
+  }
+
+  /** What the staging directory says was committed, or undefined before the first commit. */
+  private stored(): CommittedState | undefined {
+    try {
+      return JSON.parse(readFileSync(this.stateFile, 'utf8')) as CommittedState;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Refuses another output file than the one this staging directory commits to; changes nothing. */
+  check(): void {
+    const path = this.stored()?.path ?? this.state.path;
+    if (path !== resolve(this.path)) throw new RestoreError('--output', `the file this checkpoint directory commits to (${path})`, resolve(this.path));
   }
 
   /** The output holds exactly the committed bytes (a crash may have left part of an append). */
