@@ -146,6 +146,12 @@ export interface DriverEvents {
    * completed-checkpoint store.
    */
   persistAcks?: boolean;
+  /**
+   * An epoch of this store whose objects garbage collection keeps until this driver
+   * completes a checkpoint: the checkpoint a restore started from, which a crash before
+   * then restores again.
+   */
+  pinned?: number;
 }
 
 export class CheckpointDriver {
@@ -175,12 +181,16 @@ export class CheckpointDriver {
   private readonly stored = new Set<number>();
   /** The commit pointer as this driver last read or wrote it (null: none): its commit writes it without a read first. */
   private pointer: PointerValue<CommitPointer> | null = null;
+  /** DriverEvents.pinned, until this driver's first completed checkpoint. */
+  private pinned: number | undefined;
 
   private constructor(
     public state: CoordinatorState,
     private readonly ports: DriverPorts,
     private readonly events: DriverEvents,
-  ) {}
+  ) {
+    this.pinned = events.pinned;
+  }
 
   /**
    * Resume (or start) the coordinator from what is persisted: record, pointer and the
@@ -357,6 +367,10 @@ export class CheckpointDriver {
     const pointer = this.pointer.value;
     this.completed.push(stats);
     this.stored.add(d.epoch);
+    if (this.pinned !== undefined) {
+      this.pinned = undefined;
+      this.mayHoldGarbage = true;
+    }
     const done = onCommitted(this.state, d.epoch, pointer, now);
     if (this.events.persistAcks === false) {
       // Recorded with the next record write (see DriverEvents.persistAcks).
@@ -375,7 +389,8 @@ export class CheckpointDriver {
     const s = this.state;
     if (s.inFlight) return;
     // A savepoint epoch is the last completed one until onCompleted copies it out of the chain: no extra pin.
-    const keep = retainedEpochs(s, { savepoints: false }) ?? new Set<number>();
+    const keep = new Set(retainedEpochs(s, { savepoints: false }) ?? []);
+    if (this.pinned !== undefined) keep.add(this.pinned);
     if (!this.mayHoldGarbage && [...this.stored].every((e) => keep.has(e))) return;
     await collectGarbage(this.ports.blobs, this.job, keep);
     this.mayHoldGarbage = false;

@@ -19,7 +19,7 @@
  * checkpoint (later ones are parked again by the replay), a restore of a retained
  * checkpoint likewise, a fresh run or a savepoint's restore starts with none.
  */
-import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Job } from '../api/stream.ts';
 import { type Clock, systemClock } from '../api/types.ts';
@@ -27,7 +27,7 @@ import { fromBytes } from '../checkpoint/codec.ts';
 import { type CheckpointStats, CheckpointDriver, type DriverPorts, type InjectDecision, RECORD_NAME } from '../checkpoint/driver.ts';
 import { RestoreError } from '../checkpoint/driver-errors.ts';
 import { participantsOf, planFingerprint } from '../checkpoint/fingerprint.ts';
-import { DirectoryBlobStore, FilePointerStore } from '../checkpoint/local-storage.ts';
+import { DirectoryBlobStore, FilePointerStore, writeFileAtomic } from '../checkpoint/local-storage.ts';
 import { snapshotKey } from '../checkpoint/snapshot.ts';
 import { type CoordinatorRecord, type LogRetention, type Manifest, manifestObjectKey } from '../checkpoint/protocol.ts';
 import type { BlobStore, PointerStore } from '../checkpoint/storage.ts';
@@ -88,7 +88,10 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
   /** The epoch the run started from (0: none). */
   restoredEpoch = 0;
   /** --resume: from a completed checkpoint, or from the start (none completed: logged input replayed). */
-  resumed: 'checkpoint' | 'start' | undefined;
+  /** How a resume started: from a checkpoint, from the restore it was started from (none taken since), or from nothing. */
+  resumed: 'checkpoint' | 'restore' | 'start' | undefined;
+  /** Names the restore this run started from until its first checkpoint completes. */
+  private originFile: string | undefined;
   /** The run's dead letters, in the directory's dead-letters.jsonl. */
   deadLetters!: DeadLetterStore;
   private runtime?: EmbeddedRuntime;
@@ -130,16 +133,24 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
     const previous = (await h.pointers.read<CoordinatorRecord>(RECORD_NAME))?.value.highestEpoch ?? 0;
     let restore: RestorePlan | undefined;
     let keep: string[] = [];
+    let origin: RestoreOrigin | undefined;
     if (typeof start === 'object') {
       const loaded = start.store ? fromSavepoint(await readSavepoint(start.store.blobs, start.store.prefix, start.from), start.from) : await h.load(start.from);
       restore = await buildRestorePlan(job, h.plan, loaded);
-      // A checkpoint of this directory keeps its log (replay) and its sinks' output up to it.
-      keep = loaded.meta ? [] : ['log', 'sinks'];
+      // A checkpoint of this directory keeps its log (replay), its sinks' output up to it and
+      // its snapshots (until this run has a checkpoint of its own, a crash restores it again).
+      keep = loaded.meta ? [] : ['log', 'sinks', 'blobs'];
+      origin = { from: start.from, epoch: restore.epoch, savepoint: loaded.meta !== undefined, elsewhere: start.store !== undefined };
     }
     // Every refusal before anything is deleted: a refused restore leaves the directory as it was.
     if (start === 'resume' || keep.includes('sinks')) for (const s of options.sinks ?? []) s.check?.();
     if (start !== 'resume') for (const d of ['blobs', 'pointers', 'log', 'sinks']) if (!keep.includes(d)) rmSync(join(dir, d), { recursive: true, force: true });
     h.makeDirs();
+    const originFile = join(dir, ORIGIN_FILE);
+    if (origin) writeFileAtomic(originFile, JSON.stringify(origin), options.durable ?? true);
+    else if (start === 'fresh') rmSync(originFile, { force: true });
+    // What a resume may have to restore again (read before the driver collects garbage).
+    const pending = start === 'resume' ? readOrigin(originFile) : origin;
     for (const s of options.sinks ?? []) await (s as { open?: () => unknown }).open?.();
     h.driver = await CheckpointDriver.start(h.setup(), h.ports(), h.clock.now(), {
       // Above the restored epoch too: restored partitions take barriers at or below it for stale ones.
@@ -147,20 +158,32 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
       onCompleted: (stats, manifest) => h.completed(stats, manifest),
       // Partitions and coordinator share one process: acks die with both.
       persistAcks: false,
+      // A retained checkpoint restored from: its objects stay until this run has its own.
+      ...(pending && !pending.savepoint ? { pinned: pending.epoch } : {}),
     });
     if (start === 'resume') {
       const last = h.driver.state.lastCompleted;
+      const restoredFrom = last ? undefined : pending;
       if (last) restore = await buildRestorePlan(job, h.plan, h.loadedOf(last.manifest, h.store, `checkpoint ${last.epoch}`));
+      else if (restoredFrom) {
+        // Restored, then stopped before a checkpoint of its own: the same restore again.
+        if (restoredFrom.elsewhere) throw new RestoreError('--resume', `a checkpoint of this run, which was restored from ${restoredFrom.from} and took none yet (run that restore again)`, 'none');
+        origin = restoredFrom;
+        restore = await buildRestorePlan(job, h.plan, await h.load(restoredFrom.from));
+      }
       // No checkpoint completed: state starts empty, a file is read from its start, and what
       // the endpoint accepted is replayed from its log (it exists nowhere else); sinks drop
       // what they staged below.
       else restore = { epoch: 0, partitions: new Map(), sources: {}, sameTopology: true };
-      h.resumed = last ? 'checkpoint' : 'start';
+      h.resumed = last ? 'checkpoint' : restoredFrom ? 'restore' : 'start';
     }
+    h.originFile = origin ? originFile : undefined;
     h.restoredEpoch = restore?.epoch ?? 0;
     const keepLetters = start === 'resume' || keep.length ? h.restoredEpoch : 'none';
     h.deadLetters = DeadLetterStore.open(join(dir, DEAD_LETTERS_FILE), { durable: options.durable ?? true, keepThroughEpoch: keepLetters });
-    for (const s of options.sinks ?? []) await s.recover(restore && (start === 'resume' || keep.length) ? restore.epoch : 0);
+    // A savepoint's output is not this directory's: its sinks start empty.
+    const continuesOutput = origin ? !origin.savepoint : start === 'resume';
+    for (const s of options.sinks ?? []) await s.recover(restore && continuesOutput ? restore.epoch : 0);
     return { hooks: h, restore };
   }
 
@@ -355,6 +378,9 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
   }
 
   private async completed(stats: CheckpointStats, manifest: Manifest): Promise<void> {
+    // This run's own checkpoint: a resume no longer needs the restore it started from.
+    if (this.originFile) rmSync(this.originFile, { force: true });
+    this.originFile = undefined;
     if (!stats.savepoint) return;
     const target = new DirectoryBlobStore(savepointDir(this.options.dir, stats.savepoint), { durable: this.options.durable ?? true });
     const cursors: Record<string, SourceCursor> = {};
@@ -392,6 +418,26 @@ export class LocalCheckpointing implements EmbeddedCheckpointHooks {
   close(): void {
     for (const l of this.logs.values()) l.close();
     this.deadLetters?.close();
+  }
+}
+
+/** `restored-from.json`: the restore a run started from, until its first checkpoint (a resume before it restores again). */
+const ORIGIN_FILE = 'restored-from.json';
+
+interface RestoreOrigin {
+  readonly from: string;
+  readonly epoch: number;
+  /** A savepoint (its output is not this directory's), or a retained checkpoint of this directory. */
+  readonly savepoint: boolean;
+  /** Read from another store (S3): not restorable from here. */
+  readonly elsewhere: boolean;
+}
+
+function readOrigin(path: string): RestoreOrigin | undefined {
+  try {
+    return JSON.parse(readFileSync(path, 'utf8')) as RestoreOrigin;
+  } catch {
+    return undefined;
   }
 }
 
