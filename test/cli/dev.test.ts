@@ -1,11 +1,10 @@
 /** `sluice dev` and `sluice publish` as a user runs them: two processes talking HTTP on loopback. */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { EXIT } from '../../lib/cli/exit-codes.ts';
-import { ROOT, sluice, waitFor } from './helpers.ts';
+import { serveJob, sluice, waitFor } from './helpers.ts';
 
 
 describe('sluice dev + sluice publish', () => {
@@ -22,14 +21,9 @@ describe('sluice dev + sluice publish', () => {
     ];
     writeFileSync(file, views.map((v) => JSON.stringify(v)).join('\n') + '\n{"page": 1}\n');
 
-    const dev = spawn(process.execPath, ['bin/sluice.js', 'dev', 'examples/first-job.ts', '--port', '0', '--json', '--checkpoint-dir', join(dir, 'ck')], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    dev.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    dev.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    const exited = new Promise<number | null>((resolve) => dev.on('close', resolve));
+    const dev = await serveJob(['dev', 'examples/first-job.ts', '--port', '0', '--json', '--checkpoint-dir', join(dir, 'ck')], { timeoutMs: 30_000 });
     try {
-      const [, url] = await waitFor(() => stderr, /ingestion endpoint (http:\/\/127\.0\.0\.1:\d+)/, 30_000);
+      const { url } = dev;
       const published = await sluice(['publish', 'views', file, '--url', url, '--json']);
       expect(published.code).toBe(EXIT.rejects); // one line was rejected, and publish says so
       expect(published.stderr).toMatch(/5 accepted/);
@@ -43,9 +37,9 @@ describe('sluice dev + sluice publish', () => {
       expect(allowed.stderr).toMatch(/line 1/);
       expect(JSON.parse(allowed.stdout)).toMatchObject({ stream: 'views', file: malformed, accepted: 0, rejected: [{ line: 1, error: expect.stringMatching(/^malformed JSON/) }] });
       // Watermark = 130 s - 5 s - 1 ms: the window [0, 60 s) has closed, [60 s, 120 s) too.
-      // The windows close in two partitions, whose sink writes reach stdout separately: wait for all three rows.
-      await waitFor(() => stdout, /^(?:.*\n){3}/, 15_000);
-      const lines = stdout.trim().split('\n').map((l) => JSON.parse(l));
+      // The windows close in two partitions, whose sink writes reach dev.stdout() separately: wait for all three rows.
+      await waitFor(() => dev.stdout(), /^(?:.*\n){3}/, 15_000);
+      const lines = dev.stdout().trim().split('\n').map((l) => JSON.parse(l));
       lines.length = 3;
       expect(lines).toEqual(
         expect.arrayContaining([
@@ -54,12 +48,12 @@ describe('sluice dev + sluice publish', () => {
           { page: '/a', windowStart: 60000, views: 1 },
         ]),
       );
-      await waitFor(() => stderr, /records\/s[\s\S]*watermark/, 5_000);
+      await waitFor(() => dev.stderr(), /records\/s[\s\S]*watermark/, 5_000);
 
       // sluice status: the running dev's numbers, from its endpoint's GET /stats.
       const status = await sluice(['status', 'examples/first-job.ts', '--checkpoint-dir', join(dir, 'ck'), '--json']);
       expect(status.code, status.stderr).toBe(EXIT.ok);
-      expect(status.stderr).toMatch(new RegExp(`^job "page-views": sluice dev, pid ${dev.pid}, up .*, endpoint ${url} \\(dashboard ${url}/\\)\n  5 records ingested, 1 rejected \\(1 invalid\\), 0 dead letters, 0 late dropped, queued \\d+, lag `));
+      expect(status.stderr).toMatch(new RegExp(`^job "page-views": sluice dev, pid ${dev.child.pid}, up .*, endpoint ${url} \\(dashboard ${url}/\\)\n  5 records ingested, 1 rejected \\(1 invalid\\), 0 dead letters, 0 late dropped, queued \\d+, lag `));
       const s = JSON.parse(status.stdout);
       expect(Object.keys(s)).toEqual([
         'job', 'pid', 'url', 'startedAt', 'uptimeMs', 'recordsIngested', 'queuedRecords', 'rejected', 'deadLetters', 'deadLetterFile', 'lateDropped', 'recordsIn', 'watermarks', 'lastCheckpoint',
@@ -69,22 +63,22 @@ describe('sluice dev + sluice publish', () => {
       expect(s.scaling.stages.map((a: { name: string }) => a.name)).toEqual(s.stages.map((st: { name: string }) => st.name));
       expect(s.stages.reduce((n: number, st: { recordsIn: number }) => n + st.recordsIn, 0)).toBeGreaterThan(0);
       expect(status.stderr).toMatch(/scaling at [\d,]+ source records\/s \(the current input; --target-rate for another\)/);
-      expect(s).toMatchObject({ job: 'page-views', pid: dev.pid, url, recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0 });
+      expect(s).toMatchObject({ job: 'page-views', pid: dev.child.pid, url, recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0 });
       expect(Object.values(s.recordsIn)).toContain(5);
       expect(Object.values(s.watermarks).some((w) => typeof w === 'number' && w > 100_000)).toBe(true);
     } finally {
-      dev.kill('SIGINT');
+      dev.child.kill('SIGINT');
     }
-    expect(await exited).toBe(EXIT.rejects);
+    expect(await dev.exited).toBe(EXIT.rejects);
     // The endpoint rejected line 6 (in a 202): counted in the live view and the summary.
-    expect(stderr).toMatch(/rejected 1|1 rejected \(1 invalid\)/);
-    expect(stderr).toMatch(/stopped: 5 records ingested, 1 rejected \(1 invalid\)/);
+    expect(dev.stderr()).toMatch(/rejected 1|1 rejected \(1 invalid\)/);
+    expect(dev.stderr()).toMatch(/stopped: 5 records ingested, 1 rejected \(1 invalid\)/);
     // Stopped: status says there is no dev process, naming where it looked.
     const gone = await sluice(['status', 'examples/first-job.ts', '--checkpoint-dir', join(dir, 'ck')]);
     expect(gone.code).toBe(EXIT.error);
     expect(gone.stderr).toContain(`<job>: expected a job running under \`sluice dev\` with its checkpoint directory in ${join(dir, 'ck')} (else --checkpoint-dir), received no ${join(dir, 'ck', 'dev.json')}`);
-    // --json: the summary is the last line on stdout, after the job's own stdout sink.
-    const summary = JSON.parse(stdout.trim().split('\n').at(-1)!);
+    // --json: the summary is the last line on dev.stdout(), after the job's own dev.stdout() sink.
+    const summary = JSON.parse(dev.stdout().trim().split('\n').at(-1)!);
     expect(summary).toEqual({ job: 'page-views', target: 'embedded', url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/), recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0, deadLetterFile: join(dir, 'ck', 'dead-letters.jsonl'), lateDropped: {}, finalCheckpoint: expect.any(Number), failed: false });
   }, 60_000);
 });

@@ -1,5 +1,5 @@
 /** Runs the real `sluice` launcher (bin/sluice.js) as a child process. */
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -45,4 +45,26 @@ export function waitFor(read: () => string, pattern: RegExp, timeoutMs: number):
       }
     }, 50);
   });
+}
+
+/** A `sluice` process that serves a job (`dev`, `restore` without --input): its output so far and its exit. */
+export interface ServedJob {
+  readonly child: ChildProcess;
+  /** The ingestion endpoint it announced. */
+  readonly url: string;
+  stdout(): string;
+  stderr(): string;
+  readonly exited: Promise<number | null>;
+}
+
+/** Starts `sluice <args>` and resolves once it announces its ingestion endpoint (rejects with its output after timeoutMs). */
+export async function serveJob(args: readonly string[], options: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<ServedJob> {
+  const child = spawn(process.execPath, ['bin/sluice.js', ...args], { cwd: ROOT, env: options.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stdout!.setEncoding('utf8').on('data', (d: string) => (out += d));
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
+  const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+  const [, url] = await waitFor(() => err, /ingestion endpoint (http:\/\/127\.0\.0\.1:\d+)/, options.timeoutMs ?? 30_000);
+  return { child, url, stdout: () => out, stderr: () => err, exited };
 }

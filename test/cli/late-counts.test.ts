@@ -5,14 +5,13 @@
  * dashboard (headless Chromium, when installed), the stop summary (--json) and the
  * CloudWatch EMF lines of --metrics.
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { EXIT } from '../../lib/cli/exit-codes.ts';
-import { ROOT, sluice, waitFor } from './helpers.ts';
+import { serveJob, sluice } from './helpers.ts';
 
 const JOB = 'test/cli/late-windows-job.ts';
 const CHROMIUM = '/usr/bin/chromium';
@@ -55,14 +54,9 @@ describe('late records dropped through sluice dev', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-late-'));
     const ck = join(dir, 'ck');
     const metrics = join(dir, 'metrics', 'emf.jsonl');
-    const dev = spawn(process.execPath, ['bin/sluice.js', 'dev', JOB, '--port', '0', '--checkpoint-dir', ck, '--metrics', metrics, '--json'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    dev.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    dev.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    const exited = new Promise<number | null>((resolve) => dev.on('close', resolve));
+    const dev = await serveJob(['dev', JOB, '--port', '0', '--checkpoint-dir', ck, '--metrics', metrics, '--json']);
+    const url = dev.url;
     try {
-      const [, url] = await waitFor(() => stderr, /ingestion endpoint (http:\/\/127\.0\.0\.1:\d+)/, 30_000);
       const stats = async () => (await (await fetch(`${url}/stats`)).json()) as { recordsIn: Record<string, number>; queuedRecords: number; lateDropped: Record<string, number>; lateDroppedTotal: number };
       let sent = 0;
       for (const clicks of REQUESTS) {
@@ -104,12 +98,12 @@ describe('late records dropped through sluice dev', () => {
         console.warn(`late counts: the dashboard part skipped, no ${CHROMIUM} (.ci/run installs Debian's chromium package)`);
       }
     } finally {
-      dev.kill('SIGINT');
+      dev.child.kill('SIGINT');
     }
-    expect(await exited).toBe(EXIT.ok);
-    const summary = JSON.parse(stdout.trim().split('\n').at(-1)!) as { lateDropped: Record<string, number> };
+    expect(await dev.exited).toBe(EXIT.ok);
+    const summary = JSON.parse(dev.stdout().trim().split('\n').at(-1)!) as { lateDropped: Record<string, number> };
     expect(summary.lateDropped).toEqual(LATE);
-    expect(stderr).toMatch(/stopped: .*6 late dropped/);
+    expect(dev.stderr()).toMatch(/stopped: .*6 late dropped/);
     const m = lateFromMetrics(metrics);
     expect(m.perOperator).toEqual(LATE);
     expect(m.perStage).toBe(6);

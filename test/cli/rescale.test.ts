@@ -5,13 +5,12 @@
  * --parallelism 4 --input` over the rest) counts every view once: no window twice, every
  * page's total equal to its views.
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { EXIT } from '../../lib/cli/exit-codes.ts';
-import { ROOT, sluice, waitFor } from './helpers.ts';
+import { serveJob, sluice } from './helpers.ts';
 
 const JOB = 'test/cli/rescale-job.ts';
 const PAGES = ['/a', '/b', '/c', '/d', '/e'];
@@ -44,22 +43,16 @@ describe('sluice --parallelism', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-rescale-dev-'));
     const ck = join(dir, 'ck');
     const half = views.length / 2;
-    const dev = spawn(process.execPath, ['bin/sluice.js', 'dev', JOB, '--port', '0', '--checkpoint-dir', ck, '--checkpoint-interval', '0'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    dev.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    dev.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    const exited = new Promise<number | null>((resolve) => dev.on('close', resolve));
+    const dev = await serveJob(['dev', JOB, '--port', '0', '--checkpoint-dir', ck, '--checkpoint-interval', '0']);
     try {
-      const [, url] = await waitFor(() => stderr, /ingestion endpoint (http:\/\/127\.0\.0\.1:\d+)/, 30_000);
-      const res = await fetch(`${url}/streams/views/events`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(views.slice(0, half)) });
+      const res = await fetch(`${dev.url}/streams/views/events`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(views.slice(0, half)) });
       expect(res.status).toBe(202);
       const sp = await sluice(['savepoint', JOB, '--checkpoint-dir', ck, '--label', 'mid']);
       expect(sp.code, sp.stderr).toBe(EXIT.ok);
     } finally {
-      dev.kill('SIGINT');
+      dev.child.kill('SIGINT');
     }
-    expect(await exited).toBe(EXIT.ok);
+    expect(await dev.exited).toBe(EXIT.ok);
     const rest = join(dir, 'rest.jsonl');
     writeFileSync(rest, views.slice(half).map((v) => JSON.stringify(v)).join('\n') + '\n');
     const out = join(dir, 'out.jsonl');
@@ -68,11 +61,11 @@ describe('sluice --parallelism', () => {
     const plan = JSON.parse(readFileSync(join(ck, 'plan.json'), 'utf8')) as { stages: { parallelism: number }[] };
     expect(plan.stages.map((s) => s.parallelism)).toEqual([4, 4]);
 
-    const all = [...rows(stdout), ...rows(readFileSync(out, 'utf8'))];
+    const all = [...rows(dev.stdout()), ...rows(readFileSync(out, 'utf8'))];
     const windows = all.map((r) => `${r.page} ${r.start}`);
     expect(new Set(windows).size, 'a window fired twice').toBe(windows.length);
     const total = (page: string) => all.filter((r) => r.page === page).reduce((n, r) => n + r.views, 0);
     for (const page of PAGES) expect(total(page), page).toBe(views.filter((v) => v.page === page).length);
-    expect(rows(stdout).length, 'windows fired before the savepoint').toBeGreaterThan(0);
+    expect(rows(dev.stdout()).length, 'windows fired before the savepoint').toBeGreaterThan(0);
   }, 120_000);
 });

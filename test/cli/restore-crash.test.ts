@@ -5,27 +5,16 @@
  * restores the same checkpoint again and replays what the endpoint logged after it, so
  * every view that got a 202 is counted once (`sluice state get`).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { EXIT } from '../../lib/cli/exit-codes.ts';
-import { ROOT, sluice, waitFor } from './helpers.ts';
+import { serveJob, sluice } from './helpers.ts';
 
 const JOB = 'test/cli/count-job.ts';
 const PAGES = ['/a', '/b', '/c'];
 const views = (from: number, n: number) => Array.from({ length: n }, (_, i) => ({ page: PAGES[(from + i) % 3], time: 1_000 + from + i }));
-
-/** A `sluice` process serving the job (dev or restore); resolves with its URL once it listens. */
-async function serve(args: string[]): Promise<{ child: ChildProcess; url: string; exited: Promise<number | null>; stderr: () => string }> {
-  const child = spawn(process.execPath, ['bin/sluice.js', ...args, '--port', '0'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
-  let err = '';
-  child.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
-  const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
-  const [, url] = await waitFor(() => err, /ingestion endpoint (http:\/\/127\.0\.0\.1:\d+)/, 30_000);
-  return { child, url, exited, stderr: () => err };
-}
 
 /** Until `records` were processed and checkpoint `epoch` (or a later one) completed. */
 async function checkpointed(url: string, records: number, epoch: number): Promise<void> {
@@ -49,7 +38,7 @@ describe('a restore killed before its first checkpoint', () => {
     const flags = ['--checkpoint-dir', ck, '--checkpoint-interval', '0'];
 
     // Two checkpoints while it runs, so the log before the second is truncated: it holds only what came after.
-    const dev = await serve(['dev', JOB, '--checkpoint-dir', ck, '--checkpoint-interval', '100']);
+    const dev = await serveJob(['dev', JOB, '--checkpoint-dir', ck, '--checkpoint-interval', '100', '--port', '0']);
     await publish(dev.url, views(0, 300));
     await checkpointed(dev.url, 300, 1);
     await publish(dev.url, views(300, 300));
@@ -59,12 +48,12 @@ describe('a restore killed before its first checkpoint', () => {
     const listed = await sluice(['checkpoints', JOB, '--checkpoint-dir', ck, '--json']);
     const epoch = String((JSON.parse(listed.stdout) as { checkpoints: { epoch: number; latest?: boolean }[] }).checkpoints.at(-1)!.epoch);
 
-    const restored = await serve(['restore', JOB, '--from', epoch, ...flags]);
+    const restored = await serveJob(['restore', JOB, '--from', epoch, ...flags, '--port', '0']);
     await publish(restored.url, views(600, 150));
     restored.child.kill('SIGKILL');
     await restored.exited;
 
-    const resumed = await serve(['dev', JOB, ...flags, '--resume']);
+    const resumed = await serveJob(['dev', JOB, ...flags, '--resume', '--port', '0']);
     resumed.child.kill('SIGINT');
     expect(await resumed.exited).toBe(EXIT.ok);
 

@@ -6,7 +6,6 @@
  *   test setup's) and serves the ingest handler behind a local Function URL, which
  *   two requests feed (one per source partition).
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,7 +14,7 @@ import q5 from '../../../examples/nexmark/q5.ts';
 import { Sinks, type Sink } from '../../../lib/api/sinks.ts';
 import { EmbeddedRuntime } from '../../../lib/local/embedded.ts';
 import { generateEvents, serializeEvent } from '../../../lib/nexmark/index.ts';
-import { ROOT, sluice, waitFor } from '../../cli/helpers.ts';
+import { serveJob, sluice, waitFor } from '../../cli/helpers.ts';
 
 /** The environment without any endpoint variable, plus `extra`. */
 function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
@@ -68,16 +67,11 @@ describe('sluice --target local-aws', () => {
       AWS_ACCESS_KEY_ID: inject('awsCredentials').accessKeyId,
       AWS_SECRET_ACCESS_KEY: inject('awsCredentials').secretAccessKey,
     });
-    const dev = spawn(process.execPath, ['bin/sluice.js', 'dev', 'examples/first-job.ts', '--port', '0', '--target', 'local-aws'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    dev.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    dev.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    const exited = new Promise<number | null>((resolve) => dev.on('close', resolve));
+    const dev = await serveJob(['dev', 'examples/first-job.ts', '--port', '0', '--target', 'local-aws'], { env, timeoutMs: 60_000 });
     try {
-      const [, url] = await waitFor(() => stderr, /ingestion endpoint (http:\/\/127\.0\.0\.1:\d+)/, 60_000);
-      expect(stderr).toContain(`DynamoDB AWS_ENDPOINT_URL_DYNAMODB=${inject('dynamodbEndpoint')}`);
-      expect(stderr).toContain(`SQS AWS_ENDPOINT_URL_SQS=${inject('fauxqsEndpoint')}`);
+      const { url } = dev;
+      expect(dev.stderr()).toContain(`DynamoDB AWS_ENDPOINT_URL_DYNAMODB=${inject('dynamodbEndpoint')}`);
+      expect(dev.stderr()).toContain(`SQS AWS_ENDPOINT_URL_SQS=${inject('fauxqsEndpoint')}`);
       // Two requests without an Idempotency-Key, so the ingest function sends them to the two
       // source partitions in turn (`sluice publish` sends a key per batch, which picks the
       // partition by its hash: both batches could land in one partition).
@@ -90,9 +84,9 @@ describe('sluice --target local-aws', () => {
       }
       expect(answers.map((a) => a.accepted)).toEqual([4, 2]);
       expect(answers[1].rejected.map((r) => r.index)).toEqual([2]); // the file's seventh line
-      // The windows close in two partitions, whose sink writes reach stdout separately: wait for all three rows.
-      await waitFor(() => stdout, /^(?:.*\n){3}/, 60_000);
-      const rows = stdout.trim().split('\n').map((l) => JSON.parse(l));
+      // The windows close in two partitions, whose sink writes reach dev.stdout() separately: wait for all three rows.
+      await waitFor(() => dev.stdout(), /^(?:.*\n){3}/, 60_000);
+      const rows = dev.stdout().trim().split('\n').map((l) => JSON.parse(l));
       expect(rows).toEqual(
         expect.arrayContaining([
           { page: '/a', windowStart: 0, views: 2 },
@@ -100,12 +94,12 @@ describe('sluice --target local-aws', () => {
           { page: '/a', windowStart: 60000, views: 1 },
         ]),
       );
-      await waitFor(() => stderr, /invocations\s+messages/, 10_000);
+      await waitFor(() => dev.stderr(), /invocations\s+messages/, 10_000);
     } finally {
-      dev.kill('SIGINT');
+      dev.child.kill('SIGINT');
     }
-    expect(await exited).toBe(3); // stopped, with a rejected event
-    expect(stderr).toMatch(/stopped: 6 records ingested, 1 rejected, 0 dead letters/);
-    expect(stderr).toMatch(/cost on AWS .* [1-9]\d* HTTP API requests = \$/);
+    expect(await dev.exited).toBe(3); // stopped, with a rejected event
+    expect(dev.stderr()).toMatch(/stopped: 6 records ingested, 1 rejected, 0 dead letters/);
+    expect(dev.stderr()).toMatch(/cost on AWS .* [1-9]\d* HTTP API requests = \$/);
   }, 120_000);
 });
