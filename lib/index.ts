@@ -52,7 +52,7 @@ export type {
   WindowResultFunction,
 } from './api/functions.ts';
 export { Sinks, IdempotentSink, CollectSink, StdoutSink, JsonLinesFileSink, SinkRecordsRejectedError, type Sink, type SinkBatch, type TransactionalSink } from './api/sinks.ts';
-export type { SourceOptions, SourceBinding, IdleAdvance } from './api/sources.ts';
+export type { SourceOptions, SourceBinding, IdleAdvance, LoadShedding } from './api/sources.ts';
 export { isJob, type JobParams } from './api/job-module.ts';
 export { EmbeddedRuntime, runJob, type EmbeddedOptions, type RuntimeStats } from './local/embedded.ts';
 export type { StageQueue } from './local/embedded-stats.ts';
@@ -62,7 +62,8 @@ export type { StoredDeadLetter } from './checkpoint/dead-letter-store.ts';
 export type { DeadLetter, DeadTimer } from './transport/envelope.ts';
 export { startIngestServer, type IngestServer, type IngestServerOptions } from './local/ingest-server.ts';
 export type { IngestRejections } from './local/ingest-bounds.ts';
-export type { IngestTarget, OfferResult, IngestPressure } from './local/ingest-target.ts';
+export type { IngestTarget, OfferResult, IngestPressure, ShedCount } from './local/ingest-target.ts';
+export type { ShedDecision, ShedReason } from './transport/load-shedding.ts';
 export type { KeyedOffer } from './local/ingest-keys.ts';
 export type { RememberedAnswer } from './transport/idempotency.ts';
 export * from './errors.ts';

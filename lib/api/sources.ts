@@ -62,6 +62,23 @@ export interface SourceOptions<T> {
    * an ingestion stream (`sluice run --input`) holds.
    */
   readonly idleAdvance?: IdleAdvance;
+  /**
+   * Ingestion streams only: opt-in load shedding. While the stream's accepted,
+   * unprocessed records reach `whenQueued`, or its oldest waits `whenLagMs`, arriving
+   * events are dropped by `drop` instead of waiting: `'newest'` drops every one, `{ keep:
+   * r }` keeps the fraction r (every 1/r-th, by arrival), `{ priority, keepAtLeast }`
+   * keeps those whose priority is at least that. Each shed event is counted per source
+   * and reason and named in its request's answer (index and reason); none is enqueued.
+   * Set the bounds below the endpoint's 429 bounds (`sluice dev --max-queued`,
+   * `--max-lag`), or those refuse first. Default: nothing is ever shed.
+   */
+  readonly shed?: LoadShedding<T>;
+}
+
+export interface LoadShedding<T = unknown> {
+  readonly whenQueued?: number;
+  readonly whenLagMs?: number;
+  readonly drop: 'newest' | { readonly keep: number } | { readonly priority: (event: T) => number; readonly keepAtLeast: number };
 }
 
 export interface SourceDef<T = unknown> {
@@ -74,6 +91,8 @@ export interface SourceDef<T = unknown> {
   readonly maxFutureMs?: number;
   /** See SourceOptions.idleAdvance (resolved by the job API; absent in a definition built by hand: 'hold'). */
   readonly idleAdvance?: IdleAdvance;
+  /** See SourceOptions.shed. */
+  readonly shed?: LoadShedding<T>;
 }
 
 /** Turn a schema failure into "field: expected ..., received <value> (<type>)" text. */

@@ -14,7 +14,7 @@ import type {
 } from './functions.ts';
 import { Sinks, type Sink } from './sinks.ts';
 import { checkUid, DataStreamSink } from './stream-sink.ts';
-import type { IdleAdvance, SourceBinding, SourceOptions } from './sources.ts';
+import type { IdleAdvance, LoadShedding, SourceBinding, SourceOptions } from './sources.ts';
 import type { StateSpec, UntypedStateHandles } from './state.ts';
 import { type Key, type KeySelector, OutputTag, WatermarkStrategies } from './types.ts';
 import type { WindowAssigner } from './windows.ts';
@@ -83,6 +83,7 @@ export class Job {
           schema: options.schema,
           maxFutureMs: checkMaxFutureMs(name, binding.kind, options.maxFutureMs),
           idleAdvance: checkIdleAdvance(name, binding.kind, options.idleAdvance),
+          shed: checkShedding(name, binding.kind, options.shed),
         },
       },
       [],
@@ -99,6 +100,23 @@ function checkMaxFutureMs(source: string, kind: string, ms: number | undefined):
   if (kind !== 'ingest') throw new JobDefinitionError(source, 'maxFutureMs only on an ingestion stream (job.ingest)', `a ${kind} source`);
   if (!Number.isSafeInteger(ms) || ms < 0) throw new JobDefinitionError(source, 'maxFutureMs as a non-negative integer of milliseconds', String(ms));
   return ms;
+}
+
+/** Shedding acts where events arrive, so only an ingestion stream can have it. */
+function checkShedding<T>(source: string, kind: string, shed: LoadShedding<T> | undefined): LoadShedding<T> | undefined {
+  if (shed === undefined) return undefined;
+  if (kind !== 'ingest') throw new JobDefinitionError(source, 'shed only on an ingestion stream (job.ingest)', `a ${kind} source`);
+  const bound = (v: unknown) => v === undefined || (typeof v === 'number' && Number.isSafeInteger(v) && v > 0);
+  if (!bound(shed.whenQueued) || !bound(shed.whenLagMs) || (shed.whenQueued === undefined && shed.whenLagMs === undefined)) {
+    throw new JobDefinitionError(source, 'shed.whenQueued (records) and/or shed.whenLagMs (ms), positive integers', JSON.stringify({ whenQueued: shed.whenQueued, whenLagMs: shed.whenLagMs }));
+  }
+  const d = shed.drop as unknown;
+  const ok =
+    d === 'newest' ||
+    (typeof d === 'object' && d !== null && 'keep' in d && typeof d.keep === 'number' && d.keep > 0 && d.keep < 1) ||
+    (typeof d === 'object' && d !== null && 'priority' in d && typeof d.priority === 'function' && 'keepAtLeast' in d && Number.isFinite(d.keepAtLeast));
+  if (!ok) throw new JobDefinitionError(source, "shed.drop as 'newest', { keep: r } with 0 < r < 1, or { priority: (event) => number, keepAtLeast: n }", JSON.stringify(d) ?? String(d));
+  return shed;
 }
 
 function checkIdleAdvance(source: string, kind: string, advance: unknown): IdleAdvance {

@@ -21,12 +21,19 @@ export function describeRejected(r: DevStatus['rejected']): string {
   return text;
 }
 
-/** The counters every view shows, in one phrase: records ingested, rejected, dead letters, late dropped, queued, lag. */
+/** The counters every view shows, in one phrase: records ingested, rejected, dead letters, late dropped, shed (once any were), queued, lag. */
 export function countersPhrase(s: DevStatus): string {
   return (
     `${fmt.int(s.recordsIngested)} records ingested, ${describeRejected(s.rejected)}, ${deadLetterCount(s.deadLetters, s.deadLetterFile ?? undefined)}, ` +
-    `${lateDroppedCount(s.lateDropped)}, queued ${fmt.int(s.queuedRecords)}, lag ${fmt.span(s.lagMs)}`
+    `${lateDroppedCount(s.lateDropped)}, ${s.shedTotal ? `${shedCount(s.shed)}, ` : ''}queued ${fmt.int(s.queuedRecords)}, lag ${fmt.span(s.lagMs)}`
   );
+}
+
+/** "12 shed by load shedding (events: newest 12)". */
+export function shedCount(shed: DevStatus['shed']): string {
+  const parts = Object.entries(shed).map(([stream, byReason]) => `${stream}: ${Object.entries(byReason).map(([r, n]) => `${r} ${fmt.int(n)}`).join(', ')}`);
+  const total = Object.values(shed).reduce((n, byReason) => n + Object.values(byReason).reduce((a, b) => a + b, 0), 0);
+  return `${fmt.int(total)} shed by load shedding${parts.length ? ` (${parts.join('; ')})` : ''}`;
 }
 
 function watermarkText(st: DevStatus['stages'][number]): [string, string] {

@@ -6,7 +6,8 @@
  * before (CloudWatch sums them); a line is written only when something changed.
  *
  * Dimension sets, as on AWS plus the operator where AWS has none:
- * - `service`: eventsAccepted, eventsRejected (invalid or over the bounds), deadLetters;
+ * - `service`: eventsAccepted, eventsRejected (invalid or over the bounds), deadLetters,
+ *   eventsShed (also per `stream` and `reason`);
  * - `service`, `stage` (its index, as the handlers name it): recordsIn (its first
  *   operator's), lateDropped;
  * - `service`, `stage`, `operator`: lateDropped, per operator that dropped records.
@@ -19,6 +20,10 @@ import type { DevStatus } from './status-shape.ts';
 
 /** The dimension of the per-operator late counts (the handlers have none: they count per stage). */
 export const OPERATOR_DIMENSION = 'operator';
+/** Events load shedding dropped (SourceOptions.shed): per job, and per stream and reason. */
+export const SHED_METRIC = 'eventsShed';
+export const STREAM_DIMENSION = 'stream';
+export const REASON_DIMENSION = 'reason';
 
 type Dimensions = readonly (readonly [string, string])[];
 interface Line {
@@ -38,6 +43,10 @@ function counters(s: DevStatus): Map<string, Line> {
   add([], INGEST_METRICS.eventsAccepted, s.recordsIngested);
   add([], INGEST_METRICS.eventsRejected, s.rejected.invalid + s.rejected.overBounds);
   add([], OPERATOR_METRICS.deadLetters, s.deadLetters);
+  add([], SHED_METRIC, s.shedTotal);
+  for (const [stream, byReason] of Object.entries(s.shed)) {
+    for (const [reason, n] of Object.entries(byReason)) add([[STREAM_DIMENSION, stream], [REASON_DIMENSION, reason]], SHED_METRIC, n);
+  }
   s.stages.forEach((st, i) => {
     const stage = [METRIC_DIMENSIONS.stage, String(i)] as const;
     add([stage], OPERATOR_METRICS.recordsIn, s.recordsIn[st.operators[0]] ?? 0);

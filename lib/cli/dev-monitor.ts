@@ -131,6 +131,8 @@ export class DevMonitor {
       at: now,
       lagMs,
       lateDroppedTotal: Object.values(s.lateDropped).reduce((a, b) => a + b, 0),
+      shed: Object.fromEntries(Object.entries(s.shed).map(([k, v]) => [k, { ...v }])),
+      shedTotal: Object.values(s.shed).reduce((n, byReason) => n + Object.values(byReason).reduce((a, b) => a + b, 0), 0),
       stages,
       maxParallelism: plan.job.maxParallelism,
       scaling: scalingAdvice(

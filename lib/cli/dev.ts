@@ -198,6 +198,7 @@ export async function devCommand(jobPath: string, opts: DevCommandOptions, log: 
     deadLetters: last.deadLetters,
     deadLetterFile: last.deadLetterFile,
     lateDropped: last.lateDropped,
+    shed: last.shed,
     finalCheckpoint,
     failed,
   };

@@ -16,7 +16,7 @@ export async function publishCommand(stream: string, file: string, opts: Publish
     batchSize: { flag: '--batch-size', expected: 'a positive integer' },
   });
   const result = await publishFile({ url: opts.url, stream, file, batchSize, progress: process.stderr.isTTY === true, sign: opts.sign, region: opts.region, service: opts.service });
-  out(`published ${file} to "${stream}": ${fmt.int(result.accepted)} accepted, ${fmt.int(result.rejected.length)} rejected`);
+  out(`published ${file} to "${stream}": ${fmt.int(result.accepted)} accepted, ${fmt.int(result.rejected.length)} rejected${result.shed.length ? `, ${fmt.int(result.shed.length)} shed by the stream's load shedding (first line ${result.shed[0].line}: ${result.shed[0].reason})` : ''}`);
   for (const r of result.rejected.slice(0, 10)) out(`  line ${r.line}: ${r.error}`);
   if (result.rejected.length > 10) out(`  ... and ${fmt.int(result.rejected.length - 10)} more`);
   // A resend after a lost answer that the endpoint had already taken: counted once, with its first answer.

@@ -76,6 +76,8 @@ export interface PublishResult {
   rejected: { line: number; error: string }[];
   /** Batches the endpoint had already taken (a resend after a lost answer): its first answer came back, nothing was enqueued again. */
   replayed: { lines: string; idempotencyKey: string }[];
+  /** Events the stream's load shedding dropped (SourceOptions.shed), by 1-based file line: answered, never enqueued. */
+  shed: { line: number; reason: string }[];
 }
 
 const OptionsSchema = z.object({
@@ -179,7 +181,7 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
   const signer = scope ? await (await import('./sigv4.ts')).createRequestSigner(scope) : undefined;
   const run = randomUUID();
 
-  const result: PublishResult = { sent: 0, accepted: 0, rejected: [], replayed: [] };
+  const result: PublishResult = { sent: 0, accepted: 0, rejected: [], replayed: [], shed: [] };
   const bar = opts.progress ? await progressBar(opts.stream) : undefined;
   bar?.start(totalBytes, 0, { accepted: 0, rejected: 0 });
 
@@ -195,8 +197,14 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
         result.sent += batch.length;
         const accepted = typeof reply.body.accepted === 'number' ? reply.body.accepted : 0;
         const rejected = (reply.body.rejected ?? []) as { index: number; error: string }[];
-        if (accepted + rejected.length !== batch.length) {
-          throw new InvariantError(`server answered accepted ${accepted} + rejected ${rejected.length} for a batch of ${batch.length} events (lines ${span(batch)})`);
+        const shed = (Array.isArray(reply.body.shed) ? reply.body.shed : []) as { index: number; reason: string }[];
+        if (accepted + rejected.length + shed.length !== batch.length) {
+          throw new InvariantError(`server answered accepted ${accepted} + rejected ${rejected.length} + shed ${shed.length} for a batch of ${batch.length} events (lines ${span(batch)})`);
+        }
+        for (const d of shed) {
+          const source = batch[d.index];
+          if (!source) throw new InvariantError(`server shed index ${d.index}, but the batch has ${batch.length} events (lines ${span(batch)})`);
+          result.shed.push({ line: source.line, reason: d.reason });
         }
         result.accepted += accepted;
         if (reply.body.replay === true) result.replayed.push({ lines: span(batch), idempotencyKey: key });

@@ -33,6 +33,10 @@ export interface DevStatus {
   lagMs: number;
   /** The sum of lateDropped. */
   lateDroppedTotal: number;
+  /** Events load shedding dropped (SourceOptions.shed), per ingestion stream and reason (`newest`, `sample`, `priority`). */
+  shed: Record<string, Record<string, number>>;
+  /** The sum of shed. */
+  shedTotal: number;
   stages: StageStatus[];
   /** Key groups: the most partitions a stage can have. */
   maxParallelism: number;

@@ -155,6 +155,7 @@ export async function devLocalAwsCommand(jobPath: string, flags: { port: number;
         deadLetters: dead.length,
         deadLetterFile: null,
       lateDropped: null,
+      shed: null,
         finalCheckpoint: null,
         failed: false,
       };

@@ -102,6 +102,7 @@ function drawCounters(s) {
     counter('rejected', 'rejected', rejected, int(rejected), int(s.rejected.invalid) + ' invalid, ' + int(s.rejected.overBounds) + ' over the bounds' + (s.rejected.requestsRefused ? ', ' + int(s.rejected.requestsRefused) + ' requests unread' : ''), rejected ? 'bad' : ''),
     counter('dead-letters', 'dead letters', s.deadLetters, int(s.deadLetters), s.deadLetterFile && s.deadLetters ? s.deadLetterFile : '', s.deadLetters ? 'bad' : ''),
     counter('late-dropped', 'late dropped', s.lateDroppedTotal, int(s.lateDroppedTotal), late, s.lateDroppedTotal ? 'warn' : ''),
+    counter('shed', 'shed (load shedding)', s.shedTotal || 0, int(s.shedTotal || 0), Object.entries(s.shed || {}).map(([k, v]) => k + ' ' + Object.entries(v).map(([r, n]) => r + ' ' + int(n)).join(', ')).join('; '), s.shedTotal ? 'warn' : ''),
     counter('last-checkpoint', 'last checkpoint', s.lastCheckpoint === null ? '' : s.lastCheckpoint, s.lastCheckpoint === null ? 'none yet' : 'epoch ' + s.lastCheckpoint, last ? last.status + (last.durationMs !== null ? ', ' + int(last.durationMs) + ' ms' : '') : s.checkpoints ? '' : 'checkpoints off'),
     counter('cost', 'AWS cost / million events', s.cost.dollarsPerMillionEvents === null ? '' : s.cost.dollarsPerMillionEvents, dollars(s.cost.dollarsPerMillionEvents), 'projected, prices ' + s.cost.pricesAsOf),
   );

@@ -10,6 +10,7 @@ import { type KeyedOffer, KeyMemory } from './ingest-keys.ts';
 import type { IngestPressure, OfferResult, Recalled } from './ingest-target.ts';
 import type { FeedHost, SourceFeed } from './source-feed.ts';
 import { IngestBuffer, toIngestRecord } from '../transport/sources.ts';
+import { overShedBounds, type ShedDecision, shedEvents } from '../transport/load-shedding.ts';
 import type { Slot } from './slot.ts';
 import type { TimeSlicer } from './time-slice.ts';
 
@@ -120,6 +121,14 @@ export function offerIngest(v: IngestView, stream: string, events: readonly unkn
   if (keys && durable) durable.catch(() => keys.forget(keyed!.key, keyed!.fingerprint));
   v.wake();
   return durable ? { ok: true, durable } : { ok: true };
+}
+
+/** The stream's opt-in load shedding: undefined without a policy or under its bounds. `seen`: events its sampler saw while shedding. */
+export function shedIngest(v: IngestView, stream: string, events: readonly unknown[], seen: number): ShedDecision | undefined {
+  const policy = ingestSource(v, stream)?.def.shed;
+  const pressure = policy && ingestPressure(v, stream);
+  if (!policy || !pressure || !overShedBounds(policy, pressure)) return undefined;
+  return shedEvents(policy, events, seen);
 }
 
 export function ingestPressure(v: IngestView, stream: string): IngestPressure | undefined {

@@ -112,6 +112,8 @@ export interface RuntimeStats {
   readonly watermarks: Record<string, number>;
   /** Per stage: the records its batches took in and the milliseconds its partitions spent in them (useful time; scaling-advice.ts). */
   readonly load: Readonly<Record<string, { readonly recordsIn: number; readonly busyMs: number }>>;
+  /** Events load shedding dropped (SourceOptions.shed), per ingestion stream and reason; absent streams shed none. */
+  readonly shed: Readonly<Record<string, Readonly<Record<string, number>>>>;
   readonly queuedRecords: number;
   readonly deadLetters: number;
   /** The file that holds every dead letter (absent: they are in memory only). */

@@ -26,7 +26,8 @@ import { type Barrier, type Envelope, recordCount } from '../transport/envelope.
 import type { StoredDeadLetter } from '../checkpoint/dead-letter-store.ts';
 import { OutboxDelivery } from './outbox-delivery.ts';
 import type { EmbeddedOptions, RestorePlan, RuntimeStats } from './embedded-options.ts';
-import type { IngestPressure, IngestTarget, OfferResult, Recalled } from './ingest-target.ts';
+import type { IngestPressure, IngestTarget, OfferResult, Recalled, ShedCount } from './ingest-target.ts';
+import type { ShedDecision } from '../transport/load-shedding.ts';
 import type { KeyedOffer } from './ingest-keys.ts';
 import { type FeedHost, openSourceFeed, type SourceFeed } from './source-feed.ts';
 import type { RejectedInput } from '../transport/sources.ts';
@@ -34,7 +35,7 @@ import { sourceChunking } from './rounds.ts';
 import { addLateDropped, newCounters, type RuntimeCounters, runtimeStats, type StageQueue, stageQueues } from './embedded-stats.ts';
 import { ackFrom, enqueueTo, newSlot, nextBatch, type Slot } from './slot.ts';
 import { TimeSlicer } from './time-slice.ts';
-import { Arrivals, type IngestView, ingestPressure, ingestStreams, offerIngest, recallIngestKey, validateIngest } from './embedded-ingest.ts';
+import { Arrivals, type IngestView, ingestPressure, ingestStreams, offerIngest, recallIngestKey, shedIngest, validateIngest } from './embedded-ingest.ts';
 import { faultSite } from '../util/fault-sites.ts';
 import type { CrashPoint } from './faults.ts';
 
@@ -63,6 +64,8 @@ export class EmbeddedRuntime implements IngestTarget {
   private round = 0;
   private readonly linger: LingerPolicy;
   private counters: RuntimeCounters;
+  /** Per stream, events its load shedding's sampler saw while shedding. */
+  private readonly shedSeen = new Map<string, number>();
   /** Time slicing (`sliceMs`): batch and chunk sizes by the measured cost per record. */
   private readonly slicer: TimeSlicer | undefined;
   /** When the scheduler last let the event loop run (timers, HTTP requests, signals). */
@@ -434,8 +437,21 @@ export class EmbeddedRuntime implements IngestTarget {
     return validateIngest(this.ingest, stream, event);
   }
 
-  offer(stream: string, events: readonly unknown[], keyed?: KeyedOffer): OfferResult {
-    return offerIngest(this.ingest, stream, events, keyed);
+  offer(stream: string, events: readonly unknown[], keyed?: KeyedOffer, shed?: ShedCount): OfferResult {
+    const r = offerIngest(this.ingest, stream, events, keyed);
+    if (r.ok && shed) {
+      const bySource = (this.counters.shed[stream] ??= {});
+      bySource[shed.reason] = (bySource[shed.reason] ?? 0) + shed.count;
+    }
+    return r;
+  }
+
+  /** The stream's opt-in load shedding (SourceOptions.shed): the events to drop now, or undefined. */
+  shed(stream: string, events: readonly unknown[]): ShedDecision | undefined {
+    const seen = this.shedSeen.get(stream) ?? 0;
+    const d = shedIngest(this.ingest, stream, events, seen);
+    if (d) this.shedSeen.set(stream, seen + events.length);
+    return d;
   }
 
   /** What is remembered of an Idempotency-Key (the ingestion endpoint's replays). @internal */

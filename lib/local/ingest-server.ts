@@ -221,10 +221,15 @@ async function accept(target: IngestTarget, opts: ResolvedOptions, counter: Reje
     counter.add(429, checked.valid.length);
     reply(res, a);
   };
-  const over = overBounds(stream, checked.valid.length, target.pressure?.(stream), opts);
+  // Opt-in load shedding (below the 429 bounds): the events it drops are answered as shed, never enqueued.
+  const valid = checked.valid.map((v) => v.event);
+  const shedding = target.shed?.(stream, valid);
+  const kept = shedding ? shedding.kept : valid;
+  const shed = shedding ? shedding.shed.map((i) => ({ index: checked.valid[i].index, reason: shedding.reason })) : [];
+  const over = overBounds(stream, kept.length, target.pressure?.(stream), opts);
   if (over) return refuse(over);
-  const answer = acceptedAnswer(checked.valid.length, parsed.events.length, checked.rejected);
-  const offered = target.offer(stream, checked.valid.map((v) => v.event), keyed && { ...keyed, answer: remembered(answer) });
+  const answer = acceptedAnswer(kept.length, parsed.events.length, checked.rejected, shed);
+  const offered = target.offer(stream, kept, keyed && { ...keyed, answer: remembered(answer) }, shedding && shed.length ? { reason: shedding.reason, count: shed.length } : undefined);
   if (!offered.ok) return refuse(saturatedAnswer(stream, offered.retryAfterMs));
   // Accepted means durable: the 202 waits until a logging target has the events on disk (a failure is a 500, never a 2xx).
   if ('durable' in offered && offered.durable) await offered.durable;

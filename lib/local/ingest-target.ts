@@ -3,6 +3,7 @@
  * Keeping it this narrow lets the server be tested with a fake and lets the
  * runtime own durability: the server answers 202 only after `offer` said ok.
  */
+import type { ShedDecision, ShedReason } from '../transport/load-shedding.ts';
 import type { Remembered } from '../transport/idempotency.ts';
 import type { KeyedOffer } from './ingest-keys.ts';
 
@@ -28,13 +29,25 @@ export interface IngestPressure {
   readonly recordsPerSecond?: number;
 }
 
+/** Events of a request the stream's load shedding dropped, and why. */
+export interface ShedCount {
+  readonly reason: ShedReason;
+  readonly count: number;
+}
+
 export interface IngestTarget {
   /** Names of the job's ingestion streams. */
   streams(): readonly string[];
   /** Validate one event for a stream; return an error message (which field, expected, received) or undefined. */
   validate(stream: string, event: unknown): string | undefined;
   /** Enqueue valid events atomically (all or none). Returns accepted, or saturated with a retry delay. Never partially enqueues; throws when it enqueued nothing for another reason. */
-  offer(stream: string, events: readonly unknown[], keyed?: KeyedOffer): OfferResult;
+  offer(stream: string, events: readonly unknown[], keyed?: KeyedOffer, shed?: ShedCount): OfferResult;
+  /**
+   * Optional: the stream's opt-in load shedding (SourceOptions.shed): which of these events
+   * to drop now, or undefined when nothing is to be shed (no policy, or under its bounds).
+   * The endpoint offers the rest, with the count, which the target counts once the offer succeeds.
+   */
+  shed?(stream: string, events: readonly unknown[]): ShedDecision | undefined;
   /**
    * Optional: what is remembered of an Idempotency-Key. A target with it remembers `keyed`
    * offers, durably with their events when they are logged; without it, keys are ignored.

@@ -190,9 +190,16 @@ export function saturatedAnswer(stream: string, retryAfterMs: number, detail = '
   };
 }
 
-export function acceptedAnswer(accepted: number, total: number, rejected: readonly RejectedEvent[]): IngestAnswer {
-  const message = rejected.length === 0 ? `accepted ${plural(accepted, 'event')}` : `accepted ${accepted} of ${plural(total, 'event')}; ${rejected.length} rejected`;
-  return { status: 202, body: { accepted, rejected: [...rejected].sort((a, b) => a.index - b.index), message } };
+/** An event the stream's load shedding dropped (SourceOptions.shed): never enqueued. */
+export interface ShedEvent {
+  readonly index: number;
+  readonly reason: string;
+}
+
+export function acceptedAnswer(accepted: number, total: number, rejected: readonly RejectedEvent[], shed: readonly ShedEvent[] = []): IngestAnswer {
+  const parts = [...(rejected.length ? [`${rejected.length} rejected`] : []), ...(shed.length ? [`${shed.length} shed (load shedding: ${shed[0].reason})`] : [])];
+  const message = parts.length === 0 ? `accepted ${plural(accepted, 'event')}` : `accepted ${accepted} of ${plural(total, 'event')}; ${parts.join(', ')}`;
+  return { status: 202, body: { accepted, rejected: [...rejected].sort((a, b) => a.index - b.index), ...(shed.length ? { shed } : {}), message } };
 }
 
 export function plural(n: number, noun: string): string {

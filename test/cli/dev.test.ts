@@ -57,7 +57,7 @@ describe('sluice dev + sluice publish', () => {
       const s = JSON.parse(status.stdout);
       expect(Object.keys(s)).toEqual([
         'job', 'pid', 'url', 'startedAt', 'uptimeMs', 'recordsIngested', 'queuedRecords', 'rejected', 'deadLetters', 'deadLetterFile', 'lateDropped', 'recordsIn', 'watermarks', 'lastCheckpoint',
-        'at', 'lagMs', 'lateDroppedTotal', 'stages', 'maxParallelism', 'scaling', 'operators', 'edges', 'checkpoints', 'sinks', 'cost',
+        'at', 'lagMs', 'lateDroppedTotal', 'shed', 'shedTotal', 'stages', 'maxParallelism', 'scaling', 'operators', 'edges', 'checkpoints', 'sinks', 'cost',
       ]);
       // Scaling advice per stage, from the records its batches took in and their busy time.
       expect(s.scaling.stages.map((a: { name: string }) => a.name)).toEqual(s.stages.map((st: { name: string }) => st.name));
@@ -79,6 +79,6 @@ describe('sluice dev + sluice publish', () => {
     expect(gone.stderr).toContain(`<job>: expected a job running under \`sluice dev\` with its checkpoint directory in ${join(dir, 'ck')} (else --checkpoint-dir), received no ${join(dir, 'ck', 'dev.json')}`);
     // --json: the summary is the last line on dev.stdout(), after the job's own dev.stdout() sink.
     const summary = JSON.parse(dev.stdout().trim().split('\n').at(-1)!);
-    expect(summary).toEqual({ job: 'page-views', target: 'embedded', url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/), recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0, deadLetterFile: join(dir, 'ck', 'dead-letters.jsonl'), lateDropped: {}, finalCheckpoint: expect.any(Number), failed: false });
+    expect(summary).toEqual({ job: 'page-views', target: 'embedded', url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/), recordsIngested: 5, rejected: { invalid: 1, overBounds: 0, requestsRefused: 0 }, deadLetters: 0, deadLetterFile: join(dir, 'ck', 'dead-letters.jsonl'), lateDropped: {}, shed: {}, finalCheckpoint: expect.any(Number), failed: false });
   }, 60_000);
 });

@@ -196,7 +196,7 @@ describe('SigV4', () => {
     const events = ids(7);
     const file = await jsonl(events);
     const result = await publishFile({ url: `${endpoint.url}/`, stream: 'page views', file, batchSize: 3, sign: 'always', region: 'eu-west-1', service: 'execute-api' });
-    expect(result).toEqual({ sent: 7, accepted: 7, rejected: [], replayed: [] });
+    expect(result).toEqual({ sent: 7, accepted: 7, rejected: [], replayed: [], shed: [] });
     expect(endpoint.received).toHaveLength(3);
     expect(endpoint.enqueued).toEqual(events);
     for (const r of endpoint.received) {
@@ -286,7 +286,7 @@ describe('retries', () => {
     const events = ids(6);
     const file = await jsonl(events);
     const result = await publishFile({ url: endpoint.url, stream: 's', file, batchSize: 2, sign: 'always', region: 'us-east-1', service: 'execute-api' });
-    expect(result).toEqual({ sent: 6, accepted: 6, rejected: [], replayed: [] });
+    expect(result).toEqual({ sent: 6, accepted: 6, rejected: [], replayed: [], shed: [] });
     expect(refused).toBe(2);
     expect(endpoint.received.map((r) => r.body)).toEqual(['{"id":0}\n{"id":1}\n', '{"id":2}\n{"id":3}\n', '{"id":2}\n{"id":3}\n', '{"id":2}\n{"id":3}\n', '{"id":4}\n{"id":5}\n']);
     const k = keys();
@@ -309,7 +309,7 @@ describe('retries', () => {
     const events = ids(3);
     const file = await jsonl(events);
     const result = await publishFile({ url: endpoint.url, stream: 's', file, retryBaseMs: 1 });
-    expect(result).toEqual({ sent: 3, accepted: 3, rejected: [], replayed: [] });
+    expect(result).toEqual({ sent: 3, accepted: 3, rejected: [], replayed: [], shed: [] });
     expect(endpoint.received).toHaveLength(3);
     expect(new Set(keys()).size).toBe(1);
     expect(endpoint.enqueued).toEqual(events);

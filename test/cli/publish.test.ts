@@ -63,7 +63,7 @@ describe('publishFile', () => {
     const events = Array.from({ length: 12 }, (_, i) => ({ id: i, v: `e${i}` }));
     const file = await jsonl(events.map((e) => JSON.stringify(e)));
     const result = await publishFile({ url: server.url, stream: 'orders', file, batchSize: 5 });
-    expect(result).toEqual({ sent: 12, accepted: 12, rejected: [], replayed: [] });
+    expect(result).toEqual({ sent: 12, accepted: 12, rejected: [], replayed: [], shed: [] });
     expect(target.offered.map((b) => b.length)).toEqual([5, 5, 2]);
     expect(target.offered.flat()).toEqual(events);
   });
@@ -98,7 +98,7 @@ describe('publishFile', () => {
     target.saturateNext = 2;
     const file = await jsonl(['{"id":1}', '{"id":2}', '{"id":3}']);
     const result = await publishFile({ url: server.url, stream: 'orders', file, batchSize: 2, retries: 3 });
-    expect(result).toEqual({ sent: 3, accepted: 3, rejected: [], replayed: [] });
+    expect(result).toEqual({ sent: 3, accepted: 3, rejected: [], replayed: [], shed: [] });
     expect(target.refusals).toBe(2);
     expect(target.offered).toEqual([[{ id: 1 }, { id: 2 }], [{ id: 3 }]]);
   });
@@ -129,7 +129,7 @@ describe('publishFile', () => {
     const events = Array.from({ length: 10 }, (_, i) => ({ id: i }));
     const file = await jsonl(events.map((e) => JSON.stringify(e)));
     const result = await publishFile({ url: small.url, stream: 'orders', file, batchSize: 10, progress: true });
-    expect(result).toEqual({ sent: 10, accepted: 10, rejected: [], replayed: [] });
+    expect(result).toEqual({ sent: 10, accepted: 10, rejected: [], replayed: [], shed: [] });
     expect(target.offered.every((b) => b.length <= 4)).toBe(true);
     expect(target.offered.flat()).toEqual(events);
   });
