@@ -59,3 +59,10 @@ function truncate(s: string | undefined, n = 120): string {
   if (s === undefined) return 'undefined';
   return s.length > n ? s.slice(0, n) + '...' : s;
 }
+
+/** Events load shedding dropped, over every stream and reason. */
+export function shedTotal(shed: Readonly<Record<string, Readonly<Record<string, number>>>>): number {
+  let n = 0;
+  for (const byReason of Object.values(shed)) for (const c of Object.values(byReason)) n += c;
+  return n;
+}

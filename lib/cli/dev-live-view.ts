@@ -6,7 +6,7 @@
  */
 import type { Writable } from 'node:stream';
 import { createLogUpdate } from 'log-update';
-import { deadLetterCount, lateDroppedCount } from './dead-letter-report.ts';
+import { deadLetterCount, lateDroppedCount, shedTotal } from './dead-letter-report.ts';
 import { fmt } from './options.ts';
 import type { DevStatus } from './status-shape.ts';
 
@@ -32,8 +32,7 @@ export function countersPhrase(s: DevStatus): string {
 /** "12 shed by load shedding (events: newest 12)". */
 export function shedCount(shed: DevStatus['shed']): string {
   const parts = Object.entries(shed).map(([stream, byReason]) => `${stream}: ${Object.entries(byReason).map(([r, n]) => `${r} ${fmt.int(n)}`).join(', ')}`);
-  const total = Object.values(shed).reduce((n, byReason) => n + Object.values(byReason).reduce((a, b) => a + b, 0), 0);
-  return `${fmt.int(total)} shed by load shedding${parts.length ? ` (${parts.join('; ')})` : ''}`;
+  return `${fmt.int(shedTotal(shed))} shed by load shedding${parts.length ? ` (${parts.join('; ')})` : ''}`;
 }
 
 function watermarkText(st: DevStatus['stages'][number]): [string, string] {

@@ -10,6 +10,7 @@ import type { SinkTap } from '../local/dashboard-sink-tap.ts';
 import type { IngestRejections } from '../local/ingest-bounds.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
 import { scalingAdvice } from '../runtime/scaling-advice.ts';
+import { shedTotal } from './dead-letter-report.ts';
 import { rejectedCounts } from './dev-summary.ts';
 import { projectCost } from './status-cost.ts';
 import type { CheckpointEntry, DevStatus, OperatorStatus, StageStatus } from './status-shape.ts';
@@ -132,7 +133,7 @@ export class DevMonitor {
       lagMs,
       lateDroppedTotal: Object.values(s.lateDropped).reduce((a, b) => a + b, 0),
       shed: Object.fromEntries(Object.entries(s.shed).map(([k, v]) => [k, { ...v }])),
-      shedTotal: Object.values(s.shed).reduce((n, byReason) => n + Object.values(byReason).reduce((a, b) => a + b, 0), 0),
+      shedTotal: shedTotal(s.shed),
       stages,
       maxParallelism: plan.job.maxParallelism,
       scaling: scalingAdvice(

@@ -16,7 +16,7 @@ export function parseParallelism(values: readonly string[] | undefined): Paralle
   for (const v of values) {
     const eq = v.lastIndexOf('=');
     const n = Number(eq < 0 ? v : v.slice(eq + 1));
-    if (!Number.isSafeInteger(n) || n < 1 || (eq >= 0 && eq === 0)) throw new ConfigError('--parallelism', EXPECTED, JSON.stringify(v));
+    if (!Number.isSafeInteger(n) || n < 1 || eq === 0) throw new ConfigError('--parallelism', EXPECTED, JSON.stringify(v));
     if (eq < 0) fallback = n;
     else operators[v.slice(0, eq)] = n;
   }

@@ -14,11 +14,6 @@ import { loadJob, parseParams } from './load-job.ts';
 import { fmt } from './options.ts';
 import { scalingAdvice } from '../runtime/scaling-advice.ts';
 
-/** Records the stages that read the sources processed: what the advice's rates are relative to. */
-function sourceStageRecords(s: DevStatus): number {
-  const fed = new Set(s.operators.filter((o) => o.kind === 'source').map((o) => o.stage));
-  return s.stages.filter((st) => fed.has(st.name)).reduce((n, st) => n + st.recordsIn, 0);
-}
 
 type Log = (line: string) => void;
 
@@ -50,7 +45,7 @@ export async function statusCommand(jobPath: string, opts: { checkpointDir?: str
   } catch (e) {
     throw none(`GET ${info.url}/stats failed (${(e as Error).message})`);
   }
-  if (target !== undefined) s = { ...s, scaling: scalingAdvice(s.scaling.stages, sourceStageRecords(s), target, s.maxParallelism) };
+  if (target !== undefined) s = { ...s, scaling: scalingAdvice(s.scaling.stages, s.scaling.sourceRecords, target, s.maxParallelism) };
   out(`job "${s.job}": sluice dev, pid ${s.pid}, up ${fmt.span(s.uptimeMs)}, endpoint ${s.url} (dashboard ${s.url}/)`);
   out(`  ${countersPhrase(s)}`);
   out(`  last checkpoint: ${s.lastCheckpoint === null ? 'none yet' : `epoch ${s.lastCheckpoint}`} (${dir})`);

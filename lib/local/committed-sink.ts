@@ -59,7 +59,7 @@ export class CommittedFileSink<T> implements Sink<T>, TransactionalSink {
     mkdirSync(this.staging, { recursive: true });
     mkdirSync(dirname(this.path), { recursive: true });
     this.state = this.stored() ?? this.state;
-    this.check();
+    this.refuseOtherOutput(this.state.path);
     this.cutOutput(this.state.length);
   }
 
@@ -74,7 +74,10 @@ export class CommittedFileSink<T> implements Sink<T>, TransactionalSink {
 
   /** Refuses another output file than the one this staging directory commits to; changes nothing. */
   check(): void {
-    const path = this.stored()?.path ?? this.state.path;
+    this.refuseOtherOutput(this.stored()?.path ?? this.state.path);
+  }
+
+  private refuseOtherOutput(path: string): void {
     if (path !== resolve(this.path)) throw new RestoreError('--output', `the file this checkpoint directory commits to (${path})`, resolve(this.path));
   }
 

@@ -123,11 +123,10 @@ export function offerIngest(v: IngestView, stream: string, events: readonly unkn
   return durable ? { ok: true, durable } : { ok: true };
 }
 
-/** The stream's opt-in load shedding: undefined without a policy or under its bounds. `seen`: events its sampler saw while shedding. */
-export function shedIngest(v: IngestView, stream: string, events: readonly unknown[], seen: number): ShedDecision | undefined {
+/** The stream's opt-in load shedding under `pressure`: undefined without a policy or under its bounds. `seen`: events its sampler saw while shedding. */
+export function shedIngest(v: IngestView, stream: string, events: readonly unknown[], pressure: IngestPressure, seen: number): ShedDecision | undefined {
   const policy = ingestSource(v, stream)?.def.shed;
-  const pressure = policy && ingestPressure(v, stream);
-  if (!policy || !pressure || !overShedBounds(policy, pressure)) return undefined;
+  if (!policy || !overShedBounds(policy, pressure)) return undefined;
   return shedEvents(policy, events, seen);
 }
 

@@ -447,9 +447,9 @@ export class EmbeddedRuntime implements IngestTarget {
   }
 
   /** The stream's opt-in load shedding (SourceOptions.shed): the events to drop now, or undefined. */
-  shed(stream: string, events: readonly unknown[]): ShedDecision | undefined {
+  shed(stream: string, events: readonly unknown[], pressure: IngestPressure): ShedDecision | undefined {
     const seen = this.shedSeen.get(stream) ?? 0;
-    const d = shedIngest(this.ingest, stream, events, seen);
+    const d = shedIngest(this.ingest, stream, events, pressure, seen);
     if (d) this.shedSeen.set(stream, seen + events.length);
     return d;
   }

@@ -223,10 +223,11 @@ async function accept(target: IngestTarget, opts: ResolvedOptions, counter: Reje
   };
   // Opt-in load shedding (below the 429 bounds): the events it drops are answered as shed, never enqueued.
   const valid = checked.valid.map((v) => v.event);
-  const shedding = target.shed?.(stream, valid);
+  const pressure = target.pressure?.(stream);
+  const shedding = pressure && target.shed?.(stream, valid, pressure);
   const kept = shedding ? shedding.kept : valid;
   const shed = shedding ? shedding.shed.map((i) => ({ index: checked.valid[i].index, reason: shedding.reason })) : [];
-  const over = overBounds(stream, kept.length, target.pressure?.(stream), opts);
+  const over = overBounds(stream, kept.length, pressure, opts);
   if (over) return refuse(over);
   const answer = acceptedAnswer(kept.length, parsed.events.length, checked.rejected, shed);
   const offered = target.offer(stream, kept, keyed && { ...keyed, answer: remembered(answer) }, shedding && shed.length ? { reason: shedding.reason, count: shed.length } : undefined);

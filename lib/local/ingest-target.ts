@@ -44,10 +44,11 @@ export interface IngestTarget {
   offer(stream: string, events: readonly unknown[], keyed?: KeyedOffer, shed?: ShedCount): OfferResult;
   /**
    * Optional: the stream's opt-in load shedding (SourceOptions.shed): which of these events
-   * to drop now, or undefined when nothing is to be shed (no policy, or under its bounds).
+   * to drop now under `pressure` (the stream's, as `pressure()` gave it), or undefined when
+   * nothing is to be shed (no policy, or under its bounds).
    * The endpoint offers the rest, with the count, which the target counts once the offer succeeds.
    */
-  shed?(stream: string, events: readonly unknown[]): ShedDecision | undefined;
+  shed?(stream: string, events: readonly unknown[], pressure: IngestPressure): ShedDecision | undefined;
   /**
    * Optional: what is remembered of an Idempotency-Key. A target with it remembers `keyed`
    * offers, durably with their events when they are logged; without it, keys are ignored.

@@ -31,6 +31,8 @@ export interface StageAdvice extends StageLoad {
 export interface ScalingAdvice {
   /** Source records per second the advice is for. */
   readonly targetRate: number;
+  /** Records the source stages processed over the measured stretch: what each stage's share is of. */
+  readonly sourceRecords: number;
   readonly stages: readonly StageAdvice[];
 }
 
@@ -38,6 +40,7 @@ export interface ScalingAdvice {
 export function scalingAdvice(stages: readonly StageLoad[], sourceRecords: number, targetRate: number, maxParallelism: number): ScalingAdvice {
   return {
     targetRate,
+    sourceRecords,
     stages: stages.map((s) => {
       const truePerPartition = s.recordsIn > 0 && s.busyMs > 0 ? s.recordsIn / (s.busyMs / 1000) : null;
       const requiredRate = sourceRecords > 0 ? targetRate * (s.recordsIn / sourceRecords) : 0;
