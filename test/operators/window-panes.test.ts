@@ -105,18 +105,22 @@ describe('pane windows with object accumulators', () => {
 });
 
 
-describe('pane windows of a reduce', () => {
-  it('fire a reduced value of null as null (a null pane is a value, not a process function\'s records)', async () => {
-    const job = new Job('null-reduce', { parallelism: 1 });
-    const out = Sinks.collect<unknown>();
-    job
-      .fromItems('e', [{ k: 'a', t: 1 }, { k: 'a', t: 2 }, { k: 'a', t: 1_500 }], { timestamp: (e) => e.t })
-      .keyBy((e) => e.k)
-      .window(Windows.sliding(1_000, 500))
-      .reduce((): { k: string; t: number } => null as unknown as { k: string; t: number })
-      .sinkTo(out);
-    await runJob(job);
-    expect(out.records).toEqual([null, null, { k: 'a', t: 1_500 }, { k: 'a', t: 1_500 }]);
+describe('pane windows of an aggregate whose accumulator is null', () => {
+  it("fire the null accumulator's result (a null pane is a value, not a process function's records)", async () => {
+    const nothing = () => null as unknown as number;
+    for (const preAggregate of [true, false]) {
+      const job = new Job('null-pane', { parallelism: 1 });
+      const out = Sinks.collect<unknown>();
+      job
+        .fromItems('e', [{ k: 'a', t: 1 }, { k: 'a', t: 2 }], { timestamp: (e) => e.t })
+        .keyBy((e) => e.k)
+        .window(Windows.sliding(1_000, 500))
+        .preAggregate(preAggregate)
+        .aggregate({ createAccumulator: nothing, add: nothing, getResult: (a) => a, merge: nothing }, (r) => ({ r }))
+        .sinkTo(out);
+      await runJob(job);
+      expect(out.records, `preAggregate ${preAggregate}`).toEqual([{ r: null }, { r: null }]);
+    }
   });
 });
 
