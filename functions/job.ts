@@ -8,6 +8,7 @@
 import * as jobModule from 'sluice-job-module';
 import { jobFromModule, type JobParams } from '../lib/api/job-module.ts';
 import { stateTableName } from '../lib/aws/naming.ts';
+import { atParallelism, decodeParallelism, PARALLELISM_ENV } from '../lib/aws/parallelism-env.ts';
 import { planFingerprint } from '../lib/checkpoint/fingerprint.ts';
 import { ConfigError } from '../lib/errors.ts';
 import { compile } from '../lib/graph/compile.ts';
@@ -24,7 +25,8 @@ function params(): JobParams {
   }
 }
 
-export const job = await jobFromModule(jobModule as Record<string, unknown>, params(), 'the bundled job module');
+// At the deployment's parallelism (SluiceJob's `parallelism`, or what `sluice rescale` set since).
+export const job = atParallelism(await jobFromModule(jobModule as Record<string, unknown>, params(), 'the bundled job module'), decodeParallelism(env[PARALLELISM_ENV]));
 
 // A bundle of another job (or of this job's older code) must not touch this deployment's queues and state.
 const expected = env.SLUICE_PLAN_FINGERPRINT;

@@ -12,7 +12,9 @@
  * | SLUICE_TABLE            | operators, ingest, checkpoint | the state table's name (naming.ts, with the prefix) |
  * | SLUICE_PLAN_FINGERPRINT | operators, ingest, checkpoint | the plan the construct compiled: a bundle holding another job refuses to start |
  * | SLUICE_JOB_PARAMS       | operators, ingest, checkpoint | JSON parameters for a job module exporting `(params) => Job` |
+ * | SLUICE_PARALLELISM      | operators, ingest, checkpoint | JSON ParallelismOverride the handlers build the job at (props.parallelism; `sluice rescale` changes it) |
  * | SLUICE_CHECKPOINTS      | operators, ingest     | "1" when the checkpoint state machine is deployed: operators snapshot and ack barriers |
+ * | SLUICE_JOB_FUNCTIONS    | operators             | the ingest and checkpoint functions' names, for `sluice rescale --target aws` (which gives every function of the plan its new SLUICE_PARALLELISM) |
  * | SLUICE_STATE_MACHINE_ARN| ingest, operators     | the checkpoint state machine the ingest function wakes up (on operators only for `sluice ... --target aws` to find it) |
  * | SLUICE_API_KEY_SHA256   | API-key authorizer    | comma-separated SHA-256 hex digests of accepted keys |
  * | SLUICE_SDK_CONNECTION_TIMEOUT_MS | every function | the AWS clients' connection timeout (lib/aws/clients.ts), from the function's timeout |
@@ -25,7 +27,10 @@
  */
 
 import type { Duration } from 'aws-cdk-lib';
+import type { ParallelismOverride } from '../lib/api/logical.ts';
 import { SDK_TIMEOUT_ENV, type SdkTimeouts } from '../lib/aws/clients.ts';
+import { encodeParallelism, PARALLELISM_ENV } from '../lib/aws/parallelism-env.ts';
+import { JOB_FUNCTIONS_ENV } from '../lib/aws/restore/deployed-parallelism.ts';
 
 export const HANDLER_ENV = {
   bucket: 'SLUICE_BUCKET',
@@ -33,6 +38,8 @@ export const HANDLER_ENV = {
   table: 'SLUICE_TABLE',
   planFingerprint: 'SLUICE_PLAN_FINGERPRINT',
   jobParams: 'SLUICE_JOB_PARAMS',
+  parallelism: PARALLELISM_ENV,
+  jobFunctions: JOB_FUNCTIONS_ENV,
   checkpoints: 'SLUICE_CHECKPOINTS',
   stateMachineArn: 'SLUICE_STATE_MACHINE_ARN',
   apiKeyHashes: 'SLUICE_API_KEY_SHA256',
@@ -51,6 +58,7 @@ export function runtimeEnvironment(options: {
   readonly tableName: string;
   readonly planFingerprint: string;
   readonly jobParams?: Readonly<Record<string, string | number | boolean>>;
+  readonly parallelism?: ParallelismOverride;
   readonly logLevel: LogLevel;
   readonly checkpoints?: boolean;
 }): Record<string, string> {
@@ -60,6 +68,7 @@ export function runtimeEnvironment(options: {
     [HANDLER_ENV.table]: options.tableName,
     [HANDLER_ENV.planFingerprint]: options.planFingerprint,
     ...(options.jobParams && Object.keys(options.jobParams).length ? { [HANDLER_ENV.jobParams]: JSON.stringify(options.jobParams) } : {}),
+    ...(encodeParallelism(options.parallelism) ? { [HANDLER_ENV.parallelism]: encodeParallelism(options.parallelism)! } : {}),
     ...(options.checkpoints ? { [HANDLER_ENV.checkpoints]: '1' } : {}),
     [HANDLER_ENV.logLevel]: options.logLevel,
     [HANDLER_ENV.nodeOptions]: '--enable-source-maps',

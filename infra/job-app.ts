@@ -9,6 +9,7 @@
 import { App, Aspects, RemovalPolicy } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { JobParams } from '../lib/api/job-module.ts';
+import type { ParallelismOverride } from '../lib/api/logical.ts';
 import type { Job } from '../lib/api/stream.ts';
 import type { CheckpointStateMachineFactory } from './checkpoints.ts';
 import { SluiceJobPropsError } from './errors.ts';
@@ -19,6 +20,8 @@ export interface JobAppOptions {
   /** The module that exports `job` (SluiceJob's `jobModule`). */
   readonly jobModule: string;
   readonly jobParams?: JobParams;
+  /** SluiceJob's `parallelism`. @default - the job's own */
+  readonly parallelism?: ParallelismOverride;
   /** @default stackNameFor(job.name), `Sluice-<job>` */
   readonly stackName?: string;
   /** Context values, as `-c key=value` gives them. @default {} */
@@ -53,6 +56,7 @@ export function createJobApp(options: JobAppOptions): { app: App; stack: SluiceJ
       job,
       jobModule: options.jobModule,
       jobParams: options.jobParams,
+      parallelism: options.parallelism,
       queuePrefix: app.node.tryGetContext('sluice:queuePrefix') as string | undefined,
       ingestion: { kind: endpoint },
       removalPolicy: removal === 'destroy' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,

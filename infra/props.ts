@@ -6,7 +6,9 @@ import { Duration, RemovalPolicy } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import * as logs from 'aws-cdk-lib/aws-logs';
+import type { ParallelismOverride } from '../lib/api/logical.ts';
 import type { Job } from '../lib/api/stream.ts';
+import { defaultMaxConcurrency, MAX_CONCURRENCY, MIN_CONCURRENCY } from '../lib/aws/parallelism-env.ts';
 import type { PhysicalPlan } from '../lib/graph/compile.ts';
 import type { CheckpointStateMachineFactory } from './checkpoints.ts';
 import { SluiceJobPropsError } from './errors.ts';
@@ -96,6 +98,14 @@ export interface SluiceJobProps {
    */
   readonly jobParams?: Readonly<Record<string, string | number | boolean>>;
   /**
+   * The job at other parallelisms than its module declares (`Job.withParallelism`: a
+   * default, and per operator), passed to the functions as SLUICE_PARALLELISM. `sluice
+   * rescale` changes that variable on the deployed functions; give the same here (or
+   * `sluice deploy --parallelism`) so that the next deployment keeps it.
+   * @default - the parallelism the job declares
+   */
+  readonly parallelism?: ParallelismOverride;
+  /**
    * The project the functions are bundled from: esbuild resolves the job's imports
    * (`sluice` included) from its node_modules.
    * @default - the directory of the lock file nearest above `jobModule`
@@ -120,6 +130,12 @@ export interface SluiceJobProps {
    * @default - min(max(2, the stage's parallelism), 10)
    */
   readonly maxConcurrency?: number;
+  /**
+   * Per stage, by its name (as `sluice synth` and `sluice status` print it): that stage's
+   * maximum concurrency (2..1000), over `maxConcurrency`.
+   * @default - `maxConcurrency` for every stage
+   */
+  readonly stageMaxConcurrency?: Readonly<Record<string, number>>;
   /** Operator function timeout; the stage queue's visibility timeout is 6x this. @default Duration.seconds(30) */
   readonly operatorTimeout?: Duration;
   /** @default 1024 */
@@ -175,7 +191,8 @@ export interface ResolvedProps {
   readonly bundle: JobBundle;
   readonly jobParams?: Readonly<Record<string, string | number | boolean>>;
   readonly queuePrefix: string;
-  readonly maxConcurrency: (parallelism: number) => number;
+  /** A stage's event source maximum concurrency. */
+  readonly maxConcurrency: (stage: { readonly name: string; readonly parallelism: number }) => number;
   readonly operatorTimeout: Duration;
   readonly operatorMemorySize: number;
   readonly ingestion: { readonly kind: 'httpApi' | 'functionUrl'; readonly auth: EndpointAuth; readonly throttle?: { readonly rateLimit: number; readonly burstLimit: number }; readonly timeout: Duration; readonly memorySize: number };
@@ -193,8 +210,6 @@ export interface ResolvedProps {
 export const QUEUE_RETENTION = Duration.days(4);
 export const DLQ_RETENTION = Duration.days(14);
 /** Lambda's limits for an SQS event source's maximum concurrency. */
-const MIN_CONCURRENCY = 2;
-const MAX_CONCURRENCY = 1000;
 const LOG_LEVELS: readonly LogLevel[] = ['DEBUG', 'INFO', 'WARN', 'ERROR'];
 
 /** `received` is a description (`960 s`); user-given strings go through quote() so their bounds show. */
@@ -253,6 +268,11 @@ export function resolveProps(props: SluiceJobProps, plan: PhysicalPlan, defaultP
     }
   }
   const fixedConcurrency = props.maxConcurrency === undefined ? undefined : integer('maxConcurrency', props.maxConcurrency, MIN_CONCURRENCY, MAX_CONCURRENCY, 0);
+  const perStage: Record<string, number> = {};
+  for (const [name, n] of Object.entries(props.stageMaxConcurrency ?? {})) {
+    if (!plan.stages.some((s) => s.name === name)) fail(`stageMaxConcurrency.${name}`, `a stage of job "${plan.job.name}" (${plan.stages.map((s) => s.name).join(', ')})`, 'no such stage');
+    perStage[name] = integer(`stageMaxConcurrency.${name}`, n, MIN_CONCURRENCY, MAX_CONCURRENCY, 0);
+  }
   const queuePrefix = props.queuePrefix ?? defaultPrefix;
   if (!/^[A-Za-z0-9_-]*$/.test(queuePrefix)) fail('queuePrefix', 'letters, digits, "-" and "_" (SQS queue names)', quote(queuePrefix));
   // Lambda rejects a function timeout whose 6x exceeds SQS's maximum visibility timeout (12 h): 900 s is below it.
@@ -274,7 +294,7 @@ export function resolveProps(props: SluiceJobProps, plan: PhysicalPlan, defaultP
     bundle,
     jobParams: props.jobParams,
     queuePrefix,
-    maxConcurrency: (parallelism) => fixedConcurrency ?? Math.min(Math.max(MIN_CONCURRENCY, parallelism), 10),
+    maxConcurrency: (stage) => perStage[stage.name] ?? fixedConcurrency ?? defaultMaxConcurrency(stage.parallelism),
     operatorTimeout,
     operatorMemorySize: integer('operatorMemorySize', props.operatorMemorySize, 128, 10240, 1024),
     ingestion: {

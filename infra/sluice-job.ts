@@ -11,7 +11,7 @@
  * Names the handlers look up (queues, table) follow lib/aws/naming.ts; what they
  * cannot derive comes from the environment listed in handler-environment.ts.
  */
-import { ArnFormat, Duration, Stack } from 'aws-cdk-lib';
+import { ArnFormat, Duration, Fn, Stack } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -21,6 +21,7 @@ import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { Construct } from 'constructs';
 import { ingestStreams } from '../lib/aws/ingest/ingest-handler.ts';
 import { stackNameFor, stateTableName } from '../lib/aws/naming.ts';
+import { atParallelism } from '../lib/aws/parallelism-env.ts';
 import { planFingerprint } from '../lib/checkpoint/fingerprint.ts';
 import { compile, type PhysicalPlan } from '../lib/graph/compile.ts';
 import { allOf, type CheckpointContext } from './checkpoints.ts';
@@ -72,6 +73,8 @@ export class SluiceJob extends Construct {
   readonly alarms: readonly cloudwatch.Alarm[];
   /** Every function the construct created (stages, ingest, authorizer, checkpoint tasks). */
   readonly functions: readonly SluiceFunction[];
+  /** The functions that build the job's plan (all but the authorizer). */
+  private readonly planFunctions: readonly SluiceFunction[];
   private readonly resolved: ResolvedProps;
   private readonly sinkGrants: SinkGrants;
 
@@ -81,11 +84,13 @@ export class SluiceJob extends Construct {
       throw new SluiceJobPropsError('job', 'a Job (new Job(...), the export of the job module)', props?.job === undefined ? 'undefined' : typeof props.job);
     }
     // JobDefinitionError for an invalid graph: the same checks as `sluice run`.
-    this.plan = compile(props.job.graph);
+    // At the parallelism it was given (the handlers build the same from SLUICE_PARALLELISM).
+    const job = atParallelism(props.job, props.parallelism);
+    this.plan = compile(job.graph);
     checkSources(this.plan);
     // One deployment per job under the conventional stack name keeps the short names; any other stack scopes them.
     const stackName = Stack.of(this).stackName;
-    const p = resolveProps(props, this.plan, stackName === stackNameFor(props.job.name) ? '' : `${stackName}-`);
+    const p = resolveProps({ ...props, job }, this.plan, stackName === stackNameFor(props.job.name) ? '' : `${stackName}-`);
     this.resolved = p;
 
     const { bucket, accessLogs } = snapshotBucket(this, p);
@@ -98,6 +103,7 @@ export class SluiceJob extends Construct {
       tableName: stateTableName(p.job.name, p.queuePrefix),
       planFingerprint: planFingerprint(this.plan),
       jobParams: p.jobParams,
+      parallelism: props.parallelism,
       logLevel: p.logLevel,
       checkpoints: p.checkpoints !== undefined,
     });
@@ -165,6 +171,11 @@ export class SluiceJob extends Construct {
       grantWakeUp(this.ingestion.function.fn, this.table, this.stateMachine, p.job.name, p.encryptionKey);
     }
     this.functions = functions;
+    // The functions besides the stages' that build the plan: `sluice rescale` changes their parallelism too.
+    const stageFunctions = new Set(this.stages.map((s) => s.operator));
+    this.planFunctions = functions.filter((f) => f !== this.ingestion.authorizer);
+    const others = this.planFunctions.filter((f) => !stageFunctions.has(f)).map((f) => f.fn.functionName);
+    for (const s of this.stages) s.operator.fn.addEnvironment(HANDLER_ENV.jobFunctions, Fn.join(',', others));
 
     const monitoring = createMonitoring(this, p, this.stages, this.ingestion, this.stateMachine);
     this.dashboard = monitoring.dashboard;
@@ -222,7 +233,7 @@ export class SluiceJob extends Construct {
       .combine(grantSend(grantee, sourceQueues, { key: p.encryptionKey }))
       .combine(allow(['lambda:ListEventSourceMappings'], ['*']))
       .combine(allow(OPERATE_MAPPING_ACTIONS, this.stages.map((s) => s.eventSource.eventSourceMappingArn)))
-      .combine(allow(['lambda:GetFunctionConfiguration'], this.stages.map((s) => s.operator.fn.functionArn)));
+      .combine(allow(['lambda:GetFunctionConfiguration', 'lambda:UpdateFunctionConfiguration'], this.planFunctions.map((f) => f.fn.functionArn)));
     if (fedByStages.length) grant = grant.combine(allow(['sqs:PurgeQueue'], fedByStages.map((s) => s.queue.queueArn)));
     const sinks = this.sinkGrants.grantCommit(grantee);
     if (sinks) grant = grant.combine(sinks);

@@ -90,7 +90,7 @@ export function createStages(scope: Construct, p: ResolvedProps, storage: { tabl
     const eventSource = new SqsEventSource(queue, {
       batchSize: BATCH_SIZE,
       reportBatchItemFailures: true,
-      maxConcurrency: p.maxConcurrency(stage.parallelism),
+      maxConcurrency: p.maxConcurrency(stage),
     });
     grantee.addEventSource(eventSource);
     // Send to the downstream stages' queues and park dead letters in its own DLQ.

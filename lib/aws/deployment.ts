@@ -7,6 +7,7 @@
  *   bucket         SLUICE_BUCKET of the function a stage queue's    (--bucket overrides;
  *                  event source mapping invokes                     CloudFormation names it)
  *   state machine  SLUICE_STATE_MACHINE_ARN of that function        (--state-machine overrides)
+ *   parallelism    SLUICE_PARALLELISM of that function (parallelism-env.ts): the plan it runs
  *
  * Clients come from the SDK's defaults, so AWS_ENDPOINT_URL* point them at LocalStack or
  * local servers without code of ours.
@@ -21,6 +22,8 @@ import type { PhysicalPlan } from '../graph/compile.ts';
 import type { StageQueueRef } from './restore/job-control.ts';
 import { configuredEndpoint } from './configured-endpoints.ts';
 import { stageQueueName, stateTableName } from './naming.ts';
+import { decodeParallelism, PARALLELISM_ENV } from './parallelism-env.ts';
+import type { ParallelismOverride } from '../api/logical.ts';
 
 export interface DeploymentFlags {
   readonly table?: string;
@@ -36,6 +39,8 @@ export interface DeployedJob {
   /** Undefined: deployed without checkpoints (nothing to list, save or restore). */
   readonly stateMachineArn?: string;
   readonly queues: readonly StageQueueRef[];
+  /** The parallelism the deployment runs the job at (SLUICE_PARALLELISM), undefined: the job's own. */
+  readonly parallelism?: ParallelismOverride;
 }
 
 export interface AwsClients {
@@ -95,14 +100,14 @@ export async function findDeployedJob(clients: AwsClients, plan: PhysicalPlan, f
   let bucket = flags.bucket;
   let stateMachineArn = flags.stateMachine;
   let table = flags.table;
-  if (!bucket || !stateMachineArn || !table) {
-    const env = await stageFunctionEnvironment(await clients.lambda(), queues[0]);
-    bucket ??= env.SLUICE_BUCKET;
-    stateMachineArn ??= env.SLUICE_STATE_MACHINE_ARN;
-    table ??= env.SLUICE_TABLE;
-  }
+  // Always read: the parallelism is known only from there.
+  const env = await stageFunctionEnvironment(await clients.lambda(), queues[0]);
+  bucket ??= env.SLUICE_BUCKET;
+  stateMachineArn ??= env.SLUICE_STATE_MACHINE_ARN;
+  table ??= env.SLUICE_TABLE;
+  const parallelism = decodeParallelism(env[PARALLELISM_ENV], `${PARALLELISM_ENV} of the function reading ${queues[0].arn}`);
   if (!bucket) throw new ConfigError('--bucket', `the job's snapshot bucket (SLUICE_BUCKET of its stage functions)`, `none found for stage queue ${queues[0].arn}`);
-  return { job, table: table ?? stateTableName(job, flags.queuePrefix), bucket, stateMachineArn, queues };
+  return { job, table: table ?? stateTableName(job, flags.queuePrefix), bucket, stateMachineArn, queues, ...(parallelism ? { parallelism } : {}) };
 }
 
 /** The environment of the function a stage queue's event source mapping invokes. */
@@ -110,6 +115,6 @@ async function stageFunctionEnvironment(lambda: LambdaClient, queue: StageQueueR
   const { ListEventSourceMappingsCommand, GetFunctionConfigurationCommand } = await import('@aws-sdk/client-lambda');
   const mappings = (await lambda.send(new ListEventSourceMappingsCommand({ EventSourceArn: queue.arn }))).EventSourceMappings ?? [];
   const fn = mappings.find((m) => m.FunctionArn)?.FunctionArn;
-  if (!fn) throw new ConfigError('--bucket', `the bucket, or a Lambda function reading ${queue.arn} to read it from`, 'no event source mapping on the queue');
+  if (!fn) throw new ConfigError('<job>', `a deployed job: a Lambda function reading ${queue.arn} (its environment names the bucket, state machine and parallelism)`, 'no event source mapping on the queue');
   return (await lambda.send(new GetFunctionConfigurationCommand({ FunctionName: fn }))).Environment?.Variables ?? {};
 }

@@ -119,7 +119,7 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
     action('restore', async (job: string, opts: { from: string; input?: string; output?: string; param: string[]; port: string; host: string; json?: boolean } & AwsFlags & RejectPolicy) => {
       if (opts.target !== 'embedded') {
         const p = (opts as { parallelism?: string[] }).parallelism;
-        if (p?.length) throw new ConfigError('--parallelism', `nothing with --target ${opts.target} (restoring on the AWS path keeps the deployed partitions)`, JSON.stringify(p.join(' ')));
+        if (p?.length) throw new ConfigError('--parallelism', `nothing with --target ${opts.target} (a restore keeps the partitions the job runs at; to change them: sluice rescale <job> --target ${opts.target} --stage S --partitions P)`, JSON.stringify(p.join(' ')));
         if (opts.input !== undefined || opts.output !== undefined) throw new ConfigError(opts.input !== undefined ? '--input' : '--output', `no --input/--output with --target ${opts.target} (the job restores in place and keeps consuming its queues)`, 'given');
         const r = await (await awsCommands()).restoreAwsCommand(job, { ...opts, target: opts.target }, err);
         if (opts.json) printJson(r);
@@ -136,6 +136,29 @@ export function registerCheckpointCommands(program: Command, action: Action): vo
       const s = await devCommand(job, { ...opts, target: 'embedded' });
       if (opts.json) printJson(s);
       process.exit(devExitCode(s, opts));
+    }),
+  );
+
+  const rescale = program
+    .command('rescale')
+    .description('run one stage of a local-aws run or a deployed job at another number of partitions: savepoint, stop, restore its state by key group, start')
+    .argument('<job>', 'job module (.ts or .js)')
+    .requiredOption('--stage <stage>', 'the stage, by id or name (as sluice status shows them); not a source stage')
+    .requiredOption('--partitions <P>', 'its partitions from now on (1 to the job\'s maxParallelism)')
+    .option('--from <savepoint>', 'restore this savepoint (default: a new one on aws; the last committed checkpoint on local-aws); after a rescale that died, the one it printed')
+    .option('--label <label>', 'aws: the new savepoint\'s label (default rescale-<time>)')
+    .option('--max-concurrency <n>', "aws: the stage's event source maximum concurrency (default min(max(2, P), 10))")
+    .option('--checkpoint-dir <dir>', 'local-aws: the run\'s checkpoint directory (default .sluice/<job>/)')
+    .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+    .option('--timeout <ms>', 'aws: how long to wait for the savepoint', '300000')
+    .option(...JSON_FLAG);
+  addTargetOptions(rescale).action(
+    action('rescale', async (job: string, opts: { stage: string; partitions: string; from?: string; label?: string; maxConcurrency?: string; checkpointDir?: string; param: string[]; timeout: string; json?: boolean } & AwsFlags) => {
+      if (opts.target === 'embedded') {
+        throw new ConfigError('--target', 'local-aws or aws (an embedded job rescales through a savepoint: sluice savepoint, then sluice restore --from <label> --parallelism)', 'embedded');
+      }
+      const r = await (await import('./rescale.ts')).rescaleCommand(job, { ...opts, target: opts.target }, err);
+      if (opts.json) printJson(r);
     }),
   );
 }

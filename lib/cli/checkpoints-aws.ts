@@ -17,7 +17,9 @@ import { LEASE_NAME, type Lease } from '../aws/checkpoint/checkpoint-task.ts';
 import { awsClients, type AwsClients, type DeployedJob, type DeploymentFlags, findDeployedJob } from '../aws/deployment.ts';
 import { DynamoDbPointerStore } from '../aws/dynamodb/dynamodb-pointers.ts';
 import { configuredEndpoint } from '../aws/configured-endpoints.ts';
-import { LOCAL_AWS_PROCESS, localAwsControl, readLocalAwsIdentity } from '../testing/local-aws/checkpointing.ts';
+import { type Identity, LOCAL_AWS_PROCESS, localAwsControl, readLocalAwsIdentity } from '../testing/local-aws/checkpointing.ts';
+import { atParallelism } from '../aws/parallelism-env.ts';
+import { crossFaultSites } from '../testing/local-aws/fault-sites.ts';
 import { S3BlobStore } from '../aws/s3/s3-blob-store.ts';
 import { AwsJobControlPort, JobControl, restoreLeaseOwner, whileStopped } from '../aws/restore/job-control.ts';
 import { NamedQueues } from '../aws/sqs/sqs-queues.ts';
@@ -52,6 +54,8 @@ export interface Resolved {
   readonly queuePrefix: string;
   /** local-aws: the pid of a run still going in the checkpoint directory. */
   running?(): number | undefined;
+  /** local-aws: the checkpoint directory and the run's identity. */
+  readonly local?: { readonly dir: string; readonly identity: Identity };
   readonly plan: PhysicalPlan;
   readonly pointers: DynamoDbPointerStore;
   readonly blobs: S3BlobStore;
@@ -64,8 +68,8 @@ export interface Resolved {
 }
 
 async function resolve(jobPath: string, flags: AwsTargetFlags, now: () => number): Promise<Resolved> {
-  const job = await loadJob(jobPath, parseParams(flags.param));
-  const plan = compile(job.graph);
+  let job = await loadJob(jobPath, parseParams(flags.param));
+  let plan = compile(job.graph);
   const name = plan.job.name;
   const clients = awsClients();
   const accounting = new AwsAccounting();
@@ -78,8 +82,14 @@ async function resolve(jobPath: string, flags: AwsTargetFlags, now: () => number
         if (!configuredEndpoint(service)) throw new ConfigError(`AWS_ENDPOINT_URL_${service.toUpperCase()}`, 'the endpoint of the servers the local-aws run used (servers a run starts itself stop with it)', 'unset');
       }
       const c = localAwsControl(id.runId, name);
+      // As a local-AWS run's: every SDK call crosses its fault site (SLUICE_KILL_AT kills between two).
+      crossFaultSites({ dynamodb: clients.dynamodb, s3: clients.s3, sqs: clients.sqs });
+      // At the run's parallelism (its identity keeps it: local-aws-parallelism.ts).
+      job = atParallelism(job, id.parallelism);
+      plan = compile(job.graph);
       return {
         job,
+        local: { dir, identity: id },
         plan,
         clients,
         table: c.table,
@@ -98,6 +108,9 @@ async function resolve(jobPath: string, flags: AwsTargetFlags, now: () => number
       };
     }
     const deployed = await findDeployedJob(clients, plan, flags);
+    // At the deployment's parallelism (SLUICE_PARALLELISM: what SluiceJob was given or sluice rescale set).
+    job = atParallelism(job, deployed.parallelism);
+    plan = compile(job.graph);
     const pointers = new DynamoDbPointerStore({ client: clients.dynamodb, tableName: deployed.table, job: name, accounting });
     return {
       job,
@@ -159,23 +172,9 @@ export async function checkpointsAwsCommand(jobPath: string, flags: AwsTargetFla
 
 /** Record the request, wake the coordinator, wait until the savepoint's meta object exists. */
 export async function savepointAwsCommand(jobPath: string, flags: AwsTargetFlags & { label?: string; timeout?: string; pollMs?: number }, log: Log): Promise<SavepointResult> {
-  const timeout = Number(flags.timeout ?? 300_000);
-  if (!Number.isSafeInteger(timeout) || timeout < 1) throw new ConfigError('--timeout', 'an integer >= 1 (ms)', JSON.stringify(flags.timeout));
   return withTarget(jobPath, flags, async (r) => {
     const label = flags.label ?? `sp-${new Date().toISOString().replace(/[:.]/g, '-')}`;
-    const { created } = await requestSavepoint(at(r), label, Date.now());
-    log(`savepoint "${label}" ${created ? 'requested' : 'was already requested'} in ${r.where}; ${await r.wake()}`);
-    const deadline = Date.now() + timeout;
-    let meta: AwsSavepointMeta | undefined;
-    for (;;) {
-      const body = await r.blobs.get(savepointMetaKey(r.plan.job.name, label));
-      if (body) {
-        meta = fromBytes<AwsSavepointMeta>(body);
-        break;
-      }
-      if (Date.now() > deadline) throw new ConfigError('--timeout', `savepoint "${label}" written within ${timeout} ms (it waits for the epoch in flight; the request stays recorded and is taken later)`, 'not written yet');
-      await new Promise((res) => setTimeout(res, flags.pollMs ?? 250));
-    }
+    const meta = await takeSavepoint(r, label, flags, log);
     // An s3:// URI: what `sluice restore --from` takes on the embedded runtime too.
     const location = `s3://${r.bucket}/${r.plan.job.name}/savepoints/${label}/`;
     log(`savepoint "${label}" of job "${meta.job}": epoch ${meta.epoch}, ${fmt.int(meta.bytes)} bytes in ${meta.objects} objects, in ${r.where}: ${location}`);
@@ -185,11 +184,26 @@ export async function savepointAwsCommand(jobPath: string, flags: AwsTargetFlags
   });
 }
 
+/** Request savepoint `label`, wake the coordinator, and wait (`--timeout`, ms) until its meta object exists. */
+export async function takeSavepoint(r: Resolved, label: string, flags: { timeout?: string; pollMs?: number }, log: Log): Promise<AwsSavepointMeta> {
+  const timeout = Number(flags.timeout ?? 300_000);
+  if (!Number.isSafeInteger(timeout) || timeout < 1) throw new ConfigError('--timeout', 'an integer >= 1 (ms)', JSON.stringify(flags.timeout));
+  const { created } = await requestSavepoint(at(r), label, Date.now());
+  log(`savepoint "${label}" ${created ? 'requested' : 'was already requested'} in ${r.where}; ${await r.wake()}`);
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    const body = await r.blobs.get(savepointMetaKey(r.plan.job.name, label));
+    if (body) return fromBytes<AwsSavepointMeta>(body);
+    if (Date.now() > deadline) throw new ConfigError('--timeout', `savepoint "${label}" written within ${timeout} ms (it waits for the epoch in flight; the request stays recorded and is taken later)`, 'not written yet');
+    await new Promise((res) => setTimeout(res, flags.pollMs ?? 250));
+  }
+}
+
 /**
- * Check the restore point against the job as it is now (StateCompatibilityError names
- * each problem), then install it in place (lib/aws/restore/restore.ts): a deployed job is stopped
- * around the install (lib/aws/restore/job-control.ts); a local-AWS run must not be running, and
- * continues from it with `sluice run ... --resume`.
+ * `sluice restore --target local-aws|aws`: the restore point checked against the job as it
+ * is now, then installed in place (lib/aws/restore/restore.ts): a deployed job is stopped
+ * around the install (lib/aws/restore/job-control.ts); a local-AWS run must not be running,
+ * and continues from it with `sluice run ... --resume`.
  */
 /** What `sluice restore --target local-aws|aws --json` prints. */
 export interface AwsRestoreResult {
@@ -207,43 +221,51 @@ export interface AwsRestoreResult {
 
 export async function restoreAwsCommand(jobPath: string, flags: AwsTargetFlags & { from: string }, log: Log): Promise<AwsRestoreResult> {
   return withTarget(jobPath, flags, async (r) => {
-    const point: AwsRestorePoint = await loadRestorePoint(at(r), flags.from);
-    const fit = savepointFit(point, r.plan);
-    const checked = `${point.what} (epoch ${point.manifest.epoch}) fits job "${r.plan.job.name}" ${fit === 'same' ? 'as it is (same plan)' : 'after its change (state names and kinds compatible)'}`;
-    log(checked);
-    const pid = r.running?.();
-    if (pid !== undefined) throw new ConfigError('--checkpoint-dir', 'no local-aws run going on in it (stop it first: the restore rolls its partitions back)', `the run of pid ${pid}`);
-    // A savepoint is rewritten as a manifest of the plan as it is now (savepoint-remap.ts: a
-    // changed plan, and inter-stage sequences continued above what the job sent since).
-    const { manifest, manifestKey } = point.meta
-      ? await remapSavepoint({ blobs: r.blobs, db: new DynamoDbTable(r.clients.dynamodb, r.table, new AwsAccounting()), plan: r.plan, point })
-      : await installableManifest(r.blobs, point);
-    const { restoreInPlace } = await import('../aws/restore/restore.ts');
-    const install = async () => {
-      const result = await restoreInPlace({
-        job: r.job,
-        plan: r.plan,
-        clients: r.clients,
-        tableName: r.table,
-        bucket: r.bucket,
-        queues: new NamedQueues(r.clients.sqs, r.plan.job.name, r.queuePrefix),
-        manifest,
-        manifestKey,
-        log,
-      });
-      if (fit === 'changed') await adoptPlan(r.pointers, r.plan);
-      return result;
-    };
-    if (!r.deployed) {
-      const result = await install();
-      log(`restored ${point.what}: restore epoch ${result.restoreEpoch}; continue with: sluice run ${jobPath} --target local-aws --checkpoint-dir ${flags.checkpointDir ?? defaultCheckpointDir(r.plan.job.name)} --resume ...`);
-      return { target: flags.target, job: r.plan.job.name, restored: point.what, epoch: point.manifest.epoch, restoreEpoch: result.restoreEpoch, plan: fit };
-    }
-    const d = r.deployed;
-    const port = new AwsJobControlPort({ lambda: await r.clients.lambda(), sqs: r.clients.sqs, sfn: r.clients.sfn, stateMachineArn: d.stateMachineArn });
-    const control = new JobControl({ job: d.job, port, pointers: r.pointers, queues: d.queues, owner: restoreLeaseOwner(Date.now()), log });
-    const result = await whileStopped(control, () => install());
-    log(`restored ${point.what} in job "${d.job}": restore epoch ${result.restoreEpoch}, ${Object.keys(result.versions).length} partitions, ${Object.values(result.sources).reduce((n, s) => n + s.replayed, 0)} logged records to replay; consumers and coordinator running again`);
-    return { target: flags.target, job: r.plan.job.name, restored: point.what, epoch: point.manifest.epoch, restoreEpoch: result.restoreEpoch, plan: fit };
+    const result = await installRestorePoint(r, flags.from, log);
+    if (!r.deployed) log(`restored ${result.restored}: restore epoch ${result.restoreEpoch}; continue with: sluice run ${jobPath} --target local-aws --checkpoint-dir ${flags.checkpointDir ?? defaultCheckpointDir(r.plan.job.name)} --resume ...`);
+    return result;
   });
+}
+
+/**
+ * Check restore point `from` against `r`'s job (StateCompatibilityError names each
+ * problem) and install it in place; a deployed job is stopped around the install and
+ * `whileStopped` (a rescale: the functions' parallelism) runs after it, before the job starts again.
+ */
+export async function installRestorePoint(r: Resolved, from: string, log: Log, whileStoppedToo?: () => Promise<void>): Promise<AwsRestoreResult> {
+  const point: AwsRestorePoint = await loadRestorePoint(at(r), from);
+  const fit = savepointFit(point, r.plan);
+  log(`${point.what} (epoch ${point.manifest.epoch}) fits job "${r.plan.job.name}" ${fit === 'same' ? 'as it is (same plan)' : 'after its change (state names and kinds compatible)'}`);
+  const pid = r.running?.();
+  if (pid !== undefined) throw new ConfigError('--checkpoint-dir', 'no local-aws run going on in it (stop it first: the restore rolls its partitions back)', `the run of pid ${pid}`);
+  // A savepoint is rewritten as a manifest of the plan as it is now (savepoint-remap.ts: a
+  // changed plan, and inter-stage sequences continued above what the job sent since).
+  const { manifest, manifestKey } = point.meta
+    ? await remapSavepoint({ blobs: r.blobs, db: new DynamoDbTable(r.clients.dynamodb, r.table, new AwsAccounting()), plan: r.plan, point })
+    : await installableManifest(r.blobs, point);
+  const { restoreInPlace } = await import('../aws/restore/restore.ts');
+  const install = async () => {
+    const result = await restoreInPlace({
+      job: r.job,
+      plan: r.plan,
+      clients: r.clients,
+      tableName: r.table,
+      bucket: r.bucket,
+      queues: new NamedQueues(r.clients.sqs, r.plan.job.name, r.queuePrefix),
+      manifest,
+      manifestKey,
+      log,
+    });
+    if (fit === 'changed') await adoptPlan(r.pointers, r.plan);
+    await whileStoppedToo?.();
+    return result;
+  };
+  const done = (restoreEpoch: number): AwsRestoreResult => ({ target: r.deployed ? 'aws' : 'local-aws', job: r.plan.job.name, restored: point.what, epoch: point.manifest.epoch, restoreEpoch, plan: fit });
+  if (!r.deployed) return done((await install()).restoreEpoch);
+  const d = r.deployed;
+  const port = new AwsJobControlPort({ lambda: await r.clients.lambda(), sqs: r.clients.sqs, sfn: r.clients.sfn, stateMachineArn: d.stateMachineArn });
+  const control = new JobControl({ job: d.job, port, pointers: r.pointers, queues: d.queues, owner: restoreLeaseOwner(Date.now()), log });
+  const result = await whileStopped(control, () => install());
+  log(`restored ${point.what} in job "${d.job}": restore epoch ${result.restoreEpoch}, ${Object.keys(result.versions).length} partitions, ${Object.values(result.sources).reduce((n, s) => n + s.replayed, 0)} logged records to replay; consumers and coordinator running again`);
+  return done(result.restoreEpoch);
 }

@@ -10,6 +10,7 @@
 import { createHash } from 'node:crypto';
 import { createReadStream, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import type { ParallelismOverride } from '../api/logical.ts';
 import type { Job } from '../api/stream.ts';
 import { fromBytes } from '../checkpoint/codec.ts';
 import { type CheckpointStats, POINTER_NAME } from '../checkpoint/driver.ts';
@@ -127,7 +128,7 @@ async function checkStart(job: Job, ck: CheckpointingOptions): Promise<void> {
 export async function prepareRunCheckpoints(
   job: Job,
   sinkName: string,
-  opts: RunCheckpointFlags & { input?: string; output: string; target?: string },
+  opts: RunCheckpointFlags & { input?: string; output: string; target?: string; localAwsParallelism?: ParallelismOverride },
   log: Log,
 ): Promise<
   | {
@@ -150,7 +151,7 @@ export async function prepareRunCheckpoints(
   if (opts.target !== 'local-aws') await checkStart(job, ck);
   if (opts.input !== undefined) await checkInput(ck.dir, opts.input, ck.start === 'resume');
   const sink = new CommittedFileSink<unknown>(opts.output, join(ck.dir, 'sinks', sinkName), ck.durable);
-  if (opts.target === 'local-aws') return localAwsCheckpoints(sink, ck, crashAfter, log);
+  if (opts.target === 'local-aws') return localAwsCheckpoints(sink, ck, crashAfter, opts.localAwsParallelism, log);
   let checkpoints: LocalCheckpointing | undefined;
   return {
     sink,
@@ -192,13 +193,13 @@ export interface LocalAwsRunCheckpoints {
   done(c: LocalAwsCheckpointing | undefined): void;
 }
 
-function localAwsCheckpoints(sink: CommittedFileSink<unknown>, ck: CheckpointingOptions, crashAfter: number | undefined, log: Log) {
+function localAwsCheckpoints(sink: CommittedFileSink<unknown>, ck: CheckpointingOptions, crashAfter: number | undefined, parallelism: ParallelismOverride | undefined, log: Log) {
   if (typeof ck.start === 'object') {
     throw new ConfigError('--from', `--target embedded; for local-aws, restore in place first (sluice restore <job> --target local-aws --from ${ck.start.from}), then run with --resume`, `--from ${ck.start.from} with --target local-aws`);
   }
   let finished: LocalAwsCheckpointing | undefined;
   const localAws: LocalAwsRunCheckpoints = {
-    checkpoints: { dir: ck.dir, intervalMs: ck.intervalMs, start: ck.start === 'resume' ? 'resume' : 'fresh', sinks: [sink], log },
+    checkpoints: { dir: ck.dir, intervalMs: ck.intervalMs, start: ck.start === 'resume' ? 'resume' : 'fresh', sinks: [sink], log, ...(parallelism ? { parallelism } : {}) },
     // Abrupt: no cleanup, no flush, as a killed process.
     onSourceRecords: crashAfter === undefined ? undefined : (n) => n >= crashAfter && process.exit(137),
     done: (c) => (finished = c),

@@ -13,11 +13,14 @@ import type { Job } from '../api/stream.ts';
 import { type IdleMonthly, idleMonthly } from '../aws/cost/cost-model.ts';
 import { ConfigError, SluiceError } from '../errors.ts';
 import { loadJob, parseParams } from './load-job.ts';
+import { parseParallelism } from './parallelism-flag.ts';
 
 export interface DeployFlags {
   readonly output?: string;
   readonly stackName?: string;
   readonly param?: readonly string[];
+  /** `--parallelism P|operator=P`: SluiceJob's `parallelism` (parallelism-flag.ts). */
+  readonly parallelism?: readonly string[];
   readonly endpoint?: 'httpApi' | 'functionUrl';
   readonly removalPolicy?: 'retain' | 'destroy';
   readonly queuePrefix?: string;
@@ -101,6 +104,7 @@ export async function synthesize(jobPath: string, flags: DeployFlags, log: Log =
     job,
     jobModule,
     jobParams: params,
+    parallelism: parseParallelism(flags.parallelism),
     stackName: flags.stackName,
     context,
     checkpoints: flags.checkpoints === false ? undefined : checkpointStateMachine,

@@ -62,6 +62,7 @@ function deployOptions(cmd: Command): Command {
     .option('--output <dir>', 'where the cloud assembly goes', 'cdk.out')
     .option('--stack-name <name>', 'CloudFormation stack name (default Sluice-<job>; another name scopes queue and table names by it)')
     .option('--param <key=value>', 'job parameter, repeatable', collect, [])
+    .option('--parallelism <P|operator=P>', 'deploy at parallelism P (operators without their own), or one operator at P; repeatable (SluiceJob parallelism)', collect, [])
     .addOption(new Option('--endpoint <kind>', 'ingestion endpoint: an HTTP API, or a Lambda Function URL (LocalStack)').choices(['httpApi', 'functionUrl']).default('httpApi'))
     .addOption(new Option('--removal-policy <policy>', 'of the table, buckets and log groups when the stack is deleted').choices(['retain', 'destroy']).default('retain'))
     .option('--queue-prefix <prefix>', 'prefix of queue and table names (default: see --stack-name)')
@@ -261,6 +262,11 @@ const EXAMPLES: Record<string, string[]> = {
     'sluice restore jobs/orders.ts --from 12 --input orders.jsonl --output alerts.jsonl',
     'sluice restore jobs/orders.ts --target aws --from before-upgrade',
     'sluice restore jobs/orders.ts --from before-upgrade --parallelism 4 --input orders.jsonl --output alerts.jsonl',
+  ],
+  rescale: [
+    'sluice rescale jobs/orders.ts --target aws --stage per-customer --partitions 8',
+    'sluice rescale jobs/orders.ts --target aws --stage 1 --partitions 8 --from rescale-2026-12-03T10-00-00-000Z',
+    'sluice rescale jobs/orders.ts --target local-aws --checkpoint-dir .sluice/orders --stage 1 --partitions 4',
   ],
 };
 for (const cmd of program.commands) {

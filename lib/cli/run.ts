@@ -12,6 +12,7 @@ import { JsonLinesFileSink } from '../api/sinks.ts';
 import { ConfigError } from '../errors.ts';
 import { DASHBOARD_HTML } from '../local/dashboard-page.ts';
 import { SinkTap } from '../local/dashboard-sink-tap.ts';
+import { defaultCheckpointDir } from '../local/checkpointing.ts';
 import { EmbeddedRuntime } from '../local/embedded.ts';
 import { startIngestServer } from '../local/ingest-server.ts';
 import { DevMonitor, type MonitoredCheckpoints } from './dev-monitor.ts';
@@ -76,7 +77,13 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
     throw new ConfigError('--dead-letters', 'a file other than --input and --output', JSON.stringify(opts.deadLetters));
   }
 
-  const job = withParallelismFlag(await loadJob(jobPath, params), opts.parallelism);
+  const loaded = await loadJob(jobPath, params);
+  // local-aws with checkpoints: the run's identity keeps its parallelism (local-aws-parallelism.ts).
+  const localAwsPlan =
+    opts.target === 'local-aws' && (opts.checkpointInterval !== undefined || opts.resume)
+      ? (await import('./local-aws-parallelism.ts')).localAwsRunParallelism(loaded, opts.parallelism, { dir: opts.checkpointDir ?? defaultCheckpointDir(loaded.name), resume: Boolean(opts.resume) })
+      : undefined;
+  const job = localAwsPlan?.job ?? withParallelismFlag(loaded, opts.parallelism);
   const sources = job.graph.sources();
   const ingest = sources.filter((n) => n.spec.kind === 'source' && n.spec.source.binding.kind === 'ingest');
   const source = pickNode('--source', 'source', sources, opts.source, ingest);
@@ -91,7 +98,7 @@ export async function runCommand(jobPath: string, opts: RunCommandOptions, log: 
   }
 
   // With checkpoints the output is transactional: only committed epochs reach it.
-  const ckpt = await prepareRunCheckpoints(job, sink.name, opts, log);
+  const ckpt = await prepareRunCheckpoints(job, sink.name, { ...opts, localAwsParallelism: localAwsPlan?.parallelism }, log);
   const output = ckpt?.sink ?? new CountingFileSink<unknown>(opts.output);
   const bindings = { sources: { [source.name]: { kind: 'file' as const, path: opts.input } }, sinks: { [sink.name]: output } };
   if (opts.target === 'assembly' && opts.parallelism?.length) throw new ConfigError('--parallelism', 'nothing with --target assembly (its bundles build the job as its module declares it)', JSON.stringify(opts.parallelism.join(' ')));

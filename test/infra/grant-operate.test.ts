@@ -1,7 +1,7 @@
 /**
- * SluiceJob.grantOperate: the calls `sluice checkpoints|savepoint|restore --target aws`
- * make (lib/cli/checkpoints-aws.ts, lib/aws/deployment.ts, savepoints.ts,
- * savepoint-remap.ts, restore.ts, restore-partition.ts, job-control.ts), evaluated with
+ * SluiceJob.grantOperate: the calls `sluice checkpoints|savepoint|restore|rescale --target aws`
+ * make (lib/cli/checkpoints-aws.ts, rescale.ts, lib/aws/deployment.ts, savepoints.ts,
+ * savepoint-remap.ts, restore.ts, restore-partition.ts, job-control.ts, deployed-parallelism.ts), evaluated with
  * @cloud-copilot/iam-simulate against the synthesised policies (intrinsics resolved to
  * the ARNs a deployment would have): the granted role may make each call; a role without
  * the grant (one that may publish and read results) may make none; and the granted role
@@ -143,7 +143,15 @@ const commandCalls = (): Call[] => [
   { action: 'states:ListExecutions', resource: machine() },
   { action: 'states:StartExecution', resource: machine() },
   { action: 'states:StopExecution', resource: arn('states', `execution:${logicalId(stack, sluice.stateMachine)}:nexmark-q5-savepoint-1`) },
+  // Rescale: every function that builds the plan gets the new parallelism (deployed-parallelism.ts).
+  ...planFunctions().flatMap((f) => [
+    { action: 'lambda:GetFunctionConfiguration', resource: arnOf(f) },
+    { action: 'lambda:UpdateFunctionConfiguration', resource: arnOf(f) },
+  ]),
 ];
+
+/** The stage, ingest and checkpoint functions (not the authorizer, which does not build the plan). */
+const planFunctions = () => sluice.functions.filter((f) => f !== sluice.ingestion.authorizer).map((f) => f.fn);
 
 /** What the commands never do. */
 const neverCalls = (): Call[] => [
@@ -157,6 +165,7 @@ const neverCalls = (): Call[] => [
   { action: 'sqs:ReceiveMessage', resource: queue(1) },
   { action: 'sqs:SendMessage', resource: queue(1) },
   { action: 'lambda:UpdateFunctionCode', resource: arnOf(sluice.stages[0].operator.fn) },
+  { action: 'lambda:UpdateFunctionConfiguration', resource: arn('lambda', 'function:someone-elses') },
   { action: 'lambda:UpdateEventSourceMapping', resource: arn('lambda', 'event-source-mapping:someone-elses') },
   { action: 'states:DeleteStateMachine', resource: machine() },
   { action: 'states:StopExecution', resource: arn('states', 'execution:another-machine:x') },
@@ -166,7 +175,7 @@ describe('SluiceJob.grantOperate', () => {
   const operator = stack.node.findChild('Operator');
   const bystander = stack.node.findChild('Bystander');
 
-  it('allows every call of sluice checkpoints|savepoint|restore --target aws', async () => {
+  it('allows every call of sluice checkpoints|savepoint|restore|rescale --target aws', async () => {
     const denied: string[] = [];
     for (const c of commandCalls()) if (!(await allowed(operator, c))) denied.push(`${c.action} ${c.resource} ${JSON.stringify(c.context ?? {})}`);
     expect(denied).toEqual([]);

@@ -43,6 +43,8 @@ describe('validation at synth', () => {
     [{ ingestion: { timeout: Duration.seconds(31) } }, 'ingestion.timeout', 'a duration from 1 s to 30 s', '31 s'],
     [{ retention: { spilledEnvelopes: Duration.days(3) } }, 'retention.spilledEnvelopes', 'at least 18', '3 days'],
     [{ logLevel: 'TRACE' as never }, 'logLevel', 'DEBUG, INFO, WARN, ERROR', '"TRACE"'],
+    [{ stageMaxConcurrency: { nope: 4 } }, 'stageMaxConcurrency.nope', 'a stage of job "nexmark-q5" (events, bids-per-auction, hot-items)', 'no such stage'],
+    [{ stageMaxConcurrency: { 'hot-items': 1 } }, 'stageMaxConcurrency.hot-items', 'an integer from 2 to 1000', '1'],
   ] as [Partial<SluiceJobProps>, string, string, string][])('%j -> %s', (props, field, expected, received) => {
     const e = propsError(props);
     expect(e.field).toBe(field);
@@ -71,6 +73,23 @@ describe('options', () => {
     template.allResourcesProperties('AWS::Lambda::EventSourceMapping', { ScalingConfig: { MaximumConcurrency: 7 } });
     const queues = Object.values(template.findResources('AWS::SQS::Queue')).filter((q) => q.Properties.RedrivePolicy);
     expect(queues.map((q) => q.Properties.VisibilityTimeout)).toEqual([360, 360, 360]);
+  });
+
+  it('deploys at the parallelism it is given: the plan, SLUICE_PARALLELISM, concurrency per stage, the functions a rescale changes', () => {
+    const { template, job } = jobStack({ parallelism: { default: 4, operators: { 'hot-items': 12 } }, stageMaxConcurrency: { 'bids-per-auction': 20 } });
+    expect(job.plan.stages.map((s) => s.parallelism)).toEqual([4, 4, 12]);
+    const mappings = Object.values(template.findResources('AWS::Lambda::EventSourceMapping')).map((m) => m.Properties.ScalingConfig.MaximumConcurrency);
+    expect(mappings.sort((a: number, b: number) => a - b)).toEqual([4, 10, 20]);
+    const fns = Object.values(template.findResources('AWS::Lambda::Function')).map((f) => f.Properties.Environment?.Variables ?? {});
+    const planFns = fns.filter((v) => v[HANDLER_ENV.table] !== undefined);
+    expect(planFns.length).toBeGreaterThanOrEqual(4);
+    for (const v of planFns) expect(v[HANDLER_ENV.parallelism]).toBe('{"default":4,"operators":{"hot-items":12}}');
+    // Stage functions name the ingest and checkpoint functions (sluice rescale gives them the new parallelism too).
+    expect(fns.filter((v) => v[HANDLER_ENV.jobFunctions] !== undefined)).toHaveLength(3);
+  });
+
+  it('refuses a parallelism for an operator the job does not have', () => {
+    expect(() => jobStack({ parallelism: { operators: { nope: 2 } } })).toThrow(/operator "nope": expected a parallelism for an operator of job "nexmark-q5"/);
   });
 
   it('prefixes queue names and tells the handlers the prefix', () => {

@@ -123,6 +123,19 @@ export async function finishSavepoint(o: { pointers: PointerStore; blobs: BlobSt
   return meta;
 }
 
+/**
+ * A committed checkpoint kept as the savepoint `label` (with its plan's description), for
+ * a restore into a changed plan where no coordinator runs to take a savepoint (`sluice
+ * rescale --target local-aws`). Idempotent, as finishSavepoint.
+ */
+export async function savepointFromCheckpoint(o: { blobs: BlobStore; job: string; plan: PlanDescription }, manifest: Manifest, manifestKey: string, label: string, createdAt: number): Promise<SavepointMeta> {
+  checkLabel(label);
+  if (manifest.fingerprint !== o.plan.planFingerprint) {
+    throw new RestoreError(`checkpoint ${manifest.epoch}`, `a checkpoint of the plan the run has (fingerprint ${o.plan.planFingerprint})`, `one of plan ${manifest.fingerprint}`);
+  }
+  return writeSavepoint({ source: o.blobs, target: o.blobs, prefix: savepointPrefix(o.job, label) }, { ...manifest, savepoint: { label } }, manifestKey, { job: o.job, createdAt, takenOn: 'aws', ...o.plan });
+}
+
 /** A BlobStore that reads one savepoint's copies by their original keys. */
 export function savepointBlobs(blobs: BlobStore, job: string, label: string): BlobStore {
   return savepointObjects(blobs, savepointPrefix(job, label));

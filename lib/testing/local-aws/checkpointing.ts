@@ -26,6 +26,7 @@
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
+import type { ParallelismOverride } from '../../api/logical.ts';
 import type { Job } from '../../api/stream.ts';
 import { fromBytes } from '../../checkpoint/codec.ts';
 import { POINTER_NAME } from '../../checkpoint/driver.ts';
@@ -56,6 +57,8 @@ export interface LocalAwsCheckpointOptions {
   readonly pollMs?: number;
   readonly timeoutMs?: number;
   readonly start: 'fresh' | 'resume';
+  /** A fresh run's parallelism, kept in its identity (a resume keeps the identity's). */
+  readonly parallelism?: ParallelismOverride;
   /** Committed with the checkpoints (prepared and committed here, recovered on resume); the runner adds the job's own transactional sinks. */
   readonly sinks?: readonly TransactionalSink[];
   readonly log?: (line: string) => void;
@@ -76,6 +79,16 @@ export interface LocalAwsCheckpointResources {
 
 export interface Identity {
   readonly runId: string;
+  /** The parallelism the run's job is at (`--parallelism`, or `sluice rescale` since); a resume keeps it. */
+  readonly parallelism?: ParallelismOverride;
+  /** A `sluice rescale` begun and not finished: running it again finishes it (rescale.ts). */
+  readonly rescale?: PendingRescale;
+}
+
+/** What a rescale installs: the savepoint it restores and the parallelism it restores at. */
+export interface PendingRescale {
+  readonly from: string;
+  readonly parallelism: ParallelismOverride;
 }
 
 const IDENTITY = 'local-aws.json';
@@ -90,6 +103,11 @@ export function localAwsControl(runId: string, job: string): { table: string; bu
 export function readLocalAwsIdentity(dir: string): Identity | undefined {
   const file = join(dir, IDENTITY);
   return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as Identity) : undefined;
+}
+
+/** Replace the identity of the run in `dir` (sluice rescale). */
+export function writeLocalAwsIdentity(dir: string, id: Identity): void {
+  writeFileAtomic(join(dir, IDENTITY), JSON.stringify(id));
 }
 
 /** What the runner asks of the checkpoints (runner.ts). */
@@ -156,16 +174,15 @@ export class LocalAwsCheckpointing {
   }
 
   /** The identity of this run: a new one, or the one a resumed run had. */
-  static identity(o: Pick<LocalAwsCheckpointOptions, 'dir' | 'start'>): Identity {
+  static identity(o: Pick<LocalAwsCheckpointOptions, 'dir' | 'start' | 'parallelism'>): Identity {
     mkdirSync(o.dir, { recursive: true });
     const file = join(o.dir, IDENTITY);
     if (o.start === 'resume') {
       if (!existsSync(file)) throw new ConfigError('--resume', `a local-aws checkpointed run to continue (${file})`, 'none: run without --resume first');
-      const old = JSON.parse(readFileSync(file, 'utf8')) as Identity;
-      return { runId: old.runId };
+      return JSON.parse(readFileSync(file, 'utf8')) as Identity;
     }
     for (const d of ['sinks']) rmSync(join(o.dir, d), { recursive: true, force: true });
-    const id = { runId: `r${randomBytes(3).readUIntBE(0, 3).toString(36).padStart(5, '0').slice(0, 5)}` };
+    const id: Identity = { runId: `r${randomBytes(3).readUIntBE(0, 3).toString(36).padStart(5, '0').slice(0, 5)}`, ...(o.parallelism ? { parallelism: o.parallelism } : {}) };
     writeFileAtomic(file, JSON.stringify(id));
     return id;
   }
@@ -219,6 +236,9 @@ export class LocalAwsCheckpointing {
    * Then the coordinator's first execution starts (its resume step).
    */
   async beforeStart(): Promise<void> {
+    if (this.o.start === 'resume' && this.identity.rescale) {
+      throw new ConfigError('--resume', `a run whose rescale finished (run the same sluice rescale again: it restores savepoint "${this.identity.rescale.from}")`, `a rescale of the run in ${this.o.dir} not finished`);
+    }
     if (this.o.start === 'resume') {
       const ptr = (await this.pointers.read<CommitPointer>(POINTER_NAME))?.value;
       let manifest: Manifest;
