@@ -15,7 +15,7 @@ import { DEFAULT_MAX_MESSAGE_BYTES } from '../lib/aws/sqs/sqs-codec.ts';
 import type { StagePlan } from '../lib/graph/compile.ts';
 import { ENTRIES, type SluiceFunction, sluiceFunction } from './function.ts';
 import { signalsPk } from '../lib/aws/checkpoint/checkpoint-acks.ts';
-import { bucketPrefixes, grantObjects, grantSend, grantTable, STAGE_ACK_TABLE_ACTIONS, STAGE_TABLE_ACTIONS, stageLeadingKeys } from './permissions.ts';
+import { bucketPrefixes, coordinatorLeadingKeys, grantObjects, grantSend, grantTable, STAGE_ACK_TABLE_ACTIONS, STAGE_TABLE_ACTIONS, stageLeadingKeys } from './permissions.ts';
 import { DLQ_RETENTION, QUEUE_RETENTION, type ResolvedProps } from './props.ts';
 
 /**
@@ -105,6 +105,8 @@ export function createStages(scope: Construct, p: ResolvedProps, storage: { tabl
       // Source stages log the input they consume (lib/aws/operator/input-log.ts).
       if (stage.inputs.some((e) => p.plan.edges[e].from.kind === 'source')) grantObjects(grantee, storage.bucket, [bucketPrefixes(job).inputLog], { read: true, write: true }, p.encryptionKey);
       grantTable(grantee, storage.table, STAGE_ACK_TABLE_ACTIONS, [signalsPk(job)], p.encryptionKey);
+      // The coordinator record, read once per container: the plan the state is at (lib/aws/operator/plan-guard.ts).
+      grantTable(grantee, storage.table, ['dynamodb:GetItem'], coordinatorLeadingKeys(job), p.encryptionKey);
     }
     return { stage, queue, deadLetterQueue, operator, eventSource };
   });

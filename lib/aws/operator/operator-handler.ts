@@ -66,6 +66,9 @@ import type { PartitionScope, StateBackend } from '../../state/backend.ts';
 import type { BarrierAck, Envelope } from '../../transport/envelope.ts';
 import { AwsAccounting } from '../cost/accounting.ts';
 import { DynamoDbAckStore } from '../checkpoint/checkpoint-acks.ts';
+import { planFingerprint } from '../../checkpoint/fingerprint.ts';
+import { DynamoDbPointerStore } from '../dynamodb/dynamodb-pointers.ts';
+import { PlanGuard } from './plan-guard.ts';
 import { DynamoDbStateBackend } from '../dynamodb/dynamodb-state.ts';
 import { DynamoDbTable } from '../dynamodb/dynamodb-table.ts';
 import { AwsInputLog } from './input-log.ts';
@@ -171,6 +174,9 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
   const metrics = config.metrics;
   const recordAcks = config.onBarrierAcks ?? (checkpointStore ? ackRecorder(new DynamoDbAckStore({ client: config.dynamodb, tableName, job, accounting })) : undefined);
 
+  // With checkpoints: nothing is opened under another plan than the state's (plan-guard.ts).
+  const planGuard = checkpointStore ? new PlanGuard(new DynamoDbPointerStore({ client: config.dynamodb, tableName, job, accounting }), planFingerprint(plan)) : undefined;
+
   const outbox = new AwsOutbox({ plan, transport, sinks: config.sinks, binding: { job, s3: config.s3, dynamodb: config.dynamodb, bucket: config.bucket, tableName, accounting }, recordAcks, log, metrics });
 
   /** Warm partitions: their runtimes are reused while no other container commits to them (the version fence checks). */
@@ -184,6 +190,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
       const logged = logInput && plan.stages[stage].inputs.some((e) => plan.edges[e].from.kind === 'source');
       runner = new BatchRunner({
         open: async () => {
+          await planGuard?.check();
           const rt = await PartitionRuntime.open({ plan, stage, partition, backend, clock, checkpointStore, logInput: logged });
           if (rt.recoveredOutbox.length) log?.info('delivering a recovered outbox', { stage, partition, entries: rt.recoveredOutbox.length });
           return rt;
