@@ -15,6 +15,7 @@ import { ManualClock } from '../../lib/api/types.ts';
 import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
 import { createIngestHandler, type IngestHandlerConfig, ingestStreams } from '../../lib/aws/ingest/ingest-handler.ts';
 import { decodeBody, probeBody, sourceEnvelope } from '../../lib/aws/sqs/sqs-codec.ts';
+import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import { createStageQueues, StaticQueues, type StageQueues } from '../../lib/aws/sqs/sqs-queues.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { type IngestServer, startIngestServer } from '../../lib/local/ingest-server.ts';
@@ -271,6 +272,23 @@ describe('ingest handler: SQS', () => {
     expect((await enqueued(streams.get('orders')!.stage)).length).toBe(2);
     expect((await viaLambda(h, 'POST', '/streams/orders/events', json, JSON.stringify([order(3)]))).status).toBe(202);
     await enqueued(streams.get('orders')!.stage);
+  });
+
+  it('429 while a stage the stream feeds is backlogged, naming the stage; nothing is enqueued', async () => {
+    const source = streams.get('orders')!.stage;
+    const downstream = plan.stages.find((st) => st.id !== source && st.inputs.some((e) => plan.edges[e].from.kind !== 'source'))!;
+    expect(downstream).toBeDefined();
+    for (let i = 0; i < 3; i++) {
+      await clients.sqs.send(new SendMessageCommand({ QueueUrl: queues[downstream.id].url, MessageBody: `backlog ${i}`, MessageGroupId: '0', MessageDeduplicationId: unique('d') }));
+    }
+    const h = handler({ maxBacklogMessages: 2, backlogCacheMs: 0 });
+    const res = await viaLambda(h, 'POST', '/streams/orders/events', json, JSON.stringify([order(1)]));
+    expect(res.status).toBe(429);
+    expect(res.body.message).toContain(`is held back: stage ${downstream.id} "${downstream.name}" has 3 messages waiting (bound 2)`);
+    expect(await enqueued(source)).toEqual([]);
+    await drainQueue(clients.sqs, queues[downstream.id].url);
+    expect((await viaLambda(h, 'POST', '/streams/orders/events', json, JSON.stringify([order(1)]))).status).toBe(202);
+    await enqueued(source);
   });
 
   it('lists the events of entries SQS kept refusing as retryable rejections', async () => {

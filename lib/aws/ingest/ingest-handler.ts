@@ -5,9 +5,11 @@
  * - an event with a character SQS cannot carry (controls other than tab/LF/CR, lone
  *   surrogates, U+FFFE/U+FFFF) is rejected with its path; so is an event larger than
  *   one message even compressed;
- * - 429 + Retry-After when the source stage's queue holds more than maxBacklogMessages
- *   (ApproximateNumberOfMessages, read at most once per backlogCacheMs), or when SQS
- *   throttled every message; nothing is enqueued then;
+ * - 429 + Retry-After when the source stage's queue, or the queue of any stage it feeds,
+ *   holds more than maxBacklogMessages (ApproximateNumberOfMessages, read at most once per
+ *   backlogCacheMs per stage): a slow stage downstream stops ingestion instead of growing
+ *   its queue towards SQS's retention; or when SQS throttled every message. Nothing is
+ *   enqueued then;
  * - 202 only for what SQS acknowledged. Entries SQS refused (after retries) are listed
  *   as rejected, `retryable: true` when a later attempt may succeed;
  * - 503 `outcome_unknown` when SQS's answer was lost: some events may be enqueued. The
@@ -73,7 +75,7 @@ export interface IngestHandlerConfig {
   readonly compress?: boolean;
   /** Attempts for messages SQS refuses transiently (default 5). */
   readonly maxSendAttempts?: number;
-  /** 429 above this many messages waiting in the source stage's queue (default 10,000). */
+  /** 429 above this many messages waiting in the queue of the source stage or of a stage it feeds (default 10,000). */
   readonly maxBacklogMessages?: number;
   readonly backlogCacheMs?: number;
   readonly retryAfterMs?: number;
@@ -169,20 +171,37 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
   /** The next partition per stream for keyless requests, from a random start: containers spread their first requests. */
   const roundRobin = new Map<string, number>();
 
-  async function backlogged(stage: number, url: string): Promise<number | undefined> {
-    const limit = config.maxBacklogMessages ?? 10_000;
-    let hit = backlog.get(stage);
-    if (!hit || clock.now() - hit.at >= (config.backlogCacheMs ?? 1000)) {
-      try {
-        hit = { at: clock.now(), messages: await queueBacklog(config.sqs, url, accounting) };
-        backlog.set(stage, hit);
-      } catch (e) {
-        // Back-pressure is advisory: an unreadable metric must not stop ingestion.
-        config.logger?.warn('cannot read the queue backlog', { error: (e as Error).message });
-        return undefined;
-      }
+  /** The stages a source stage feeds, itself first: their backlogs hold its input back. */
+  const fedBy = new Map<number, number[]>();
+  function downstreamOf(stage: number): number[] {
+    let out = fedBy.get(stage);
+    if (!out) {
+      const seen = new Set<number>([stage]);
+      const todo = [stage];
+      while (todo.length) for (const e of plan.stages[todo.pop()!].outputs) if (!seen.has(plan.edges[e].toStage)) todo.push(plan.edges[e].toStage), seen.add(plan.edges[e].toStage);
+      fedBy.set(stage, (out = [...seen]));
     }
-    return hit.messages > limit ? hit.messages : undefined;
+    return out;
+  }
+
+  /** The first stage fed by `stage` (or itself) whose queue holds more than the bound, and its count; undefined when none does. */
+  async function backlogged(stage: number): Promise<{ stage: number; messages: number } | undefined> {
+    const limit = config.maxBacklogMessages ?? 10_000;
+    for (const s of downstreamOf(stage)) {
+      let hit = backlog.get(s);
+      if (!hit || clock.now() - hit.at >= (config.backlogCacheMs ?? 1000)) {
+        try {
+          hit = { at: clock.now(), messages: await queueBacklog(config.sqs, await queues.queueUrl(s), accounting) };
+          backlog.set(s, hit);
+        } catch (e) {
+          // Back-pressure is advisory: an unreadable metric must not stop ingestion.
+          config.logger?.warn('cannot read the queue backlog', { stage: s, error: (e as Error).message });
+          continue;
+        }
+      }
+      if (hit.messages > limit) return { stage: s, messages: hit.messages };
+    }
+    return undefined;
   }
 
   async function handle(event: APIGatewayProxyEventV2): Promise<V.IngestAnswer> {
@@ -282,8 +301,11 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     if (V.isAnswer(checked)) return { answer: checked, enqueued: false };
 
     const url = await queues.queueUrl(stream.stage);
-    const waiting = await backlogged(stream.stage, url);
-    if (waiting !== undefined) return { answer: V.saturatedAnswer(request.stream, retryAfterMs), enqueued: false };
+    const waiting = await backlogged(stream.stage);
+    if (waiting !== undefined) {
+      const st = plan.stages[waiting.stage];
+      return { answer: V.saturatedAnswer(request.stream, retryAfterMs, `is held back: stage ${st.id} "${st.name}" has ${waiting.messages} messages waiting (bound ${config.maxBacklogMessages ?? 10_000})`), enqueued: false };
+    }
 
     const byPartition = new Map<number, number[]>();
     for (const { index, event: ev } of checked.valid) {
