@@ -65,6 +65,18 @@ export type { IngestRejections } from './local/ingest-bounds.ts';
 export type { IngestTarget, OfferResult, IngestPressure, ShedCount } from './local/ingest-target.ts';
 export type { ShedDecision, ShedReason } from './transport/load-shedding.ts';
 export type { KeyedOffer } from './local/ingest-keys.ts';
+export {
+  IngestClient,
+  IngestRefusedError,
+  publishEvents,
+  parseRetryAfter,
+  retryDelay,
+  type IngestClientOptions,
+  type IngestReply,
+  type IngestResult,
+  type SendOptions,
+  type SignableRequest,
+} from './transport/ingest-client.ts';
 export type { RememberedAnswer } from './transport/idempotency.ts';
 export * from './errors.ts';
 /** zod, the schema library of `job.ingest(name, { schema })`: the same copy Sluice validates with. */

@@ -8,22 +8,22 @@
  *   (`<id>.execute-api.<region>.amazonaws.com`) or a Lambda Function URL
  *   (`<id>.lambda-url.<region>.on.aws`) are signed with SigV4 (sigv4.ts, loaded
  *   only then), with the default credential chain's credentials.
- * - Every batch carries an Idempotency-Key, the same on each resend of that batch:
- *   both endpoints remember it, so a batch sent again after an unknown outcome (a 5xx)
- *   is not enqueued twice; an answer the endpoint gives again for a batch it already
- *   took (`replay: true`) is counted as that batch's and reported. A 409 (the key held
- *   by another body, or a resend too late to be deduplicated) fails the publish.
- * - 429 (nothing enqueued) is retried after Retry-After (seconds or an HTTP date),
- *   5xx after Retry-After or an exponential backoff, at most `retries` times per batch.
+ * - Sending, Idempotency-Keys, retries and 413 splits are the ingest client's
+ *   (lib/transport/ingest-client.ts, `IngestClient` of `sluice`): every batch carries a key
+ *   (`<run>:<lines>`), the same on each resend; 429 is retried after Retry-After, 5xx after
+ *   Retry-After or a backoff, at most `retries` times per batch; a batch answered as a
+ *   replay (`replay: true`) is counted as that batch's and reported; a 409 fails the publish.
  */
 import { randomUUID } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
-import { BackPressureError, ConfigError, InputRejectedError, InvariantError } from '../errors.ts';
+import { ConfigError } from '../errors.ts';
+import { IngestClient } from '../transport/ingest-client.ts';
 import type { RequestSigner, SigningScope } from './sigv4.ts';
+
+export { IngestRefusedError as PublishRefusedError, parseRetryAfter, retryDelay, type IngestReply as Reply } from '../transport/ingest-client.ts';
 
 export const SIGN_MODES = ['auto', 'always', 'never'] as const;
 /**
@@ -55,17 +55,6 @@ export interface PublishOptions {
   service?: string;
   /** First backoff after a 5xx without Retry-After, doubled per retry (with jitter, at most 30 s); default 500 ms. */
   retryBaseMs?: number;
-}
-
-/** The endpoint refused the request for good (403, or a 5xx or a 429 after every retry when no other error fits). */
-export class PublishRefusedError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-    this.name = 'PublishRefusedError';
-  }
 }
 
 export interface PublishResult {
@@ -108,10 +97,6 @@ const EXPECTED: Record<string, string> = {
   retryBaseMs: 'a number of milliseconds >= 0',
 };
 
-/** Longest wait for one Retry-After; a longer one is cut to this. */
-const MAX_RETRY_DELAY_MS = 120_000;
-const MAX_BACKOFF_MS = 30_000;
-
 /** The SigV4 scope an AWS ingestion URL implies: HTTP APIs (execute-api) and Lambda Function URLs (lambda). */
 export function awsEndpointOf(url: string | URL): SigningScope | undefined {
   const host = (typeof url === 'string' ? new URL(url) : url).hostname.toLowerCase();
@@ -144,15 +129,6 @@ export function signingScopeFor(
   return { service, region };
 }
 
-/** Retry-After in milliseconds: delta-seconds or an HTTP date; undefined when absent or unreadable. */
-export function parseRetryAfter(value: string | null | undefined, now = Date.now()): number | undefined {
-  if (value === null || value === undefined) return undefined;
-  const v = value.trim();
-  if (/^\d+(?:\.\d+)?$/.test(v)) return Number(v) * 1000;
-  const at = Date.parse(v);
-  return Number.isFinite(at) ? Math.max(0, at - now) : undefined;
-}
-
 interface Line {
   line: number;
   text: string;
@@ -166,8 +142,6 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
     throw new ConfigError(`publish ${field}`, EXPECTED[field] ?? 'valid options', JSON.stringify(received) ?? 'undefined');
   }
   const opts = parsed.data;
-  const base = opts.url.endsWith('/') ? opts.url : `${opts.url}/`;
-  const endpoint = new URL(`streams/${encodeURIComponent(opts.stream)}/events`, base);
 
   let totalBytes: number;
   try {
@@ -185,89 +159,35 @@ export async function publishFile(options: PublishOptions): Promise<PublishResul
   const bar = opts.progress ? await progressBar(opts.stream) : undefined;
   bar?.start(totalBytes, 0, { accepted: 0, rejected: 0 });
 
-  /** Posts one batch; on 413 splits it, because the server's limits may be lower than ours. */
+  const endpoint = new URL(`streams/${encodeURIComponent(opts.stream)}/events`, opts.url.endsWith('/') ? opts.url : `${opts.url}/`);
+  const client = new IngestClient({
+    url: opts.url,
+    maxEventsPerRequest: opts.batchSize,
+    maxBytesPerRequest: opts.maxBatchBytes,
+    retries: opts.retries,
+    retryBaseMs: opts.retryBaseMs,
+    sign: signer && ((request) => signer.sign(request)),
+    authHint: () => authAdvice(signer, endpoint),
+  });
+  /** Posts one batch (the client splits it on a 413) and maps its answers back to file lines. */
   const post = async (batch: Line[]): Promise<void> => {
-    // One key per batch (its lines identify its body within this run): every resend of it carries the same key.
-    const key = `${run}:${span(batch)}`;
-    const body = batch.map((l) => l.text).join('\n') + '\n';
-    const notAccepted = () => `lines ${span(batch)} were not accepted (${result.accepted} events from earlier lines were accepted)`;
-    for (let attempt = 0; ; attempt++) {
-      const reply = await request(endpoint, body, key, signer, () => `lines ${span(batch)} may not have been accepted (${result.accepted} events from earlier lines were accepted)`);
-      if (reply.status === 202 || (reply.status === 400 && Array.isArray(reply.body.rejected))) {
-        result.sent += batch.length;
-        const accepted = typeof reply.body.accepted === 'number' ? reply.body.accepted : 0;
-        const rejected = (reply.body.rejected ?? []) as { index: number; error: string }[];
-        const shed = (Array.isArray(reply.body.shed) ? reply.body.shed : []) as { index: number; reason: string }[];
-        if (accepted + rejected.length + shed.length !== batch.length) {
-          throw new InvariantError(`server answered accepted ${accepted} + rejected ${rejected.length} + shed ${shed.length} for a batch of ${batch.length} events (lines ${span(batch)})`);
-        }
-        for (const d of shed) {
-          const source = batch[d.index];
-          if (!source) throw new InvariantError(`server shed index ${d.index}, but the batch has ${batch.length} events (lines ${span(batch)})`);
-          result.shed.push({ line: source.line, reason: d.reason });
-        }
-        result.accepted += accepted;
-        if (reply.body.replay === true) result.replayed.push({ lines: span(batch), idempotencyKey: key });
-        for (const r of rejected) {
-          const source = batch[r.index];
-          if (!source) throw new InvariantError(`server rejected index ${r.index}, but the batch has ${batch.length} events (lines ${span(batch)})`);
-          result.rejected.push({ line: source.line, error: r.error });
-        }
-        return;
-      }
-      if (reply.status === 429) {
-        // Nothing of the batch was enqueued.
-        const delayMs = retryDelay(reply, attempt, opts.retryBaseMs);
-        if (attempt >= opts.retries) {
-          throw new BackPressureError(
-            delayMs,
-            `stream "${opts.stream}" still saturated after ${opts.retries} retries; lines ${span(batch)} were not enqueued ` +
-              `(${result.accepted} events from earlier lines were accepted)`,
-          );
-        }
-        await sleep(delayMs);
-        continue;
-      }
-      if (reply.status >= 500) {
-        // Perhaps partly enqueued: the resend carries the same Idempotency-Key.
-        if (attempt >= opts.retries) {
-          const unknown = reply.body.error === 'outcome_unknown' || Array.isArray(reply.body.unconfirmed);
-          throw new PublishRefusedError(
-            reply.status,
-            `POST ${endpoint.href} answered HTTP ${reply.status} ${opts.retries + 1} times (last: ${messageOf(reply.body, 'no message')}); ` +
-              (unknown
-                ? `some of lines ${span(batch)} may have been enqueued (Idempotency-Key: ${key}); `
-                : `lines ${span(batch)} were not accepted; `) +
-              `${result.accepted} events from earlier lines were accepted`,
-          );
-        }
-        await sleep(retryDelay(reply, attempt, opts.retryBaseMs));
-        continue;
-      }
-      if (reply.status === 413) {
-        if (batch.length > 1) {
-          const half = Math.ceil(batch.length / 2);
-          await post(batch.slice(0, half));
-          await post(batch.slice(half));
-        } else {
-          result.sent += 1;
-          result.rejected.push({ line: batch[0]!.line, error: messageOf(reply.body, 'event too large') });
-        }
-        return;
-      }
-      if (reply.status === 409) {
-        // Not retried: the same key gets the same answer.
-        throw new PublishRefusedError(409, `POST ${endpoint.href} refused lines ${span(batch)} with Idempotency-Key ${key} (HTTP 409 ${String(reply.body.error ?? 'conflict')}): ${messageOf(reply.body, 'no message')}; ${notAccepted()}`);
-      }
-      if (reply.status === 404 && Array.isArray(reply.body.knownStreams)) {
-        const known = (reply.body.knownStreams as string[]).map((s) => `"${s}"`).join(', ') || '(none)';
-        throw new InputRejectedError('stream', `one of ${known}`, `"${opts.stream}"`);
-      }
-      if (reply.status === 403 || reply.status === 401) {
-        throw new PublishRefusedError(reply.status, `POST ${endpoint.href} answered HTTP ${reply.status} (${messageOf(reply.body, 'no message')}): ${authAdvice(signer, endpoint)}; ${notAccepted()}`);
-      }
-      throw new PublishRefusedError(reply.status, `POST ${endpoint.href} answered HTTP ${reply.status}: ${messageOf(reply.body, 'no message')}; ${notAccepted()}`);
-    }
+    const spanOf = (from: number, to: number) => span(batch.slice(from, to + 1));
+    const before = result.accepted;
+    const sent = await client.sendLines(
+      opts.stream,
+      batch.map((l) => l.text),
+      {
+        // One key per batch (its lines identify its body within this run): every resend of it carries the same key.
+        idempotencyKey: (from, to) => `${run}:${spanOf(from, to)}`,
+        nameBatch: (from, to) => `lines ${spanOf(from, to)}`,
+        nameEarlier: (n) => `${before + n} events from earlier lines were accepted`,
+      },
+    );
+    result.sent += sent.sent;
+    result.accepted += sent.accepted;
+    for (const d of sent.shed) result.shed.push({ line: batch[d.index]!.line, reason: d.reason });
+    for (const r of sent.rejected) result.rejected.push({ line: batch[r.index]!.line, error: r.error });
+    for (const r of sent.replayed) result.replayed.push({ lines: spanOf(r.from, r.to), idempotencyKey: r.idempotencyKey });
   };
 
   let batch: Line[] = [];
@@ -339,55 +259,8 @@ function authAdvice(signer: RequestSigner | undefined, endpoint: URL): string {
   );
 }
 
-/**
- * How long to wait before resending: at least Retry-After (and the body's retryAfterMs,
- * when it asks for longer), else exponential backoff with jitter.
- */
-export function retryDelay(reply: Reply, attempt: number, baseMs: number): number {
-  const fromBody = typeof reply.body.retryAfterMs === 'number' && reply.body.retryAfterMs >= 0 ? reply.body.retryAfterMs : undefined;
-  const fromHeader = parseRetryAfter(reply.headers.get('retry-after'));
-  const asked = fromBody === undefined ? fromHeader : fromHeader === undefined ? fromBody : Math.max(fromBody, fromHeader);
-  if (asked !== undefined) return Math.min(asked, MAX_RETRY_DELAY_MS);
-  const ceiling = Math.min(baseMs * 2 ** attempt, MAX_BACKOFF_MS);
-  return ceiling / 2 + Math.random() * (ceiling / 2);
-}
-
-export interface Reply {
-  status: number;
-  headers: Headers;
-  body: Record<string, unknown>;
-}
-
-async function request(endpoint: URL, body: string, key: string, signer: RequestSigner | undefined, unsure: () => string): Promise<Reply> {
-  let headers: Record<string, string> = { 'content-type': 'application/x-ndjson', 'idempotency-key': key };
-  if (signer) headers = await signer.sign({ method: 'POST', url: endpoint, headers, body });
-  let res: Response;
-  try {
-    res = await fetch(endpoint, { method: 'POST', headers, body });
-  } catch (err) {
-    // Not retried: the embedded endpoint does not deduplicate, so a resend could enqueue the batch twice.
-    const cause = (err as { cause?: { message?: string } }).cause?.message ?? (err as Error).message;
-    throw new Error(`POST ${endpoint.href} failed (${cause}); ${unsure()}`, { cause: err });
-  }
-  const text = await res.text();
-  let parsed: Record<string, unknown> = {};
-  try {
-    const value: unknown = JSON.parse(text);
-    if (value && typeof value === 'object' && !Array.isArray(value)) parsed = value as Record<string, unknown>;
-  } catch {
-    parsed = { message: text.slice(0, 200) };
-  }
-  return { status: res.status, headers: res.headers, body: parsed };
-}
-
 function span(batch: Line[]): string {
   const first = batch[0]?.line;
   const last = batch[batch.length - 1]?.line;
   return first === last ? `${first}` : `${first}-${last}`;
-}
-
-/** The answer's message: ours and HTTP APIs' say `message`, Function URLs' `Message`. */
-function messageOf(body: Record<string, unknown>, fallback: string): string {
-  const m = body.message ?? body.Message;
-  return typeof m === 'string' && m !== '' ? m : fallback;
 }
