@@ -1,5 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
+import { LongPolesFirst } from './test/support/sequencer.ts';
 
 const source = (path: string) => fileURLToPath(new URL(path, import.meta.url));
 
@@ -19,6 +20,7 @@ export default defineConfig({
     pool: 'forks',
     // Two files at a time even on two cores: most test time waits on child processes and local servers.
     maxWorkers: 2,
+    sequence: { sequencer: LongPolesFirst },
     projects: [
       {
         extends: true,

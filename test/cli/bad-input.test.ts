@@ -2,11 +2,12 @@
  * Every command and subcommand `sluice --help` lists, found from the help itself (so a new
  * command is covered without editing this file): a mistyped option of its own exits with
  * the usage code naming the nearest option (as JSON on stdout with --json), and a missing
- * argument exits with the usage code naming the argument.
+ * argument exits with the usage code naming the argument. Parsed in this process
+ * (in-process.ts); help.test.ts spawns the bin for the exit code the process reports.
  */
 import { describe, expect, it } from 'vitest';
 import { EXIT } from '../../lib/cli/exit-codes.ts';
-import { sluice } from './helpers.ts';
+import { sluiceInProcess as sluice } from './in-process.ts';
 
 interface Usage {
   path: string[];

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { DEMO_QUERIES } from '../../lib/cli/demo.ts';
 import { EXIT } from '../../lib/cli/exit-codes.ts';
 import { ROOT, sluice, type CliResult } from './helpers.ts';
+import { sluiceInProcess } from './in-process.ts';
 
 const WINDOW_LINE = /^window \d\d:\d\d:\d\d-\d\d:\d\d:\d\d {2}hot auctions? [\d, ]+ with [\d,]+ bids/;
 const SUMMARY = /demo done: ([\d,]+) events processed in [\d.]+ s \([\d,]+ events\/s\), ([\d,]+) windows emitted \([\d,]+ results\), peak RSS \d+ MB/;
@@ -30,14 +31,15 @@ describe('sluice demo', () => {
     expect(run.windows).toBeGreaterThan(0);
   });
 
+  // The argument errors and the help parse in this process (in-process.ts).
   it('rejects a bad --duration naming the flag', async () => {
-    const r = await sluice(['demo', '--duration', 'soon']);
+    const r = await sluiceInProcess(['demo', '--duration', 'soon']);
     expect(r.code).toBe(EXIT.error);
     expect(r.stderr).toMatch(/--duration: expected a positive number of seconds.*received "soon"/);
   });
 
   it('rejects an unknown --query naming every query, also as JSON with --json', async () => {
-    const r = await sluice(['demo', '--query', 'q6', '--json']);
+    const r = await sluiceInProcess(['demo', '--query', 'q6', '--json']);
     expect(r.code).toBe(EXIT.error);
     expect(r.stderr).toContain(`--query: expected one of ${DEMO_QUERIES.join(', ')}, received "q6"`);
     expect(JSON.parse(r.stdout)).toEqual({ error: { kind: 'error', code: 'CONFIG', message: expect.stringContaining('--query'), field: '--query', expected: `one of ${DEMO_QUERIES.join(', ')}`, received: '"q6"' } });
@@ -49,7 +51,7 @@ describe('sluice demo --query', () => {
     const examples = readdirSync(join(ROOT, 'examples/nexmark')).filter((f) => /^q\d+\.ts$/.test(f)).map((f) => f.slice(0, -3));
     expect(examples.length).toBeGreaterThan(5);
     expect([...DEMO_QUERIES].sort()).toEqual(examples.sort());
-    const help = await sluice(['demo', '--help']);
+    const help = await sluiceInProcess(['demo', '--help']);
     for (const q of DEMO_QUERIES) expect(help.stdout).toMatch(new RegExp(`\\b${q}\\b`));
   });
 

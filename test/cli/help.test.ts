@@ -2,6 +2,8 @@
  * The `sluice` program itself: --version, an "Examples:" section in every command's --help,
  * parse errors (unknown or mistyped commands and options, with the nearest match, before any
  * required-option check) exiting with the usage code, and --help loading no runtime module.
+ * The cases parse in this process (in-process.ts); one spawn of bin/sluice.js per exit code
+ * checks what the process itself reports.
  */
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -11,6 +13,7 @@ import { describe, expect, it } from 'vitest';
 import { EXIT } from '../../lib/cli/exit-codes.ts';
 import { packageVersion } from '../../lib/cli/program.ts';
 import { ROOT, sluice } from './helpers.ts';
+import { sluiceInProcess } from './in-process.ts';
 
 const VERSION = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
 
@@ -22,8 +25,8 @@ function commandsOf(help: string): string[] {
 
 describe('sluice --version', () => {
   it("prints package.json's version, with -V too, and exits 0", async () => {
-    for (const flag of ['--version', '-V']) {
-      const r = await sluice([flag]);
+    for (const [flag, run] of [['--version', sluice], ['-V', sluiceInProcess]] as const) {
+      const r = await run([flag]);
       expect(r.code).toBe(EXIT.ok);
       expect(r.stdout).toBe(`${VERSION}\n`);
     }
@@ -43,7 +46,7 @@ describe('sluice --help', () => {
     const commands = commandsOf(top.stdout);
     expect(commands).toEqual(expect.arrayContaining(['run', 'dev', 'publish', 'synth', 'deploy', 'destroy', 'demo', 'checkpoints', 'savepoint', 'restore']));
     for (const c of commands) {
-      const r = await sluice([c, '--help']);
+      const r = await sluiceInProcess([c, '--help']);
       expect(r.code, c).toBe(EXIT.ok);
       const examples = r.stdout.split('\nExamples:\n')[1];
       expect(examples, `${c} --help`).toBeDefined();
@@ -77,14 +80,20 @@ describe('parse errors: exit 2, the nearest match, before required options', () 
     ['a command group without its subcommand', ['state'], /Usage: sluice state/],
   ];
   it.each(cases)('%s', async (_name, args, message, absent) => {
-    const r = await sluice(args);
+    const r = await sluiceInProcess(args);
     expect(r.code, r.stderr).toBe(EXIT.usage);
     expect(r.stderr).toMatch(message);
     if (absent) expect(r.stderr).not.toMatch(absent);
   });
 
+  it('the process exits with the usage code, the error on stderr', async () => {
+    const r = await sluice(cases[0]![1]);
+    expect(r.code, r.stderr).toBe(EXIT.usage);
+    expect(r.stderr).toMatch(cases[0]![2]);
+  });
+
   it('with --json, the error is also a JSON object on stdout', async () => {
-    const r = await sluice(['checkpoints', 'examples/nexmark/q5.ts', '--json', '--targte', 'aws']);
+    const r = await sluiceInProcess(['checkpoints', 'examples/nexmark/q5.ts', '--json', '--targte', 'aws']);
     expect(r.code).toBe(EXIT.usage);
     expect(JSON.parse(r.stdout)).toEqual({ error: { kind: 'usage', message: "unknown option '--targte'\n(Did you mean --target?)" } });
   });
@@ -104,11 +113,19 @@ describe('bad input to every command: exit 1, the flag named, and with --json th
     ['state get', ['state', 'get', 'examples/first-job.ts', 'x', 'k', '--checkpoint-dir', '/nonexistent/ck'], /<operator>: expected an operator of job "page-views"/],
   ];
   it.each(cases)('%s', async (_name, args, message) => {
-    const r = await sluice(args);
+    const r = await sluiceInProcess(args);
     expect(r.code, r.stderr).toBe(EXIT.error);
     expect(r.stderr).toMatch(message);
-    const j = await sluice([...args, '--json']);
+    const j = await sluiceInProcess([...args, '--json']);
     expect(j.code).toBe(EXIT.error);
     expect(JSON.parse(j.stdout.trim().split('\n').at(-1)!).error).toMatchObject({ kind: 'error', message: expect.stringMatching(message) });
+  });
+
+  it('the process exits 1, the JSON error flushed to stdout before it exits', async () => {
+    const [, args, message] = cases.find(([name]) => name === 'checkpoints')!;
+    const r = await sluice([...args, '--json']);
+    expect(r.code, r.stderr).toBe(EXIT.error);
+    expect(r.stderr).toMatch(message);
+    expect(JSON.parse(r.stdout.trim().split('\n').at(-1)!).error).toMatchObject({ kind: 'error', message: expect.stringMatching(message) });
   });
 });

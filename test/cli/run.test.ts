@@ -11,6 +11,7 @@ import { generateEvent, serializeEvent, type NexmarkEvent } from '../../lib/nexm
 import { EXIT } from '../../lib/cli/exit-codes.ts';
 import { inInputOrder } from '../../lib/cli/run.ts';
 import { sluice } from './helpers.ts';
+import { sluiceInProcess } from './in-process.ts';
 
 const COUNT = 4000;
 // 200 events/s of event time: 4000 events span 20 s, so about a dozen 10 s windows with different winners.
@@ -121,6 +122,7 @@ describe('sluice run examples/nexmark/q5.ts', () => {
   });
 });
 
+// Parsed in this process (in-process.ts): help.test.ts spawns the bin for the exit status of an error.
 describe('sluice run argument errors', () => {
   const cases: [string, string[], RegExp][] = [
     ['missing input file', ['run', 'examples/nexmark/q5.ts', '--input', '/nonexistent/events.jsonl', '--output', '/tmp/o.jsonl'], /--input: expected a readable JSON-lines file, received "\/nonexistent\/events.jsonl" \(ENOENT\)/],
@@ -129,13 +131,13 @@ describe('sluice run argument errors', () => {
     ['missing job module', ['run', 'examples/none.ts', '--input', 'package.json', '--output', '/tmp/o.jsonl'], /<job>: expected a path to a job module.*examples\/none\.ts/],
   ];
   it.each(cases)('%s: exit 1 naming the flag', async (_name, args, message) => {
-    const r = await sluice(args);
+    const r = await sluiceInProcess(args);
     expect(r.code).toBe(EXIT.error);
     expect(r.stderr).toMatch(message);
   });
 
   it('with --json, the error as JSON on stdout: which flag, what was expected, what was received', async () => {
-    const r = await sluice(['run', 'examples/nexmark/q5.ts', '--input', '/nonexistent/events.jsonl', '--output', '/tmp/o.jsonl', '--json']);
+    const r = await sluiceInProcess(['run', 'examples/nexmark/q5.ts', '--input', '/nonexistent/events.jsonl', '--output', '/tmp/o.jsonl', '--json']);
     expect(r.code).toBe(EXIT.error);
     expect(JSON.parse(r.stdout)).toEqual({
       error: { kind: 'error', code: 'CONFIG', message: expect.stringContaining('--input: expected'), field: '--input', expected: 'a readable JSON-lines file', received: '"/nonexistent/events.jsonl" (ENOENT)' },

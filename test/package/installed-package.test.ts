@@ -17,7 +17,8 @@ import { devVersion, newProject, npmInstall, packedSluice, ROOT } from '../suppo
 import { localServerEnv } from '../aws/helpers.ts';
 
 const WORK = mkdtempSync(join(tmpdir(), 'sluice-package-'));
-const PROJECT = join(WORK, 'project');
+/** docs/tutorial.md's folder, made and installed as the page does (test/docs/tutorial.test.ts), so the two share one kept install (npmInstall). */
+const PROJECT = join(WORK, 'clicks');
 const BLOCK_NETWORK = join(ROOT, 'test/infra/support/block-network.cjs');
 
 /** The README's job (examples/order-alerts.ts, shown there verbatim), its threshold imported the NodeNext way (.js naming a .ts file). */
@@ -99,7 +100,8 @@ beforeAll(() => {
   // npm pack runs the prepack build (tsc into dist/), as a publish would (once per content of the sources: packedSluice).
   const tarball = packedSluice();
   newProject(PROJECT);
-  npmInstall(PROJECT, [tarball, devVersion('aws-cdk-lib'), devVersion('constructs'), devVersion('cdk-nag')]);
+  npmInstall(PROJECT, [tarball]);
+  npmInstall(PROJECT, ['vitest', 'aws-cdk-lib', 'constructs', 'cdk-nag'].map(devVersion), { dev: true });
   mkdirSync(join(PROJECT, 'jobs'));
   if (!ORDERS_JOB.includes("import { THRESHOLD } from './threshold.js'") || !ORDERS_JOB.includes('total >= THRESHOLD')) throw new Error('examples/order-alerts.ts changed: the test can no longer derive its job from it');
   writeFileSync(join(PROJECT, 'jobs/orders.ts'), ORDERS_JOB);

@@ -115,8 +115,13 @@ describe('external calls of the embedded runtime have fault sites', () => {
   });
 });
 
-/** CI's embedded seeds: enough that every query is killed at every site it crosses (6 queries x 18 sites), about twice. */
-const SEEDS = { from: 1, count: 216 };
+/**
+ * CI's embedded seeds: the fewest whose first kills cover every query at every site it
+ * crosses (6 queries x 18 sites), each pair once; the test below proves the cover. Every
+ * pair twice and more: `npm run soak -- --seeds 216 --events 2000`, or `npm run soak`
+ * (100 seeds of the full 12,000-event inputs).
+ */
+const SEEDS = { from: 1, count: 108 };
 
 describe('crash soak: real SIGKILLs of sluice run, resumed', () => {
   it('plans are a function of the seed, and every kill names a listed point', () => {
@@ -150,7 +155,8 @@ describe('crash soak: real SIGKILLs of sluice run, resumed', () => {
     expect([...s.kills.keys()].filter((k) => faultPoints('embedded').includes(k)).length).toBeGreaterThanOrEqual(15);
     expect(s.kills.get('any site (nth crossing)')).toBeGreaterThan(0);
     expect(s.kills.get('timer (from outside)')).toBeGreaterThan(0);
-    expect(s.records).toBeGreaterThan(40_000);
+    // About 300 checked records a seed (the timers job's 1,885 in one seed of six).
+    expect(s.records).toBeGreaterThan(SEEDS.count * 180);
     expect(s.lost + s.duplicated + s.unexpected + s.reordered).toBe(0);
   }, 900_000);
 

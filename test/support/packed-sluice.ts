@@ -8,13 +8,14 @@
  * file, README.md, the tsconfigs, bin/ and the sources the build compiles) and kept in
  * the OS temporary directory, so test files that run at the same time, or again on
  * unchanged sources, share one pack. A lock directory serializes packing: two packs at
- * once would both rebuild dist/ under each other.
+ * once would both rebuild dist/ under each other. Installs into such projects are kept
+ * the same way (npmInstall), so the two tests, which install alike, run npm once.
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { basename, join, relative } from 'node:path';
 
 export const ROOT = new URL('../..', import.meta.url).pathname;
 
@@ -119,7 +120,7 @@ export function packedSluice(): string {
     renameSync(staging, join(CACHE, digest));
     for (const entry of readdirSync(CACHE)) {
       const path = join(CACHE, entry);
-      if (entry !== digest && !entry.startsWith('.') && Date.now() - statSync(path).mtimeMs > PRUNE_AFTER_MS) rmSync(path, { recursive: true, force: true });
+      if (entry !== digest && entry !== 'installs' && !entry.startsWith('.') && Date.now() - statSync(path).mtimeMs > PRUNE_AFTER_MS) rmSync(path, { recursive: true, force: true });
     }
     return tarballIn(join(CACHE, digest))!;
   });
@@ -133,7 +134,50 @@ export function newProject(dir: string): void {
   execFileSync('npm', ['init', '-y'], { cwd: dir, stdio: 'ignore' });
 }
 
-/** `npm install` of packages (a tarball's path, or name@version) into a project, from npm's cache where it can. */
+/** Kept installs (npmInstall), each a directory holding what one install left in its project. */
+const INSTALLS = join(CACHE, 'installs');
+/** What an install changes in a project. */
+const INSTALL_RESULT = ['package.json', 'package-lock.json', 'node_modules'];
+/** A kept install unused this long is removed (each is a few hundred megabytes). */
+const INSTALL_UNUSED_MS = 3600_000;
+
+/**
+ * What an install's result is a function of: the project's folder name (`npm init -y`
+ * names the package after it), its package.json and lock file before, the specs (a
+ * tarball's path names its content digest), --save-dev, the project's place relative to
+ * the cache (npm records a tarball by relative path) and the Node version (and its npm).
+ */
+function installKey(dir: string, args: readonly string[]): string {
+  const hash = createHash('sha256').update(JSON.stringify([basename(dir), relative(dir, CACHE), process.version, args]));
+  for (const f of ['package.json', 'package-lock.json']) hash.update('\0').update(existsSync(join(dir, f)) ? readFileSync(join(dir, f)) : '-');
+  return hash.digest('hex').slice(0, 20);
+}
+
+/**
+ * `npm install` of packages (a tarball's path, or name@version) into a project, from
+ * npm's cache where it can. Its result is kept (installKey): an install whose result is
+ * kept copies it into the project (seconds; npm takes about twenty).
+ */
 export function npmInstall(dir: string, specs: readonly string[], options: { dev?: boolean } = {}): void {
-  execFileSync('npm', [...NPM_INSTALL, ...(options.dev ? ['--save-dev'] : []), ...specs], { cwd: dir, stdio: ['ignore', 'ignore', 'inherit'] });
+  const args = [...NPM_INSTALL, ...(options.dev ? ['--save-dev'] : []), ...specs];
+  const kept = join(INSTALLS, installKey(dir, args));
+  withLock(() => {
+    mkdirSync(INSTALLS, { recursive: true });
+    if (existsSync(kept)) {
+      rmSync(join(dir, 'node_modules'), { recursive: true, force: true });
+      // cp -a: node_modules/.bin holds symlinks, kept as links.
+      execFileSync('cp', ['-a', `${kept}/.`, dir]);
+      utimesSync(kept, new Date(), new Date());
+      return;
+    }
+    execFileSync('npm', args, { cwd: dir, stdio: ['ignore', 'ignore', 'inherit'] });
+    const staging = mkdtempSync(join(INSTALLS, 'staging-'));
+    const made = INSTALL_RESULT.filter((f) => existsSync(join(dir, f))).map((f) => join(dir, f));
+    execFileSync('cp', ['-a', ...made, staging]);
+    renameSync(staging, kept);
+    for (const entry of readdirSync(INSTALLS)) {
+      const path = join(INSTALLS, entry);
+      if (path !== kept && Date.now() - statSync(path).mtimeMs > INSTALL_UNUSED_MS) rmSync(path, { recursive: true, force: true });
+    }
+  });
 }
