@@ -120,6 +120,9 @@ export class SluiceJob extends Construct {
       environment,
     );
     this.endpointUrl = this.ingestion.url;
+    // A backlog in any stage the sources feed answers 429 (lib/aws/ingest/ingest-handler.ts): the ingest function reads their depth.
+    const fed = this.stages.filter((s) => !sourceStages.includes(s.stage.id)).map((s) => s.queue.queueArn);
+    if (fed.length) iam.Grant.addToPrincipal({ grantee: this.ingestion.function.fn, actions: ['sqs:GetQueueUrl', 'sqs:GetQueueAttributes'], resourceArns: fed });
     // Idempotency-Keys are claimed in the state table (lib/aws/ingest/idempotency-store.ts).
     grantTable(this.ingestion.function.fn, this.table, INGEST_KEY_TABLE_ACTIONS, ingestKeyLeadingKeys(p.job.name), p.encryptionKey);
     const sinkStages = new Set(this.plan.job.sinks().map((n) => this.plan.stageOfNode[n.id]));

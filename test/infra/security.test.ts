@@ -58,11 +58,12 @@ describe('IAM', () => {
     }
   });
 
-  it('gives the ingest function only sends to the source stage queue (and its backlog), its Idempotency-Key items, no bucket', () => {
+  it('gives the ingest function only sends to the source stage queue (and its backlog), the backlog of the stages it feeds, its Idempotency-Key items, no bucket', () => {
     const statements = roleStatements(resources, logicalId(stack, job.ingestion.function.role));
     expect(statements).toEqual([
       { Effect: 'Allow', Action: ['logs:CreateLogStream', 'logs:PutLogEvents'], Resource: arn(job.ingestion.function.logGroup) },
       { Effect: 'Allow', Action: ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sqs:GetQueueAttributes'], Resource: arn(job.stages[0].queue) },
+      { Effect: 'Allow', Action: ['sqs:GetQueueUrl', 'sqs:GetQueueAttributes'], Resource: [arn(job.stages[1].queue), arn(job.stages[2].queue)] },
       { Effect: 'Allow', Action: [...INGEST_KEY_TABLE_ACTIONS], Resource: arn(job.table), Condition: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${q5.name}#k#*`] } } },
     ]);
     expect(like(ingestKeyLeadingKeys(q5.name)[0], keyPk(q5.name, 'any key'))).toBe(true);
