@@ -138,8 +138,8 @@ export function newProject(dir: string): void {
 const INSTALLS = join(CACHE, 'installs');
 /** What an install changes in a project. */
 const INSTALL_RESULT = ['package.json', 'package-lock.json', 'node_modules'];
-/** A kept install unused this long is removed (each is a few hundred megabytes). */
-const INSTALL_UNUSED_MS = 3600_000;
+/** A kept install unused this long is removed (each is a few hundred megabytes; a run uses its own within minutes). */
+const INSTALL_UNUSED_MS = 15 * 60_000;
 
 /**
  * What an install's result is a function of: the project's folder name (`npm init -y`

@@ -15,6 +15,7 @@ const LONG_POLES: Record<string, number> = {
   'test/soak/crash-soak.test.ts': 130,
   'test/package/installed-package.test.ts': 90,
   'test/docs/tutorial.test.ts': 55,
+  'test/testing/local-aws/local-rescale.test.ts': 50,
   'test/aws/redelivery-storm.test.ts': 40,
   'test/aws/poison-kill.test.ts': 35,
   'test/aws/savepoint-cli.test.ts': 30,
