@@ -96,7 +96,7 @@ async function refusals(ck: string, runArgs: string[]): Promise<void> {
 }
 
 describe('sluice rescale --target local-aws', () => {
-  it('up: a killed run, its tumbling stage 2 -> 4 (the rescale killed once) and its sessions 2 -> 3, resumed: exactly once; refusals first', async () => {
+  it('up: a killed run, its tumbling stage 2 -> 4 (the rescale killed once) and its session-window stage 2 -> 3, resumed: exactly once; refusals first', async () => {
     const rng = new Rng(11);
     const ck = await crashRescaleResume('up', { seed: 11, rescales: [{ stage: 'tumbling', partitions: 4, killAt: 20 + rng.int(600) }, { stage: 'sessions', partitions: 3 }], beforeRescale: refusals });
     expect(JSON.parse(readFileSync(join(ck, 'local-aws.json'), 'utf8')).parallelism).toEqual({ operators: { tumbling: 4, sessions: 3 } });
