@@ -14,12 +14,14 @@ export interface Load {
   payload: string;
 }
 
-class Discard implements Sink<unknown> {
+/** A sink that keeps nothing. */
+export class Discard implements Sink<unknown> {
   readonly kind = 'discard';
   write(): void {}
 }
 
-function busy(us: number): void {
+/** Spin for `us` microseconds: user code that holds the thread. */
+export function busy(us: number): void {
   const end = performance.now() + us / 1000;
   while (performance.now() < end) {
     // spin: user code that holds the thread

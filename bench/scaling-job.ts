@@ -11,6 +11,7 @@
  */
 import type { Sink, SinkBatch } from '../lib/index.ts';
 import { Job, valueState } from '../lib/index.ts';
+import { busy, Discard } from './overload-job.ts';
 
 interface Event {
   id: number;
@@ -22,18 +23,6 @@ class RemoteCall implements Sink<unknown> {
   constructor(readonly usPerRecord: number) {}
   write(batch: SinkBatch<unknown>): Promise<void> {
     return new Promise((resolve) => setTimeout(resolve, (batch.records.length * this.usPerRecord) / 1000));
-  }
-}
-
-class Discard implements Sink<unknown> {
-  readonly kind = 'discard';
-  write(): void {}
-}
-
-function busy(us: number): void {
-  const end = performance.now() + us / 1000;
-  while (performance.now() < end) {
-    // spin: user code that holds the thread
   }
 }
 
