@@ -95,9 +95,9 @@ export async function rescaleCommand(jobPath: string, flags: RescaleFlags, log: 
     const to = positive('--partitions', flags.partitions, 1, r.plan.job.maxParallelism);
     const current = r.local ? r.local.identity.parallelism : r.deployed?.parallelism;
     const pending = r.local?.identity.rescale;
-    const parallelism = pending?.parallelism ?? rescaledParallelism(r.plan, current, stage, to);
-    if (pending && encodeParallelism(pending.parallelism) !== encodeParallelism(rescaledParallelism(r.plan, current, stage, to))) {
-      throw new ConfigError('--partitions', `the unfinished rescale of the run in ${r.local!.dir} again (${describeParallelism(pending.parallelism)}, from savepoint "${pending.from}")`, `${describeParallelism(rescaledParallelism(r.plan, current, stage, to))}`);
+    const parallelism = rescaledParallelism(r.plan, current, stage, to);
+    if (pending && encodeParallelism(pending.parallelism) !== encodeParallelism(parallelism)) {
+      throw new ConfigError('--partitions', `the unfinished rescale of the run in ${r.local!.dir} again (${describeParallelism(pending.parallelism)}, from savepoint "${pending.from}")`, describeParallelism(parallelism));
     }
     const result = (savepoint: string | null, restoreEpoch: number | null, maxConcurrency?: number): RescaleResult => ({
       target: flags.target,
