@@ -29,6 +29,8 @@ export const METRIC_DIMENSIONS = { service: 'service', stage: 'stage', partition
 export const OPERATOR_METRICS = {
   messages: 'messages',
   recordsIn: 'recordsIn',
+  /** Records its batches sent to the stages downstream: with recordsIn, the stage's selectivity (scaling advice). */
+  recordsOut: 'recordsOut',
   duplicatesDropped: 'duplicatesDropped',
   /** Records windows and joins dropped as late (no late-data side output); published only when some were. */
   lateDropped: 'lateDropped',
@@ -54,8 +56,21 @@ export const COORDINATOR_METRICS = {
   epochsAborted: 'epochsAborted',
 } as const;
 
+/**
+ * What the handlers use of Powertools Metrics. A deployment passes `Metrics` itself; the
+ * local-AWS runtime passes a tally (lib/testing/local-aws/metric-tally.ts), so its live
+ * table reads the numbers CloudWatch would get.
+ */
+export interface HandlerMetrics {
+  addMetric(name: string, unit: Parameters<Metrics['addMetric']>[1], value: number): void;
+  addDimension(name: string, value: string): void;
+  /** A metric published at once, with dimensions of its own. */
+  singleMetric(): Pick<HandlerMetrics, 'addMetric'> & { addDimensions(dimensions: Record<string, string>): void };
+  publishStoredMetrics(): void;
+}
+
 /** Give the invocation's stored metrics the stage dimension (cleared by publishStoredMetrics). */
-export function stageDimension(metrics: Metrics | undefined, stage: number): void {
+export function stageDimension(metrics: HandlerMetrics | undefined, stage: number): void {
   metrics?.addDimension(METRIC_DIMENSIONS.stage, String(stage));
 }
 
@@ -63,7 +78,7 @@ export function stageDimension(metrics: Metrics | undefined, stage: number): voi
  * Count an incident of a partition: in the invocation's metrics (service, stage), and at
  * once per job (service) and per partition (service, stage, partition).
  */
-export function countIncident(metrics: Metrics | undefined, name: string, stage: number, partition: string): void {
+export function countIncident(metrics: HandlerMetrics | undefined, name: string, stage: number, partition: string): void {
   if (!metrics) return;
   metrics.addMetric(name, MetricUnit.Count, 1);
   metrics.singleMetric().addMetric(name, MetricUnit.Count, 1);

@@ -9,7 +9,7 @@
  * - `service`: eventsAccepted, eventsRejected (invalid or over the bounds), deadLetters,
  *   eventsShed (also per `stream` and `reason`);
  * - `service`, `stage` (its index, as the handlers name it): recordsIn (its first
- *   operator's), lateDropped;
+ *   operator's), recordsOut, lateDropped;
  * - `service`, `stage`, `operator`: lateDropped, per operator that dropped records.
  */
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
@@ -50,6 +50,7 @@ function counters(s: DevStatus): Map<string, Line> {
   s.stages.forEach((st, i) => {
     const stage = [METRIC_DIMENSIONS.stage, String(i)] as const;
     add([stage], OPERATOR_METRICS.recordsIn, s.recordsIn[st.operators[0]] ?? 0);
+    add([stage], OPERATOR_METRICS.recordsOut, st.recordsOut);
     for (const op of st.operators) {
       const late = s.lateDropped[op] ?? 0;
       add([stage], OPERATOR_METRICS.lateDropped, late);

@@ -9,7 +9,7 @@ import type { EmbeddedRuntime } from '../local/embedded.ts';
 import type { SinkTap } from '../local/dashboard-sink-tap.ts';
 import type { IngestRejections } from '../local/ingest-bounds.ts';
 import { InMemoryStateBackend } from '../state/memory.ts';
-import { scalingAdvice } from '../runtime/scaling-advice.ts';
+import { scalingAdvice, stageInputs } from '../runtime/scaling-advice.ts';
 import { shedTotal } from './dead-letter-report.ts';
 import { rejectedCounts } from './dev-summary.ts';
 import { projectCost } from './status-cost.ts';
@@ -60,6 +60,7 @@ export class DevMonitor {
     for (const stream of runtime.streams()) lagMs = Math.max(lagMs, runtime.pressure(stream)?.lagMs ?? 0);
 
     const backend = runtime.backend instanceof InMemoryStateBackend ? runtime.backend : undefined;
+    const inputs = stageInputs(plan);
     const stages: StageStatus[] = plan.stages.map((st) => {
       const wm = s.watermarks[st.name];
       const q = queues[st.name] ?? { queuedRecords: 0, capacity: 0, fill: 0 };
@@ -76,6 +77,7 @@ export class DevMonitor {
         stateKeys: backend ? backend.entityCount(job, st.id) : null,
         recordsIn: s.load[st.name]?.recordsIn ?? 0,
         busyMs: s.load[st.name]?.busyMs ?? 0,
+        recordsOut: s.load[st.name]?.recordsOut ?? 0,
       };
     });
 
@@ -137,9 +139,7 @@ export class DevMonitor {
       stages,
       maxParallelism: plan.job.maxParallelism,
       scaling: scalingAdvice(
-        stages.map((st) => ({ name: st.name, partitions: st.parallelism, recordsIn: st.recordsIn, busyMs: st.busyMs })),
-        // What the source stages processed (not what waits in their queues): the selectivities' base.
-        [...new Set(plan.edges.filter((e) => e.from.kind === 'source').map((e) => e.toStage))].reduce((n, id) => n + stages[id].recordsIn, 0),
+        stages.map((st, i) => ({ name: st.name, partitions: st.parallelism, recordsIn: st.recordsIn, busyMs: st.busyMs, recordsOut: st.recordsOut, ...inputs[i] })),
         operators.filter((o) => o.kind === 'source').reduce((n, o) => n + o.inPerSecond, 0),
         plan.job.maxParallelism,
       ),

@@ -69,9 +69,10 @@ export interface StageStatus {
   watermarkLagMs: number | null;
   /** Keys in the stage's state; null where the state backend does not count them. */
   stateKeys: number | null;
-  /** Records its batches took in, and the milliseconds its partitions spent in them (useful time). */
+  /** Records its batches took in, the milliseconds its partitions spent in them (useful time), and the records it sent downstream. */
   recordsIn: number;
   busyMs: number;
+  recordsOut: number;
 }
 
 export interface OperatorStatus {

@@ -45,7 +45,7 @@ export async function statusCommand(jobPath: string, opts: { checkpointDir?: str
   } catch (e) {
     throw none(`GET ${info.url}/stats failed (${(e as Error).message})`);
   }
-  if (target !== undefined) s = { ...s, scaling: scalingAdvice(s.scaling.stages, s.scaling.sourceRecords, target, s.maxParallelism) };
+  if (target !== undefined) s = { ...s, scaling: scalingAdvice(s.scaling.stages, target, s.maxParallelism) };
   out(`job "${s.job}": sluice dev, pid ${s.pid}, up ${fmt.span(s.uptimeMs)}, endpoint ${s.url} (dashboard ${s.url}/)`);
   out(`  ${countersPhrase(s)}`);
   out(`  last checkpoint: ${s.lastCheckpoint === null ? 'none yet' : `epoch ${s.lastCheckpoint}`} (${dir})`);

@@ -20,7 +20,7 @@ import type { DevSummary } from './dev-summary.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { withParallelismFlag } from './parallelism-flag.ts';
 import { fmt } from './options.ts';
-import { scalingAdvice } from '../runtime/scaling-advice.ts';
+import { scalingAdvice, stageInputs } from '../runtime/scaling-advice.ts';
 
 type Log = (line: string) => void;
 
@@ -170,25 +170,25 @@ export async function devLocalAwsCommand(jobPath: string, flags: { port: number;
 /**
  * The live table. `busy s`: the stage's invocations' summed duration (what Lambda bills);
  * `needs`: the partitions that take the input rate so far at that cost, as DS2 advises
- * (runtime/scaling-advice.ts; its per-partition rate is in messages here, which cancels
- * out of the count). Indicative locally: concurrent invocations share one process.
+ * (runtime/scaling-advice.ts), from the records the handlers counted (their recordsIn and
+ * recordsOut metrics). Indicative locally: concurrent invocations share one process and its servers.
  */
 function table(rt: LocalAwsRuntime, elapsedMs: number): string[] {
   const r = rt.report();
   const rate = elapsedMs > 0 ? r.sourceRecords / (elapsedMs / 1000) : 0;
+  const inputs = stageInputs(rt.plan);
   const advice = scalingAdvice(
-    r.stages.map((s) => ({ name: s.name, partitions: rt.plan.stages[s.stage].parallelism, recordsIn: s.metrics.messages, busyMs: s.metrics.billedMs })),
-    r.sourceRecords,
+    r.stages.map((s) => ({ name: s.name, partitions: rt.plan.stages[s.stage].parallelism, recordsIn: s.recordsIn, recordsOut: s.recordsOut, busyMs: s.metrics.billedMs, ...inputs[s.stage] })),
     rate,
     rt.plan.job.maxParallelism,
   );
   const lines = [`-- ${new Date().toISOString().slice(11, 19)}  ingested ${fmt.int(r.sourceRecords)} records (${fmt.int(rate)}/s), rejected ${fmt.int(r.rejectedInputs.length)}; ${formatDollars(r.cost.dollars)} so far on AWS prices`];
-  lines.push(`   ${'stage'.padEnd(24)} ${'invocations'.padStart(11)} ${'messages'.padStart(9)} ${'failed'.padStart(7)} ${'running'.padStart(7)} ${'busy s'.padStart(8)} ${'partitions'.padStart(10)} ${'needs'.padStart(5)}`);
+  lines.push(`   ${'stage'.padEnd(24)} ${'invocations'.padStart(11)} ${'messages'.padStart(9)} ${'records'.padStart(9)} ${'failed'.padStart(7)} ${'running'.padStart(7)} ${'busy s'.padStart(8)} ${'partitions'.padStart(10)} ${'needs'.padStart(5)}`);
   for (const [i, s] of r.stages.entries()) {
     const src = rt.sources[s.stage];
     const a = advice.stages[i];
     lines.push(
-      `   ${s.name.padEnd(24)} ${fmt.int(s.metrics.invocations).padStart(11)} ${fmt.int(s.metrics.messages).padStart(9)} ${fmt.int(s.metrics.failures).padStart(7)} ${fmt.int(src?.concurrency ?? 0).padStart(7)} ${(s.metrics.billedMs / 1000).toFixed(1).padStart(8)} ${String(a.partitions).padStart(10)} ${String(a.advisedPartitions ?? '-').padStart(5)}`,
+      `   ${s.name.padEnd(24)} ${fmt.int(s.metrics.invocations).padStart(11)} ${fmt.int(s.metrics.messages).padStart(9)} ${fmt.int(s.recordsIn).padStart(9)} ${fmt.int(s.metrics.failures).padStart(7)} ${fmt.int(src?.concurrency ?? 0).padStart(7)} ${(s.metrics.billedMs / 1000).toFixed(1).padStart(8)} ${String(a.partitions).padStart(10)} ${String(a.advisedPartitions ?? '-').padStart(5)}`,
     );
   }
   return lines;

@@ -110,8 +110,8 @@ export interface RuntimeStats {
   readonly recordsIn: Record<string, number>;
   readonly sourceRecords: number;
   readonly watermarks: Record<string, number>;
-  /** Per stage: the records its batches took in and the milliseconds its partitions spent in them (useful time; scaling-advice.ts). */
-  readonly load: Readonly<Record<string, { readonly recordsIn: number; readonly busyMs: number }>>;
+  /** Per stage: the records its batches took in, the milliseconds its partitions spent in them (useful time) and the records it sent downstream (scaling-advice.ts). */
+  readonly load: Readonly<Record<string, { readonly recordsIn: number; readonly busyMs: number; readonly recordsOut: number }>>;
   /** Events load shedding dropped (SourceOptions.shed), per ingestion stream and reason; absent streams shed none. */
   readonly shed: Readonly<Record<string, Readonly<Record<string, number>>>>;
   readonly queuedRecords: number;

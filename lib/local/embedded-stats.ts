@@ -15,12 +15,14 @@ export interface RuntimeCounters {
   /** Per stage (by id): milliseconds its partitions spent in batches, and the records those batches took in. */
   readonly busyMs: number[];
   readonly batchRecords: number[];
+  /** Per stage: records it sent to the stages downstream. */
+  readonly recordsOut: number[];
   /** Events load shedding dropped, per ingestion stream and reason. */
   readonly shed: Record<string, Record<string, number>>;
 }
 
 export function newCounters(stages: number): RuntimeCounters {
-  return { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0, lateDropped: {}, busyMs: new Array<number>(stages).fill(0), batchRecords: new Array<number>(stages).fill(0), shed: {} };
+  return { sourceRecords: 0, duplicatesDropped: 0, commits: 0, recoveries: 0, lateDropped: {}, busyMs: new Array<number>(stages).fill(0), batchRecords: new Array<number>(stages).fill(0), recordsOut: new Array<number>(stages).fill(0), shed: {} };
 }
 
 /** Adds a batch's late drops to the run's. */
@@ -54,7 +56,7 @@ export function runtimeStats(plan: PhysicalPlan, slots: readonly (readonly Slot[
     recordsIn,
     watermarks,
     shed: Object.fromEntries(Object.entries(counters.shed).map(([k, v]) => [k, { ...v }])),
-    load: Object.fromEntries(plan.stages.map((st) => [st.name, { recordsIn: counters.batchRecords[st.id], busyMs: counters.busyMs[st.id] }])),
+    load: Object.fromEntries(plan.stages.map((st) => [st.name, { recordsIn: counters.batchRecords[st.id], busyMs: counters.busyMs[st.id], recordsOut: counters.recordsOut[st.id] }])),
     sourceRecords: counters.sourceRecords,
     queuedRecords,
     deadLetters: deadLetters.count,

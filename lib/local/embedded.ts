@@ -362,7 +362,10 @@ export class EmbeddedRuntime implements IngestTarget {
   }
 
   private enqueue(env: Envelope): void {
-    const slot = this.slots[this.plan.edges[env.edge].toStage][env.toPartition];
+    const edge = this.plan.edges[env.edge];
+    const slot = this.slots[edge.toStage][env.toPartition];
+    // What a stage sends on (its selectivity, scaling advice), counted before it waits in a queue.
+    if (edge.from.kind === 'stage') this.counters.recordsOut[edge.from.stage] += recordCount(env);
     enqueueTo(slot, env, this.round);
   }
 

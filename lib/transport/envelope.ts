@@ -301,3 +301,10 @@ export function toPlainEnvelope(env: Envelope): Envelope {
 export function recordCount(env: Envelope): number {
   return env instanceof ColumnarEnvelope ? env.size : env.records.length;
 }
+
+/** Records on the channel entries of an outbox: what a batch sent downstream. */
+export function channelRecords(outbox: readonly OutboxEntry[]): number {
+  let n = 0;
+  for (const e of outbox) if (e.kind === 'channel') n += recordCount(e.envelope);
+  return n;
+}

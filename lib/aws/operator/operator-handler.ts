@@ -52,7 +52,7 @@ import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Logger } from '@aws-lambda-powertools/logger';
-import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import type { Sink } from '../../api/sinks.ts';
 import type { Job } from '../../api/stream.ts';
@@ -63,7 +63,7 @@ import { compile, type PhysicalPlan } from '../../graph/compile.ts';
 import { type BatchOutcome, BatchRunner } from '../../runtime/batch-runner.ts';
 import { failedEnvelope, type FailureLocation, type ParkedFailure, PartitionRuntime } from '../../runtime/partition.ts';
 import type { PartitionScope, StateBackend } from '../../state/backend.ts';
-import type { BarrierAck, Envelope } from '../../transport/envelope.ts';
+import { type BarrierAck, channelRecords, type Envelope } from '../../transport/envelope.ts';
 import { AwsAccounting } from '../cost/accounting.ts';
 import { DynamoDbAckStore } from '../checkpoint/checkpoint-acks.ts';
 import { planFingerprint } from '../../checkpoint/fingerprint.ts';
@@ -74,7 +74,7 @@ import { DynamoDbTable } from '../dynamodb/dynamodb-table.ts';
 import { AwsInputLog } from './input-log.ts';
 import { replayChunks, replayEnvelopes } from '../restore/restore-replay.ts';
 import { stageOfQueue, stateTableName } from '../naming.ts';
-import { countIncident, groupLag, OPERATOR_METRICS, stageDimension } from '../handler-metrics.ts';
+import { countIncident, groupLag, type HandlerMetrics, OPERATOR_METRICS, stageDimension } from '../handler-metrics.ts';
 import { backoffFor, changeVisibility, DEFAULT_MAX_RECEIVE_COUNT, type GroupBackoffOptions, receivesOf, resolveGroupBackoff } from './group-backoff.ts';
 import { RecordAttempts } from './record-attempts.ts';
 import { AwsOutbox } from './outbox-ports.ts';
@@ -136,7 +136,7 @@ export interface OperatorHandlerConfig {
   /** Default: DynamoDbStateBackend on tableName. @internal */
   readonly backend?: StateBackend;
   readonly logger?: Logger;
-  readonly metrics?: Metrics;
+  readonly metrics?: HandlerMetrics;
 }
 
 export interface OperatorHandler {
@@ -309,6 +309,7 @@ export function createOperatorHandler(config: OperatorHandlerConfig): OperatorHa
         if (out.ok) {
           const result = out.result;
           metrics?.addMetric(OPERATOR_METRICS.recordsIn, MetricUnit.Count, result.recordsIn);
+          metrics?.addMetric(OPERATOR_METRICS.recordsOut, MetricUnit.Count, channelRecords(result.outbox));
           metrics?.addMetric(OPERATOR_METRICS.duplicatesDropped, MetricUnit.Count, result.duplicatesDropped);
           countLate(result.lateDropped);
           const failed = records.slice(end).map((r) => r.messageId);

@@ -6,14 +6,14 @@
  * the coordinator (DynamoDbAckStore, or a caller's recorder).
  */
 import type { Logger } from '@aws-lambda-powertools/logger';
-import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { Sink } from '../../api/sinks.ts';
 import { InvariantError } from '../../errors.ts';
 import type { PhysicalPlan } from '../../graph/compile.ts';
 import type { OutboxPorts } from '../../runtime/batch-runner.ts';
 import type { PartitionScope } from '../../state/backend.ts';
 import type { BarrierAck } from '../../transport/envelope.ts';
-import { OPERATOR_METRICS } from '../handler-metrics.ts';
+import { type HandlerMetrics, OPERATOR_METRICS } from '../handler-metrics.ts';
 import { type AwsSinkBinding, bindAwsSinks } from '../sinks/sink-options.ts';
 import type { SqsTransport } from '../sqs/sqs-transport.ts';
 
@@ -27,7 +27,7 @@ export interface AwsOutboxDeps {
   /** Where barrier acks go; without one they are dropped with a warning (the epoch times out and is aborted). */
   readonly recordAcks?: (acks: readonly BarrierAck[]) => Promise<void>;
   readonly log?: Logger;
-  readonly metrics?: Metrics;
+  readonly metrics?: HandlerMetrics;
 }
 
 export class AwsOutbox {

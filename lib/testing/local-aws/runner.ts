@@ -47,6 +47,8 @@ import { SqsTransport } from '../../aws/sqs/sqs-transport.ts';
 import type { LocalAwsEnvironment } from './endpoints.ts';
 import { type DeadLetterReport, drainDeadLetters } from './dead-letters.ts';
 import { type EventSourceMetrics, SqsEventSource } from './event-source.ts';
+import { MetricTally } from './metric-tally.ts';
+import { OPERATOR_METRICS } from '../../aws/handler-metrics.ts';
 import { type FeederContext, type FeedTarget, feedSource } from './feeder.ts';
 import { queueDepth } from './queues.ts';
 import { type StallWatch, watchRun } from './stall-watch.ts';
@@ -92,6 +94,9 @@ export interface StageReport {
   readonly stage: number;
   readonly name: string;
   readonly metrics: EventSourceMetrics;
+  /** Records the stage's batches took in, and sent downstream (the handler's recordsIn and recordsOut metrics, summed). */
+  readonly recordsIn: number;
+  readonly recordsOut: number;
 }
 
 export interface LocalAwsRunResult {
@@ -123,6 +128,8 @@ export class LocalAwsRuntime {
   queues: StageQueues[] = [];
   /** One event source per stage, once started. @internal */
   sources: SqsEventSource[] = [];
+  /** Per stage, the handler's metrics (what CloudWatch would sum). */
+  private readonly metricTallies: MetricTally[] = [];
   ingest?: IngestHandler;
   private transport?: SqsTransport;
   private readonly sinks = new Map<string, Sink<any>>();
@@ -188,8 +195,11 @@ export class LocalAwsRuntime {
     const cp = o.checkpoints ? await LocalAwsCheckpointing.create(this.job, this.plan, this.options.env, this.identity!, o.checkpoints, { queues, sinks: transactional, refedSourceStages: this.refedSourceStages(), overhead: this.overhead, stageQueues: this.queues }, this.accounting) : undefined;
     this.checkpointing = cp;
     for (const stage of this.plan.stages) {
+      const metrics = new MetricTally();
+      this.metricTallies[stage.id] = metrics;
       const handler = createOperatorHandler({
         job: this.job,
+        metrics,
         stage: stage.id,
         sqs: clients.sqs,
         dynamodb: clients.dynamodb,
@@ -407,7 +417,10 @@ export class LocalAwsRuntime {
     return {
       sourceRecords: this.sourceRecords,
       rejectedInputs: this.rejectedInputs,
-      stages: this.plan.stages.map((s) => ({ stage: s.id, name: s.name, metrics: { ...this.sources[s.id]?.metrics } as EventSourceMetrics })),
+      stages: this.plan.stages.map((s) => ({ stage: s.id, name: s.name, metrics: { ...this.sources[s.id]?.metrics } as EventSourceMetrics,
+        recordsIn: this.metricTallies[s.id]?.sum(OPERATOR_METRICS.recordsIn) ?? 0,
+        recordsOut: this.metricTallies[s.id]?.sum(OPERATOR_METRICS.recordsOut) ?? 0,
+      })),
       lambda,
       cost: estimateCost(this.accounting, lambda),
       accounting: this.accounting,

@@ -94,9 +94,9 @@ describe('sluice --target local-aws', () => {
           { page: '/a', windowStart: 60000, views: 1 },
         ]),
       );
-      await waitFor(() => dev.stderr(), /invocations\s+messages\s+failed\s+running\s+busy s\s+partitions\s+needs/, 10_000);
-      // Each stage's busy seconds, its partitions and the partitions the input rate so far needs at that cost.
-      await waitFor(() => dev.stderr(), /\n {3}\S+\s+[1-9][\d,]*\s+[\d,]+\s+\d+\s+\d+\s+\d+\.\d\s+\d+\s+[1-9]\d*\n/, 10_000);
+      await waitFor(() => dev.stderr(), /invocations\s+messages\s+records\s+failed\s+running\s+busy s\s+partitions\s+needs/, 10_000);
+      // Each stage's records (the handlers' recordsIn), busy seconds, partitions and the partitions the input rate so far needs at that cost.
+      await waitFor(() => dev.stderr(), /\n {3}\S+\s+[1-9][\d,]*\s+[\d,]+\s+[1-9][\d,]*\s+\d+\s+\d+\s+\d+\.\d\s+\d+\s+[1-9]\d*\n/, 10_000);
     } finally {
       dev.child.kill('SIGINT');
     }
