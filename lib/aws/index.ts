@@ -5,6 +5,7 @@
  */
 export { createOperatorHandler, type OperatorHandler, type OperatorHandlerConfig } from './operator/operator-handler.ts';
 export type { GroupBackoffOptions } from './operator/group-backoff.ts';
+export type { HandlerMetrics } from './handler-metrics.ts';
 export { createIngestHandler, type IngestHandler, type IngestHandlerConfig } from './ingest/ingest-handler.ts';
 export { DynamoDbIdempotencyStore, type DynamoDbIdempotencyStoreOptions, type IdempotencyStore } from './ingest/idempotency-store.ts';
 export type { RememberedAnswer } from '../transport/idempotency.ts';
