@@ -57,8 +57,8 @@ export function suppressStateMachineFindings(stateMachine: sfn.IStateMachine): v
 
 /**
  * The wildcards of SluiceJob.grantOperate on the grantee's role (when it is one of this
- * app's constructs): the job's key prefixes, ListEventSourceMappings (no resource-level
- * permission in IAM), and the coordinator's executions (named per start).
+ * app's constructs): the job's key prefixes, ListEventSourceMappings and GetMetricData (no
+ * resource-level permission in IAM), and the coordinator's executions (named per start).
  */
 export function suppressOperateFindings(grantee: iam.IGrantable): void {
   const role = grantee.grantPrincipal;
@@ -68,7 +68,7 @@ export function suppressOperateFindings(grantee: iam.IGrantable): void {
     [
       {
         id: 'AwsSolutions-IAM5',
-        reason: 'sluice checkpoints|savepoint|restore read objects whose keys are generated per snapshot, epoch, input log segment and savepoint: access is on the job\'s key prefixes; lambda:ListEventSourceMappings supports only Resource "*"; StopExecution names the coordinator\'s executions, whose names are generated per start.',
+        reason: 'sluice checkpoints|savepoint|restore read objects whose keys are generated per snapshot, epoch, input log segment and savepoint: access is on the job\'s key prefixes; lambda:ListEventSourceMappings and cloudwatch:GetMetricData support only Resource "*"; StopExecution names the coordinator\'s executions, whose names are generated per start.',
         appliesTo: [{ regex: `/${PREFIX_OBJECTS.source}/g` }, 'Resource::*', { regex: '/^Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:.*:\\*$/g' }],
       },
     ],

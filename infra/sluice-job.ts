@@ -219,7 +219,9 @@ export class SluiceJob extends Construct {
    * - stop and start the consumers (disable and enable each stage's event source mapping),
    *   purge the inter-stage queues, wake the source partitions that replay (SendMessage);
    * - the coordinator: list and stop its running executions, start one (a savepoint of a
-   *   quiet job, the restart after a restore).
+   *   quiet job, the restart after a restore);
+   * - `sluice status`: the stage queues' depths and the stages' metrics (GetMetricData has
+   *   no resource-level permission: `*`).
    */
   grantOperate(grantee: iam.IGrantable): iam.Grant {
     const p = this.resolved;
@@ -234,7 +236,7 @@ export class SluiceJob extends Construct {
       .combine(grantObjects(grantee, this.bucket, [prefixes.savepoints], { read: true, write: true }, p.encryptionKey))
       .combine(allow(['sqs:GetQueueUrl', 'sqs:GetQueueAttributes'], this.stages.map((s) => s.queue.queueArn)))
       .combine(grantSend(grantee, sourceQueues, { key: p.encryptionKey }))
-      .combine(allow(['lambda:ListEventSourceMappings'], ['*']))
+      .combine(allow(['lambda:ListEventSourceMappings', 'cloudwatch:GetMetricData'], ['*']))
       .combine(allow(OPERATE_MAPPING_ACTIONS, this.stages.map((s) => s.eventSource.eventSourceMappingArn)))
       .combine(allow(['lambda:GetFunctionConfiguration', 'lambda:UpdateFunctionConfiguration'], this.planFunctions.map((f) => f.fn.functionArn)));
     if (fedByStages.length) grant = grant.combine(allow(['sqs:PurgeQueue'], fedByStages.map((s) => s.queue.queueArn)));

@@ -16,6 +16,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SFNClient } from '@aws-sdk/client-sfn';
 import { GetQueueAttributesCommand, GetQueueUrlCommand, SQSClient } from '@aws-sdk/client-sqs';
+import type { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import type { LambdaClient } from '@aws-sdk/client-lambda';
 import { ConfigError } from '../errors.ts';
 import type { PhysicalPlan } from '../graph/compile.ts';
@@ -50,6 +51,8 @@ export interface AwsClients {
   readonly sfn: SFNClient;
   /** Loaded on first use (the Lambda client is only needed to find and stop consumers). */
   lambda(): Promise<LambdaClient>;
+  /** Loaded on first use (`sluice status --target aws` reads the stages' metrics). */
+  cloudwatch(): Promise<CloudWatchClient>;
   destroy(): void;
 }
 
@@ -61,6 +64,7 @@ export function awsClients(env: NodeJS.ProcessEnv = process.env): AwsClients {
   const sqs = new SQSClient({ useQueueUrlAsEndpoint: local('sqs') ? false : undefined });
   const sfn = new SFNClient({});
   let lambda: LambdaClient | undefined;
+  let cloudwatch: CloudWatchClient | undefined;
   return {
     dynamodb,
     s3,
@@ -73,8 +77,15 @@ export function awsClients(env: NodeJS.ProcessEnv = process.env): AwsClients {
       }
       return lambda;
     },
+    async cloudwatch() {
+      if (!cloudwatch) {
+        const { CloudWatchClient } = await import('@aws-sdk/client-cloudwatch');
+        cloudwatch = new CloudWatchClient({});
+      }
+      return cloudwatch;
+    },
     destroy() {
-      for (const c of [dynamodb, s3, sqs, sfn, lambda]) c?.destroy();
+      for (const c of [dynamodb, s3, sqs, sfn, lambda, cloudwatch]) c?.destroy();
     },
   };
 }

@@ -190,16 +190,18 @@ program
 addTargetOptions(
   program
     .command('status')
-    .description("what a job is doing: under `sluice dev`, its live numbers (records, rejections, dead letters, late drops, queues, watermarks, checkpoints; --json: the GET /stats body the dashboard draws); with --target local-aws|aws, its stage queues, dead-letter queues, checkpoints and coordinator")
+    .description("what a job is doing: under `sluice dev`, its live numbers (records, rejections, dead letters, late drops, queues, watermarks, checkpoints; --json: the GET /stats body the dashboard draws); with --target local-aws|aws, its stage queues, dead-letter queues, checkpoints and coordinator; on aws also each stage's true rate from CloudWatch and the partitions and maximum concurrency advised")
     .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
     .option('--checkpoint-dir <dir>', "the dev process's (or local-aws run's) checkpoint directory (default .sluice/<job>/)")
     .option('--param <key=value>', 'job parameter, repeatable', collect, [])
-    .option('--target-rate <records/s>', 'embedded: the partitions each stage needs at this source rate, from its true rate (default: the current input rate)')
+    .option('--target-rate <records/s>', 'embedded and aws: the partitions each stage needs at this source rate, from its true rate (default: the current input rate)')
+    .option('--window <minutes>', "aws: the minutes of CloudWatch metrics the stages' rates are measured over (default 15)")
+    .option('--apply', 'aws: carry out the advice: rescale each stage after the sources whose partitions differ (one savepoint and restart each), raise maximum concurrencies that fall short')
     .option(...JSON_FLAG),
 ).action(
-  action('status', async (job: string, opts: { checkpointDir?: string; param: string[]; targetRate?: string; json?: boolean; target: 'embedded' | 'local-aws' | 'aws' }) => {
+  action('status', async (job: string, opts: { checkpointDir?: string; param: string[]; targetRate?: string; window?: string; apply?: boolean; json?: boolean; target: 'embedded' | 'local-aws' | 'aws' }) => {
     const log = (l: string) => process.stderr.write(l + '\n');
-    if (opts.target !== 'embedded' && opts.targetRate !== undefined) throw new ConfigError('--target-rate', `only with --target embedded (the dev process measures its stages' true rates)`, `--target ${opts.target}`);
+    if (opts.target === 'embedded' && (opts.window !== undefined || opts.apply)) throw new ConfigError(opts.apply ? '--apply' : '--window', 'only with --target aws (it reads CloudWatch; a dev process measures its own rates)', '--target embedded');
     const s =
       opts.target === 'embedded'
         ? await (await import('./status.ts')).statusCommand(job, opts, log)

@@ -3,7 +3,8 @@
  * from where the deployment keeps it: each stage queue's depth (visible and in flight) and
  * its dead-letter queue's, the last completed checkpoint, a pending savepoint request, and
  * whether a coordinator execution holds the lease. The numbers are SQS's approximate
- * counts (GetQueueAttributes), the same ones the deployment's dashboard graphs.
+ * counts (GetQueueAttributes), the same ones the deployment's dashboard graphs. On aws,
+ * also the scaling advice from the stages' CloudWatch metrics (status-aws-scaling.ts).
  */
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { LEASE_NAME, type Lease } from '../aws/checkpoint/checkpoint-task.ts';
@@ -11,6 +12,8 @@ import { listAwsCheckpoints } from '../aws/restore/savepoints.ts';
 import { NamedQueues } from '../aws/sqs/sqs-queues.ts';
 import { type AwsTarget, type AwsTargetFlags, type Resolved, withTarget } from './checkpoints-aws.ts';
 import { fmt } from './options.ts';
+import { applyScalingSteps, type AwsScaling, printAwsScaling, readAwsScaling, type ScalingStep, scalingSteps } from './status-aws-scaling.ts';
+import { ConfigError } from '../errors.ts';
 
 type Log = (line: string) => void;
 
@@ -42,14 +45,45 @@ export interface AwsStatus {
   pendingSavepoint: string | null;
   /** The coordinator execution holding the lease, while it holds it. */
   coordinator: { owner: string; until: number } | null;
+  /** aws: each stage's true rate over the metrics span and the partitions and maximum concurrency advised; null on local-aws (no CloudWatch there). */
+  scaling: AwsScaling | null;
+  /** With --apply: the changes made. */
+  applied?: ScalingStep[];
 }
 
-export async function awsStatusCommand(jobPath: string, flags: AwsTargetFlags, log: Log, now: () => number = Date.now): Promise<AwsStatus> {
-  return withTarget(jobPath, flags, async (r) => {
-    const status = await readAwsStatus(r, flags.target, now());
-    printAwsStatus(status, log);
-    return status;
+export interface AwsStatusFlags extends AwsTargetFlags {
+  /** aws: source records per second to advise for (default: what arrived over the span). */
+  readonly targetRate?: string;
+  /** aws: minutes of metrics the rates are measured over (default 15). */
+  readonly window?: string;
+  /** aws: carry out the advice (status-aws-scaling.ts scalingSteps). */
+  readonly apply?: boolean;
+}
+
+const DEFAULT_WINDOW_MIN = 15;
+
+export async function awsStatusCommand(jobPath: string, flags: AwsStatusFlags, log: Log, now: () => number = Date.now): Promise<AwsStatus> {
+  const targetRate = flags.targetRate === undefined ? undefined : Number(flags.targetRate);
+  if (targetRate !== undefined && !(Number.isFinite(targetRate) && targetRate > 0)) throw new ConfigError('--target-rate', 'a positive number of source records per second', JSON.stringify(flags.targetRate));
+  const windowMin = Number(flags.window ?? DEFAULT_WINDOW_MIN);
+  if (!(Number.isSafeInteger(windowMin) && windowMin >= 1 && windowMin <= 1440)) throw new ConfigError('--window', 'whole minutes from 1 to 1440', JSON.stringify(flags.window));
+  if (flags.target !== 'aws' && (flags.targetRate !== undefined || flags.window !== undefined || flags.apply)) {
+    throw new ConfigError(flags.targetRate !== undefined ? '--target-rate' : flags.window !== undefined ? '--window' : '--apply', 'with --target aws (a local-AWS run has no CloudWatch: the live table of sluice dev --target local-aws shows its advice)', `--target ${flags.target}`);
+  }
+  const status = await withTarget(jobPath, flags, async (r) => {
+    const at = now();
+    const s = await readAwsStatus(r, flags.target, at);
+    if (flags.target === 'aws') s.scaling = await readAwsScaling(r, windowMin * 60_000, at, targetRate);
+    printAwsStatus(s, log);
+    if (s.scaling) printAwsScaling(s.scaling, jobPath, log);
+    return s;
   });
+  if (flags.apply && status.scaling) {
+    const steps = scalingSteps(status.scaling);
+    if (!steps.length) log('  --apply: nothing to change');
+    status.applied = await applyScalingSteps(jobPath, flags, steps, log);
+  }
+  return status;
 }
 
 async function readAwsStatus(r: Resolved, target: AwsTarget, at: number): Promise<AwsStatus> {
@@ -82,6 +116,7 @@ async function readAwsStatus(r: Resolved, target: AwsTarget, at: number): Promis
     pendingSavepoint: listing.pending?.label ?? null,
     // A local-AWS run's lease outlives the run by its term: no process, no coordinator.
     coordinator: lease?.owner && lease.until > at && (r.running === undefined || r.running() !== undefined) ? { owner: lease.owner, until: lease.until } : null,
+    scaling: null,
   };
 }
 

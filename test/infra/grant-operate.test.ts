@@ -116,6 +116,8 @@ const commandCalls = (): Call[] => [
   ]),
   { action: 'lambda:ListEventSourceMappings', resource: '*' },
   { action: 'lambda:GetFunctionConfiguration', resource: arnOf(sluice.stages[0].operator.fn) },
+  // status: the stages' metrics (scaling advice).
+  { action: 'cloudwatch:GetMetricData', resource: '*' },
   // Coordinator items: lease, pointer, record, savepoint request (read, compare-and-set).
   { action: 'dynamodb:GetItem', resource: table, context: keys(`${job}#c`) },
   { action: 'dynamodb:PutItem', resource: table, context: keys(`${job}#c`) },
@@ -193,11 +195,11 @@ describe('SluiceJob.grantOperate', () => {
     expect(granted).toEqual([]);
   });
 
-  it('has no wildcard action, and `*` only for ListEventSourceMappings (it has no resource-level permission)', () => {
+  it('has no wildcard action, and `*` only for ListEventSourceMappings and GetMetricData (they have no resource-level permission)', () => {
     const statements = roleStatements(resources, logicalId(stack, operator));
     for (const s of statements) for (const a of [s.Action].flat()) expect(a).not.toContain('*');
     const star = statements.filter((s) => s.Resource === '*' || (Array.isArray(s.Resource) && s.Resource.includes('*')));
-    expect(star.map((s) => s.Action)).toEqual(['lambda:ListEventSourceMappings']);
+    expect(star.map((s) => s.Action)).toEqual([['lambda:ListEventSourceMappings', 'cloudwatch:GetMetricData']]);
   });
 
   it('leaves cdk-nag no unsuppressed finding on the granted role (its wildcards are the prefixes, the mappings list, the executions)', () => {
