@@ -43,7 +43,7 @@ export function addRunCheckpointOptions(cmd: Command): Command {
   return cmd
     .option('--checkpoint-interval <ms>', 'take a checkpoint every <ms> while input arrives (default: off; the output then shows only committed epochs)')
     .option('--checkpoint-dir <dir>', 'checkpoints, logs and savepoints (default .sluice/<job>/)')
-    .option('--crash-after <records>', 'testing: kill the process abruptly (exit 137, no cleanup) after <records> input records (needs --checkpoint-interval)')
+    .option('--crash-after <records>', 'testing: kill the process abruptly (exit 137, no cleanup) after <records> input records (needs --checkpoint-interval; on local-aws, once a checkpoint of this run has also completed)')
     .option('--resume', 'continue from the last completed checkpoint (after a crash), over the same --input: a file whose content changed is refused; with no checkpoint yet, says so and starts from the beginning of --input')
     .option('--retain-checkpoints <n>', 'completed checkpoints kept restorable with their logs (default 1)');
 }

@@ -198,10 +198,22 @@ function localAwsCheckpoints(sink: CommittedFileSink<unknown>, ck: Checkpointing
     throw new ConfigError('--from', `--target embedded; for local-aws, restore in place first (sluice restore <job> --target local-aws --from ${ck.start.from}), then run with --resume`, `--from ${ck.start.from} with --target local-aws`);
   }
   let finished: LocalAwsCheckpointing | undefined;
+  // The crash waits for a checkpoint of this run as well as the records: the feeder can run
+  // ahead of the first epoch, and a crash before it leaves nothing to resume or rescale.
+  let fed = 0;
+  let committed = false;
+  const crash = () => crashAfter !== undefined && committed && fed >= crashAfter && process.exit(137); // abrupt: no cleanup, no flush
   const localAws: LocalAwsRunCheckpoints = {
-    checkpoints: { dir: ck.dir, intervalMs: ck.intervalMs, start: ck.start === 'resume' ? 'resume' : 'fresh', sinks: [sink], log, ...(parallelism ? { parallelism } : {}) },
-    // Abrupt: no cleanup, no flush, as a killed process.
-    onSourceRecords: crashAfter === undefined ? undefined : (n) => n >= crashAfter && process.exit(137),
+    checkpoints: {
+      dir: ck.dir,
+      intervalMs: ck.intervalMs,
+      start: ck.start === 'resume' ? 'resume' : 'fresh',
+      sinks: [sink],
+      log,
+      ...(parallelism ? { parallelism } : {}),
+      ...(crashAfter === undefined ? {} : { onCommitted: () => ((committed = true), crash()) }),
+    },
+    onSourceRecords: crashAfter === undefined ? undefined : (n) => ((fed = n), crash()),
     done: (c) => (finished = c),
   };
   return {

@@ -56,6 +56,8 @@ export interface LocalCheckpointStateMachineOptions {
   /** Epochs per execution before continuing as new. @default no limit (the history limit is Step Functions') */
   readonly maxEpochs?: number;
   readonly now?: () => number;
+  /** Called once per epoch these executions committed (a test's crash waits for one). */
+  readonly onCommitted?: (epoch: number) => void;
   /** Where the transitions go. */
   readonly accounting?: AwsAccounting;
   readonly log?: (line: string) => void;
@@ -299,7 +301,10 @@ export class LocalCheckpointStateMachine {
   private async afterCommit(): Promise<void> {
     const ptr = (await this.o.pointers.read<CommitPointer>(POINTER_NAME))?.value;
     if (!ptr) return;
-    if (!this.committed.includes(ptr.epoch)) this.committed.push(ptr.epoch);
+    if (!this.committed.includes(ptr.epoch)) {
+      this.committed.push(ptr.epoch);
+      this.o.onCommitted?.(ptr.epoch);
+    }
     if (this.finalAt !== undefined && ((this.finalEpoch > 0 && ptr.epoch >= this.finalEpoch) || (await this.finalCovered()))) this.finalReached();
   }
 

@@ -62,6 +62,8 @@ export interface LocalAwsCheckpointOptions {
   /** Committed with the checkpoints (prepared and committed here, recovered on resume); the runner adds the job's own transactional sinks. */
   readonly sinks?: readonly TransactionalSink[];
   readonly log?: (line: string) => void;
+  /** Called once per epoch this run committed. */
+  readonly onCommitted?: (epoch: number) => void;
 }
 
 /** What the runner passes besides the options. */
@@ -170,6 +172,7 @@ export class LocalAwsCheckpointing {
       execution: `local-${plan.job.name}`.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 80),
       accounting,
       log: o.log,
+      ...(o.onCommitted ? { onCommitted: o.onCommitted } : {}),
     });
   }
 
