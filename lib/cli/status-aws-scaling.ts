@@ -10,7 +10,7 @@
 import { MAX_CONCURRENCY, MIN_CONCURRENCY } from '../aws/parallelism-env.ts';
 import { type MeasuredLoads, readStageLoads, type StageConsumer, stageConsumers, type StageMetricsRef } from '../aws/stage-loads.ts';
 import type { PhysicalPlan } from '../graph/compile.ts';
-import { scalingAdvice, type StageAdvice, stageInputs } from '../runtime/scaling-advice.ts';
+import { scalingAdvice, type StageAdvice, stageInputs, TARGET_UTILIZATION } from '../runtime/scaling-advice.ts';
 import { type AwsTargetFlags, type Resolved, withTarget } from './checkpoints-aws.ts';
 import { AwsFunctionConfigPort } from '../aws/restore/deployed-parallelism.ts';
 import { ConfigError } from '../errors.ts';
@@ -95,7 +95,7 @@ export async function readAwsScaling(r: Resolved, spanMs: number, now: number, t
 
 export function printAwsScaling(s: AwsScaling, jobPath: string, log: (line: string) => void): void {
   const span = fmt.span(s.spanMs);
-  log(`  scaling at ${fmt.int(s.targetRate)} source records/s (${s.targetRate === s.sourceRate ? `what arrived over the last ${span}; --target-rate for another` : `--target-rate; ${fmt.int(s.sourceRate)}/s arrived over the last ${span}`}), from each stage's true rate (records per second of Lambda duration):`);
+  log(`  scaling at ${fmt.int(s.targetRate)} source records/s (${s.targetRate === s.sourceRate ? `what arrived over the last ${span}; --target-rate for another` : `--target-rate; ${fmt.int(s.sourceRate)}/s arrived over the last ${span}`}), from each stage's true rate (records per second of Lambda duration), each partition planned ${Math.round(TARGET_UTILIZATION * 100)} % busy:`);
   for (const a of s.stages) {
     const rate = a.truePerPartition === null ? `no batches in the last ${span}` : `${fmt.int(a.truePerPartition)} records/s per partition`;
     const now = `${a.partitions} partition${a.partitions === 1 ? '' : 's'}, maximum concurrency ${a.maxConcurrency ?? 'not set'}`;

@@ -56,7 +56,7 @@ export async function statusCommand(jobPath: string, opts: { checkpointDir?: str
     const wm = st.endOfInput ? 'end of input' : st.watermark === null ? '-' : new Date(st.watermark).toISOString();
     out(`  stage    ${st.name.padEnd(24)} watermark ${wm}, queued ${fmt.int(st.queuedRecords)} (${Math.round(st.queueFill * 100)}% of a partition's queue)`);
   }
-  out(`  scaling at ${fmt.int(s.scaling.targetRate)} source records/s (${target === undefined ? 'the current input; --target-rate for another' : '--target-rate'}), from each stage's true rate (records per second of busy time):`);
+  out(`  scaling at ${fmt.int(s.scaling.targetRate)} source records/s (${target === undefined ? 'the current input; --target-rate for another' : '--target-rate'}), from each stage's true rate (records per second of busy time), each partition planned ${Math.round(s.scaling.utilization * 100)} % busy:`);
   for (const a of s.scaling.stages) {
     const rate = a.truePerPartition === null ? 'not measured yet' : `${fmt.int(a.truePerPartition)} records/s per partition`;
     const advice = a.advisedPartitions === null ? '' : `, needs ${fmt.int(a.requiredRate)}/s: ${a.advisedPartitions} partition${a.advisedPartitions === 1 ? '' : 's'}${a.advisedPartitions === a.partitions ? ' (as now)' : ` (now ${a.partitions}; sluice restore --from <savepoint> --parallelism)`}`;

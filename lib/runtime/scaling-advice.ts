@@ -11,6 +11,11 @@
  * has taken in so far: under back-pressure a slow stage takes in less than its upstream
  * sent (the rest waits in its queue), and advice from that ratio would shrink with the
  * backlog. Pure: the runtimes measure, this decides.
+ *
+ * Each partition is planned at a fraction of its true rate (TARGET_UTILIZATION), as Flink's
+ * autoscaler aims at a target utilization: a stage planned at exactly its capacity keeps
+ * up on average but queues on every burst, and the per-batch costs that grow with the
+ * partitions (more envelopes, more barriers to align) are not in a rate measured at fewer.
  */
 import type { PhysicalPlan } from '../graph/compile.ts';
 
@@ -38,13 +43,18 @@ export interface StageAdvice extends StageLoad {
   readonly truePerPartition: number | null;
   /** Records per second it must take in at the target rate. */
   readonly requiredRate: number;
-  /** Partitions that rate needs (1 to maxParallelism); null while the true rate is unknown. */
+  /** Partitions that rate needs at the planned utilization (1 to maxParallelism); null while the true rate is unknown. */
   readonly advisedPartitions: number | null;
 }
+
+/** The share of its true rate each partition is planned at. */
+export const TARGET_UTILIZATION = 0.8;
 
 export interface ScalingAdvice {
   /** Source records per second the advice is for. */
   readonly targetRate: number;
+  /** The share of its true rate each partition is planned at. */
+  readonly utilization: number;
   readonly stages: readonly StageAdvice[];
 }
 
@@ -55,7 +65,8 @@ export interface ScalingAdvice {
  * upstream's consumers by what they took in from it (exact for one consumer, the
  * usual case).
  */
-export function scalingAdvice(stages: readonly StageLoad[], targetRate: number, maxParallelism: number): ScalingAdvice {
+export function scalingAdvice(stages: readonly StageLoad[], targetRate: number, maxParallelism: number, utilization = TARGET_UTILIZATION): ScalingAdvice {
+  if (!(utilization > 0 && utilization <= 1)) throw new RangeError(`utilization: expected a share in (0, 1], received ${utilization}`);
   const consumers = stages.map(() => [] as number[]);
   stages.forEach((s, i) => s.upstream.forEach((u) => consumers[u].push(i)));
   const sourceIn = stages.reduce((n, s) => n + (s.fedBySources ? s.recordsIn : 0), 0);
@@ -67,10 +78,10 @@ export function scalingAdvice(stages: readonly StageLoad[], targetRate: number, 
     for (const u of s.upstream) rate += required[u] * shareOf(stages, consumers[u], u, i);
     required[i] = rate;
     const truePerPartition = s.recordsIn > 0 && s.busyMs > 0 ? s.recordsIn / (s.busyMs / 1000) : null;
-    const advisedPartitions = truePerPartition === null ? null : Math.min(maxParallelism, Math.max(1, Math.ceil(rate / truePerPartition)));
+    const advisedPartitions = truePerPartition === null ? null : Math.min(maxParallelism, Math.max(1, Math.ceil(rate / (truePerPartition * utilization))));
     return { ...s, truePerPartition, requiredRate: rate, advisedPartitions };
   });
-  return { targetRate, stages: advice };
+  return { targetRate, utilization, stages: advice };
 }
 
 /** Records stage `to` takes in per record stage `from` takes in. */

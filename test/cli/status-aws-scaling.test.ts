@@ -47,26 +47,26 @@ describe('scaling advice for a deployed job', () => {
     expect(s.targetRate).toBe(100);
     expect(s.stages.map((a) => [a.stage, a.truePerPartition, a.requiredRate, a.advisedPartitions, a.advisedMaxConcurrency, a.maxConcurrency, a.rescalable])).toEqual([
       [0, 1_000, 100, 1, 2, 2, false],
-      [1, 40, 100, 3, 3, null, true], // 100/s at 40/s per partition
+      [1, 40, 100, 4, 4, null, true], // 100/s at 80 % of 40/s per partition
     ]);
-    expect(scalingSteps(s)).toEqual([{ kind: 'rescale', stage: 1, name: p.stages[1].name, partitions: 3, maxConcurrency: 3 }]);
+    expect(scalingSteps(s)).toEqual([{ kind: 'rescale', stage: 1, name: p.stages[1].name, partitions: 4, maxConcurrency: 4 }]);
     const lines: string[] = [];
     printAwsScaling(s, 'jobs/orders.ts', (l) => lines.push(l));
     expect(lines[0]).toMatch(/scaling at 100 source records\/s \(what arrived over the last 10 min/);
-    expect(lines[2]).toContain('40 records/s per partition (now 1 partition, maximum concurrency not set); needs 100/s: 3 partitions, maximum concurrency 3 (sluice rescale jobs/orders.ts --stage 1 --partitions 3 --max-concurrency 3 --target aws)');
+    expect(lines[2]).toContain('40 records/s per partition (now 1 partition, maximum concurrency not set); needs 100/s: 4 partitions, maximum concurrency 4 (sluice rescale jobs/orders.ts --stage 1 --partitions 4 --max-concurrency 4 --target aws)');
   });
 
   it('at --target-rate; a source stage keeps its partitions and gets only the concurrency they can use', () => {
     const p = plan();
     const m = measured(p);
-    const wide: MeasuredLoads = { ...m, loads: [{ ...m.loads[0], partitions: 4 }, { ...m.loads[1], partitions: 30 }] };
+    const wide: MeasuredLoads = { ...m, loads: [{ ...m.loads[0], partitions: 3 }, { ...m.loads[1], partitions: 30 }] };
     const s = awsScaling(p, wide, [[{ functionName: 'f0', maxConcurrency: 2 }, { functionName: 'f0b', maxConcurrency: 5 }], [{ functionName: 'f1', maxConcurrency: 30 }]], 3_000);
     expect(s.stages.map((a) => [a.advisedPartitions, a.maxConcurrency])).toEqual([
-      [3, 2], // the lowest mapping's
-      [32, 30], // 75 wanted, capped at maxParallelism
+      [4, 2], // the lowest mapping's
+      [32, 30], // 94 wanted, capped at maxParallelism
     ]);
     expect(scalingSteps(s)).toEqual([
-      { kind: 'concurrency', stage: 0, name: p.stages[0].name, maxConcurrency: 3 },
+      { kind: 'concurrency', stage: 0, name: p.stages[0].name, maxConcurrency: 3 }, // no more than its 3 partitions can use
       { kind: 'rescale', stage: 1, name: p.stages[1].name, partitions: 32, maxConcurrency: 32 },
     ]);
     const lines: string[] = [];
@@ -84,7 +84,7 @@ describe('scaling advice for a deployed job', () => {
     const lines: string[] = [];
     printAwsScaling(s, 'j.ts', (l) => lines.push(l));
     expect(lines[1]).toContain('no batches in the last 10 min');
-    const keepsUp = awsScaling(p, measured(p), [[{ functionName: 'f0', maxConcurrency: 2 }], [{ functionName: 'f1', maxConcurrency: 3 }]], 40);
+    const keepsUp = awsScaling(p, measured(p), [[{ functionName: 'f0', maxConcurrency: 2 }], [{ functionName: 'f1', maxConcurrency: 3 }]], 30);
     expect(keepsUp.stages.map((a) => a.advisedPartitions)).toEqual([1, 1]);
     expect(scalingSteps(keepsUp)).toEqual([]);
   });

@@ -25,12 +25,14 @@ describe('scaling advice (pure)', () => {
       16,
     );
     expect(a.targetRate).toBe(40_000);
+    expect(a.utilization).toBe(0.8);
     expect(a.stages.map((s) => [s.name, s.truePerPartition, s.requiredRate, s.advisedPartitions])).toEqual([
-      ['parse', 10_000, 40_000, 4],
-      ['enrich', 1_000, 20_000, 16], // 20 wanted, capped at maxParallelism
+      ['parse', 10_000, 40_000, 5], // planned at 80 % of 10,000/s per partition
+      ['enrich', 1_000, 20_000, 16], // 25 wanted, capped at maxParallelism
       ['idle', null, 0, null],
     ]);
     expect(scalingAdvice([{ name: 's', partitions: 4, recordsIn: 100, busyMs: 1, ...chain }], 10, 8).stages[0].advisedPartitions).toBe(1);
+    expect(() => scalingAdvice([], 10, 8, 0)).toThrow(/utilization: expected a share in \(0, 1\], received 0/);
   });
 
   it('propagates the rate by selectivity, so a backlog before a slow stage does not shrink its advice', () => {
@@ -39,9 +41,10 @@ describe('scaling advice (pure)', () => {
       { name: 'map', partitions: 1, recordsIn: 12_000, recordsOut: 12_000, busyMs: 1_000, ...chain },
       { name: 'slow', partitions: 1, recordsIn: 4_000, busyMs: 10_000, upstream: [0], fedBySources: false }, // 400/s per partition
     ];
-    const [, slow] = scalingAdvice(stages, 1_200, 64).stages;
+    const [, slow] = scalingAdvice(stages, 1_200, 64, 1).stages;
     expect(slow.requiredRate).toBe(1_200);
     expect(slow.advisedPartitions).toBe(3);
+    expect(scalingAdvice(stages, 1_200, 64).stages[1].advisedPartitions).toBe(4); // 1,200 at 320/s per partition
     // Without the upstream's records out, the share falls back to what the stage took in (and the backlog shrinks it).
     const unmeasured = { ...stages[0], recordsOut: undefined };
     expect(scalingAdvice([unmeasured, stages[1]], 1_200, 64).stages[1].requiredRate).toBe(400);
