@@ -2,12 +2,13 @@
  * Lambda entry of the ingestion endpoint (HTTP API v2 or Function URL):
  * POST /streams/<name>/events -> the source stage's SQS FIFO queue.
  * With checkpoints deployed, accepted input wakes the coordinator's state machine.
- * Idempotency-Keys are claimed in the state table.
+ * Idempotency-Keys are claimed in the state table. With an age bound, queue ages come from CloudWatch.
  * Logic: lib/aws/ingest/ingest-handler.ts, lib/aws/ingest/idempotency-store.ts, lib/aws/checkpoint/checkpoint-wakeup.ts.
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { SFNClient } from '@aws-sdk/client-sfn';
 import { SQSClient } from '@aws-sdk/client-sqs';
+import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import { handlerClientConfig } from '../lib/aws/clients.ts';
@@ -19,6 +20,7 @@ import { CoordinatorWakeUp } from '../lib/aws/checkpoint/checkpoint-wakeup.ts';
 import { DynamoDbPointerStore } from '../lib/aws/dynamodb/dynamodb-pointers.ts';
 import { DynamoDbIdempotencyStore } from '../lib/aws/ingest/idempotency-store.ts';
 import { createIngestHandler } from '../lib/aws/ingest/ingest-handler.ts';
+import { CloudWatchQueueAge } from '../lib/aws/ingest/queue-age.ts';
 import { NamedQueues } from '../lib/aws/sqs/sqs-queues.ts';
 import { deployment, job } from './job.ts';
 
@@ -47,6 +49,8 @@ export const handler = createIngestHandler({
   queues: new NamedQueues(sqs, job.name, deployment.queuePrefix),
   idempotency: new DynamoDbIdempotencyStore({ client, tableName, job: job.name, accounting }),
   wakeUp: deployment.stateMachineArn ? wakeUp(deployment.stateMachineArn) : undefined,
+  maxBacklogMessages: deployment.ingestMaxQueuedMessages,
+  ...(deployment.ingestMaxQueueAgeMs === undefined ? {} : { maxQueueAgeMs: deployment.ingestMaxQueueAgeMs, queueAge: new CloudWatchQueueAge(new CloudWatchClient(handlerClientConfig()), { accounting }) }),
   logger: new Logger({ serviceName: `sluice-${job.name}-ingest` }),
   metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: job.name }),
 });

@@ -54,10 +54,28 @@ export const deployment: {
   readonly checkpoints: boolean;
   /** The checkpoint state machine the ingest function wakes up when input arrives. */
   readonly stateMachineArn?: string;
+  /** The ingest function's back-pressure bounds (SluiceJob's ingestion.backPressure). */
+  readonly ingestMaxQueuedMessages?: number;
+  readonly ingestMaxQueueAgeMs?: number;
 } = {
   bucket: env.SLUICE_BUCKET || undefined,
   queuePrefix,
   table: env.SLUICE_TABLE || stateTableName(job.name, queuePrefix),
   checkpoints: env.SLUICE_CHECKPOINTS === '1',
   stateMachineArn: env.SLUICE_STATE_MACHINE_ARN || undefined,
+  ingestMaxQueuedMessages: positive('SLUICE_INGEST_MAX_QUEUED_MESSAGES'),
+  ingestMaxQueueAgeMs: seconds('SLUICE_INGEST_MAX_QUEUE_AGE_S'),
 };
+
+function positive(name: string): number | undefined {
+  const raw = env[name];
+  if (!raw) return undefined;
+  const n = Number(raw);
+  if (!(Number.isFinite(n) && n > 0)) throw new ConfigError(name, 'a positive number', JSON.stringify(raw));
+  return n;
+}
+
+function seconds(name: string): number | undefined {
+  const s = positive(name);
+  return s === undefined ? undefined : s * 1000;
+}

@@ -16,6 +16,8 @@
  * | SLUICE_CHECKPOINTS      | operators, ingest     | "1" when the checkpoint state machine is deployed: operators snapshot and ack barriers |
  * | SLUICE_JOB_FUNCTIONS    | operators             | the ingest and checkpoint functions' names, for `sluice rescale --target aws` (which gives every function of the plan its new SLUICE_PARALLELISM) |
  * | SLUICE_STATE_MACHINE_ARN| ingest, operators     | the checkpoint state machine the ingest function wakes up (on operators only for `sluice ... --target aws` to find it) |
+ * | SLUICE_INGEST_MAX_QUEUED_MESSAGES | ingest      | props.ingestion.backPressure.maxQueuedMessages (unset: the handler's default) |
+ * | SLUICE_INGEST_MAX_QUEUE_AGE_S     | ingest      | props.ingestion.backPressure.maxQueueAge in seconds (unset: no age bound) |
  * | SLUICE_API_KEY_SHA256   | API-key authorizer    | comma-separated SHA-256 hex digests of accepted keys |
  * | SLUICE_SDK_CONNECTION_TIMEOUT_MS | every function | the AWS clients' connection timeout (lib/aws/clients.ts), from the function's timeout |
  * | SLUICE_SDK_REQUEST_TIMEOUT_MS    | every function | the AWS clients' request timeout, from the function's timeout |
@@ -42,6 +44,8 @@ export const HANDLER_ENV = {
   jobFunctions: JOB_FUNCTIONS_ENV,
   checkpoints: 'SLUICE_CHECKPOINTS',
   stateMachineArn: 'SLUICE_STATE_MACHINE_ARN',
+  ingestMaxQueuedMessages: 'SLUICE_INGEST_MAX_QUEUED_MESSAGES',
+  ingestMaxQueueAgeSeconds: 'SLUICE_INGEST_MAX_QUEUE_AGE_S',
   apiKeyHashes: 'SLUICE_API_KEY_SHA256',
   sdkConnectionTimeout: SDK_TIMEOUT_ENV.connectionTimeoutMs,
   sdkRequestTimeout: SDK_TIMEOUT_ENV.requestTimeoutMs,

@@ -8,7 +8,7 @@
 export { SluiceJob, type SluiceJobProps } from './sluice-job.ts';
 export type { LogLevel } from './handler-environment.ts';
 export type { PhysicalPlan, StagePlan, StageEdge, EdgeSource } from '../lib/graph/compile.ts';
-export type { EndpointAuth, IngestionEndpointOptions, SluiceJobAlarmOptions, SluiceJobRetention } from './props.ts';
+export type { EndpointAuth, IngestionBackPressureOptions, IngestionEndpointOptions, SluiceJobAlarmOptions, SluiceJobRetention } from './props.ts';
 export { SluiceJobStack, type SluiceJobStackProps, stackNameFor } from './stack.ts';
 export { checkpointStateMachine, type CheckpointTimingProps } from './checkpoint-state-machine.ts';
 export type { CheckpointContext, CheckpointFunctionOptions, CheckpointStateMachineFactory } from './checkpoints.ts';

@@ -18,6 +18,7 @@ import type { Construct } from 'constructs';
 import { SluiceJobPropsError } from './errors.ts';
 import { ENTRIES, type SluiceFunction, sluiceFunction } from './function.ts';
 import { HANDLER_ENV } from './handler-environment.ts';
+import { suppressQueueAgeFinding } from './nag.ts';
 import { grantSend } from './permissions.ts';
 import type { ResolvedProps } from './props.ts';
 
@@ -56,6 +57,15 @@ export interface Ingestion {
   grantPublish(grantee: iam.IGrantable): iam.Grant;
 }
 
+/** The ingest function's back-pressure bounds (infra/handler-environment.ts). */
+function backPressureEnvironment(p: ResolvedProps): Record<string, string> {
+  const { maxQueuedMessages, maxQueueAge } = p.ingestion;
+  return {
+    ...(maxQueuedMessages === undefined ? {} : { [HANDLER_ENV.ingestMaxQueuedMessages]: String(maxQueuedMessages) }),
+    ...(maxQueueAge === undefined ? {} : { [HANDLER_ENV.ingestMaxQueueAgeSeconds]: String(maxQueueAge.toSeconds()) }),
+  };
+}
+
 export function createIngestion(scope: Construct, p: ResolvedProps, sourceQueues: readonly sqs.IQueue[], environment: Record<string, string>): Ingestion {
   const job = p.job.name;
   const fn = sluiceFunction(scope, 'IngestFunction', {
@@ -63,13 +73,18 @@ export function createIngestion(scope: Construct, p: ResolvedProps, sourceQueues
     description: `Sluice ${job} ingestion endpoint`,
     timeout: p.ingestion.timeout,
     memorySize: p.ingestion.memorySize,
-    environment,
+    environment: { ...environment, ...backPressureEnvironment(p) },
     logRetention: p.retention.logs,
     removalPolicy: p.removalPolicy,
     bundle: p.bundle,
   });
   // Send to the source stages; GetQueueAttributes reads the backlog for 429 back-pressure.
   grantSend(fn.fn, sourceQueues, { readAttributes: true, key: p.encryptionKey });
+  // The age bound reads ApproximateAgeOfOldestMessage from CloudWatch (GetMetricData has no resource-level permission).
+  if (p.ingestion.maxQueueAge) {
+    fn.fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['cloudwatch:GetMetricData'], resources: ['*'] }));
+    suppressQueueAgeFinding(fn);
+  }
 
   if (p.ingestion.kind === 'functionUrl') {
     const functionUrl = fn.fn.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });

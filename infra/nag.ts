@@ -34,6 +34,15 @@ export function suppressFunctionFindings(functions: readonly SluiceFunction[]): 
   }
 }
 
+/** The ingest function's age bound reads queue ages with cloudwatch:GetMetricData, which IAM supports on Resource "*" only. */
+export function suppressQueueAgeFinding(f: SluiceFunction): void {
+  NagSuppressions.addResourceSuppressions(
+    f.role,
+    [{ id: 'AwsSolutions-IAM5', reason: 'The ingestion back-pressure age bound reads ApproximateAgeOfOldestMessage with cloudwatch:GetMetricData, which supports only Resource "*".', appliesTo: ['Resource::*'] }],
+    true,
+  );
+}
+
 /**
  * A state machine that logs to CloudWatch Logs and traces with X-Ray needs
  * logs:CreateLogDelivery & co. and xray:PutTraceSegments & co., which IAM supports on

@@ -50,6 +50,25 @@ export interface IngestionEndpointOptions {
   readonly timeout?: Duration;
   /** @default 512 */
   readonly memorySize?: number;
+  /** @default - see each field */
+  readonly backPressure?: IngestionBackPressureOptions;
+}
+
+/**
+ * When the ingest function answers 429 + Retry-After instead of enqueueing: bounds on the
+ * queue of a stream's source stage and of every stage it feeds.
+ */
+export interface IngestionBackPressureOptions {
+  /** Messages waiting in one of those queues (ApproximateNumberOfMessages, read at most once a second). @default 10000 */
+  readonly maxQueuedMessages?: number;
+  /**
+   * Age of the oldest message waiting in one of those queues. SQS reports it to CloudWatch
+   * only (a point a minute, a minute or two late), so the ingest function reads it with
+   * GetMetricData at most once a minute per container ($0.01 per 1,000 metrics): a bound
+   * for a stage that stays behind, not for a burst (the depth bound answers that).
+   * @default - no age bound
+   */
+  readonly maxQueueAge?: Duration;
 }
 
 export interface SluiceJobRetention {
@@ -195,7 +214,15 @@ export interface ResolvedProps {
   readonly maxConcurrency: (stage: { readonly name: string; readonly parallelism: number }) => number;
   readonly operatorTimeout: Duration;
   readonly operatorMemorySize: number;
-  readonly ingestion: { readonly kind: 'httpApi' | 'functionUrl'; readonly auth: EndpointAuth; readonly throttle?: { readonly rateLimit: number; readonly burstLimit: number }; readonly timeout: Duration; readonly memorySize: number };
+  readonly ingestion: {
+    readonly kind: 'httpApi' | 'functionUrl';
+    readonly auth: EndpointAuth;
+    readonly throttle?: { readonly rateLimit: number; readonly burstLimit: number };
+    readonly timeout: Duration;
+    readonly memorySize: number;
+    readonly maxQueuedMessages?: number;
+    readonly maxQueueAge?: Duration;
+  };
   readonly encryptionKey?: kms.IKey;
   readonly sinkEncryptionKey?: kms.IKey;
   readonly highThroughputFifo: boolean;
@@ -303,6 +330,8 @@ export function resolveProps(props: SluiceJobProps, plan: PhysicalPlan, defaultP
       throttle,
       timeout: seconds('ingestion.timeout', props.ingestion?.timeout, 1, 30, Duration.seconds(15)),
       memorySize: integer('ingestion.memorySize', props.ingestion?.memorySize, 128, 10240, 512),
+      ...(props.ingestion?.backPressure?.maxQueuedMessages === undefined ? {} : { maxQueuedMessages: integer('ingestion.backPressure.maxQueuedMessages', props.ingestion.backPressure.maxQueuedMessages, 1, 1_000_000_000, 0) }),
+      ...(props.ingestion?.backPressure?.maxQueueAge === undefined ? {} : { maxQueueAge: seconds('ingestion.backPressure.maxQueueAge', props.ingestion.backPressure.maxQueueAge, 60, 14 * 24 * 3600, Duration.minutes(5)) }),
     },
     encryptionKey: props.encryptionKey,
     sinkEncryptionKey: props.sinkEncryptionKey,

@@ -7,6 +7,8 @@ export { createOperatorHandler, type OperatorHandler, type OperatorHandlerConfig
 export type { GroupBackoffOptions } from './operator/group-backoff.ts';
 export type { HandlerMetrics } from './handler-metrics.ts';
 export { createIngestHandler, type IngestHandler, type IngestHandlerConfig } from './ingest/ingest-handler.ts';
+export type { BackPressureOptions } from './ingest/ingest-backpressure.ts';
+export { CloudWatchQueueAge, type QueueAgeSource } from './ingest/queue-age.ts';
 export { DynamoDbIdempotencyStore, type DynamoDbIdempotencyStoreOptions, type IdempotencyStore } from './ingest/idempotency-store.ts';
 export type { RememberedAnswer } from '../transport/idempotency.ts';
 export { createCheckpointHandler, type CheckpointHandler, type CheckpointHandlerConfig } from './checkpoint/checkpoint-handler.ts';

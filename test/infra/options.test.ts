@@ -41,6 +41,8 @@ describe('validation at synth', () => {
     [{ ingestion: { auth: { kind: 'jwt', issuer: 'http://id.example.com', audience: ['x'] } } }, 'ingestion.auth.issuer', 'an https:// issuer URL', '"http://id.example.com"'],
     [{ ingestion: { auth: { kind: 'apiKey', keySha256: ['not-a-digest'] } } }, 'ingestion.auth.keySha256', 'SHA-256 digests as 64 lowercase hex', '"not-a-digest"'],
     [{ ingestion: { timeout: Duration.seconds(31) } }, 'ingestion.timeout', 'a duration from 1 s to 30 s', '31 s'],
+    [{ ingestion: { backPressure: { maxQueueAge: Duration.seconds(30) } } }, 'ingestion.backPressure.maxQueueAge', 'a duration from 60 s to 1209600 s', '30 s'],
+    [{ ingestion: { backPressure: { maxQueuedMessages: 0 } } }, 'ingestion.backPressure.maxQueuedMessages', 'an integer from 1 to 1000000000', '0'],
     [{ retention: { spilledEnvelopes: Duration.days(3) } }, 'retention.spilledEnvelopes', 'at least 18', '3 days'],
     [{ logLevel: 'TRACE' as never }, 'logLevel', 'DEBUG, INFO, WARN, ERROR', '"TRACE"'],
     [{ stageMaxConcurrency: { nope: 4 } }, 'stageMaxConcurrency.nope', 'a stage of job "nexmark-q5" (events, bids-per-auction, hot-items)', 'no such stage'],
@@ -90,6 +92,25 @@ describe('options', () => {
 
   it('refuses a parallelism for an operator the job does not have', () => {
     expect(() => jobStack({ parallelism: { operators: { nope: 2 } } })).toThrow(/operator "nope": expected a parallelism for an operator of job "nexmark-q5"/);
+  });
+
+  it('gives the ingest function its back-pressure bounds; only an age bound lets it read CloudWatch', () => {
+    const ingest = (t: ReturnType<typeof jobStack>) => Object.entries(t.resources).find(([, r]) => r.Type === 'AWS::Lambda::Function' && String(r.Properties?.Description).endsWith('ingestion endpoint'))!;
+    const plain = jobStack({}, { nag: true });
+    const [, plainFn] = ingest(plain);
+    expect(plainFn.Properties!.Environment.Variables[HANDLER_ENV.ingestMaxQueuedMessages]).toBeUndefined();
+    expect(plainFn.Properties!.Environment.Variables[HANDLER_ENV.ingestMaxQueueAgeSeconds]).toBeUndefined();
+    expect(allStatements(plain.resources).filter((s) => actions(s.statement).includes('cloudwatch:GetMetricData'))).toEqual([]);
+
+    const bounded = jobStack({ ingestion: { backPressure: { maxQueuedMessages: 500, maxQueueAge: Duration.minutes(3) } } }, { nag: true });
+    const [, fn] = ingest(bounded);
+    expect(fn.Properties!.Environment.Variables).toMatchObject({ [HANDLER_ENV.ingestMaxQueuedMessages]: '500', [HANDLER_ENV.ingestMaxQueueAgeSeconds]: '180' });
+    const role = fn.Properties!.Role['Fn::GetAtt'][0] as string;
+    const reads = roleStatements(bounded.resources, role).filter((s) => actions(s).includes('cloudwatch:GetMetricData'));
+    expect(reads).toEqual([expect.objectContaining({ Effect: 'Allow', Action: 'cloudwatch:GetMetricData', Resource: '*' })]);
+    // Granted to the ingest function alone, and suppressed for it with its reason.
+    expect(allStatements(bounded.resources).filter((s) => actions(s.statement).includes('cloudwatch:GetMetricData'))).toHaveLength(1);
+    expect(nagFindings(bounded.stack).errors).toEqual([]);
   });
 
   it('prefixes queue names and tells the handlers the prefix', () => {

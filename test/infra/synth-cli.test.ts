@@ -73,14 +73,14 @@ describe('npx cdk synth (offline, fresh output directory)', () => {
     }
   });
 
-  it('produces bundles that load and answer: ingest /healthz, operator on an empty batch', () => {
+  it('produces bundles that load and answer (the ingest function with its back-pressure bounds): ingest /healthz, operator on an empty batch', () => {
     // In a plain node process: vitest would run each 1 MB bundle through its transform.
     const bundles = readdirSync(OUT).filter((d) => d.startsWith('asset.')).map((d) => pathToFileURL(join(OUT, d, 'index.mjs')).href);
     // The same probe for all: the ingest handler routes it, the operator sees no records, and the
     // checkpoint task function refuses it (it only takes Step Functions task input).
     const probe = { rawPath: '/healthz', requestContext: { http: { method: 'GET' }, stage: '$default' }, headers: {}, Records: [] };
     const script = `const out = []; for (const b of ${JSON.stringify(bundles)}) out.push(await import(b).then((m) => m.handler(${JSON.stringify(probe)})).catch((e) => ({ refused: String(e && e.message) }))); process.stdout.write('\\n' + JSON.stringify(out));`;
-    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, AWS_REGION: 'us-east-1', SLUICE_BUCKET: 'probe-bucket' } });
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, AWS_REGION: 'us-east-1', SLUICE_BUCKET: 'probe-bucket', SLUICE_INGEST_MAX_QUEUED_MESSAGES: '500', SLUICE_INGEST_MAX_QUEUE_AGE_S: '300' } });
     expect(r.status, r.stderr).toBe(0);
     const answers = JSON.parse(r.stdout.trim().split('\n').pop()!) as any[];
     const health = answers.find((a) => a?.statusCode === 200);

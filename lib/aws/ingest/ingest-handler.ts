@@ -6,9 +6,8 @@
  *   surrogates, U+FFFE/U+FFFF) is rejected with its path; so is an event larger than
  *   one message even compressed;
  * - 429 + Retry-After when the source stage's queue, or the queue of any stage it feeds,
- *   holds more than maxBacklogMessages (ApproximateNumberOfMessages, read at most once per
- *   backlogCacheMs per stage): a slow stage downstream stops ingestion instead of growing
- *   its queue towards SQS's retention; or when SQS throttled every message. Nothing is
+ *   holds more than maxBacklogMessages or (with maxQueueAgeMs) has had a message waiting
+ *   longer (ingest-backpressure.ts); or when SQS throttled every message. Nothing is
  *   enqueued then;
  * - 202 only for what SQS acknowledged. Entries SQS refused (after retries) are listed
  *   as rejected, `retryable: true` when a later attempt may succeed;
@@ -49,10 +48,11 @@ import * as V from '../../transport/ingest-validation.ts';
 import { AwsAccounting } from '../cost/accounting.ts';
 import { INGEST_METRICS, stageDimension } from '../handler-metrics.ts';
 import * as C from '../sqs/sqs-codec.ts';
-import { NamedQueues, type QueueResolver, queueBacklog } from '../sqs/sqs-queues.ts';
+import { NamedQueues, type QueueResolver } from '../sqs/sqs-queues.ts';
 import { type OutgoingMessage, SqsTransport } from '../sqs/sqs-transport.ts';
 import { probeMessage } from '../checkpoint/idle-probes.ts';
 import type { IdempotencyStore } from './idempotency-store.ts';
+import { type BackPressureOptions, IngestBackPressure } from './ingest-backpressure.ts';
 import { keyOfPartition, outcomeUnknown, partitionOf, RESEND_WITHIN_MS } from './ingest-keys.ts';
 
 export { RESEND_WITHIN_MS } from './ingest-keys.ts';
@@ -61,7 +61,7 @@ import { sqsUnsafe } from '../sqs/sqs-safe.ts';
 
 export { sqsUnsafe } from '../sqs/sqs-safe.ts';
 
-export interface IngestHandlerConfig {
+export interface IngestHandlerConfig extends BackPressureOptions {
   readonly job: Job;
   readonly sqs: SQSClient;
   /** Default: the job's queues by name (naming.ts). */
@@ -75,9 +75,6 @@ export interface IngestHandlerConfig {
   readonly compress?: boolean;
   /** Attempts for messages SQS refuses transiently (default 5). */
   readonly maxSendAttempts?: number;
-  /** 429 above this many messages waiting in the queue of the source stage or of a stage it feeds (default 10,000). */
-  readonly maxBacklogMessages?: number;
-  readonly backlogCacheMs?: number;
   readonly retryAfterMs?: number;
   /**
    * Checkpoints: wake the coordinator after events were enqueued (CoordinatorWakeUp,
@@ -118,7 +115,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
   const maxEvents = config.maxEventsPerRequest ?? V.DEFAULT_MAX_EVENTS;
   const retryAfterMs = config.retryAfterMs ?? 1000;
   const compress = config.compress ?? true;
-  const backlog = new Map<number, { at: number; messages: number }>();
+  const backPressure = new IngestBackPressure(plan, config.sqs, queues, clock, { ...config, accounting });
   /** Per stream and partition: when this container last sent it data or a probe. */
   const lastSent = new Map<string, number[]>();
   const maxP = plan.job.maxParallelism;
@@ -170,39 +167,6 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
   }
   /** The next partition per stream for keyless requests, from a random start: containers spread their first requests. */
   const roundRobin = new Map<string, number>();
-
-  /** The stages a source stage feeds, itself first: their backlogs hold its input back. */
-  const fedBy = new Map<number, number[]>();
-  function downstreamOf(stage: number): number[] {
-    let out = fedBy.get(stage);
-    if (!out) {
-      const seen = new Set<number>([stage]);
-      const todo = [stage];
-      while (todo.length) for (const e of plan.stages[todo.pop()!].outputs) if (!seen.has(plan.edges[e].toStage)) todo.push(plan.edges[e].toStage), seen.add(plan.edges[e].toStage);
-      fedBy.set(stage, (out = [...seen]));
-    }
-    return out;
-  }
-
-  /** The first stage fed by `stage` (or itself) whose queue holds more than the bound, and its count; undefined when none does. */
-  async function backlogged(stage: number): Promise<{ stage: number; messages: number } | undefined> {
-    const limit = config.maxBacklogMessages ?? 10_000;
-    for (const s of downstreamOf(stage)) {
-      let hit = backlog.get(s);
-      if (!hit || clock.now() - hit.at >= (config.backlogCacheMs ?? 1000)) {
-        try {
-          hit = { at: clock.now(), messages: await queueBacklog(config.sqs, await queues.queueUrl(s), accounting) };
-          backlog.set(s, hit);
-        } catch (e) {
-          // Back-pressure is advisory: an unreadable metric must not stop ingestion.
-          config.logger?.warn('cannot read the queue backlog', { stage: s, error: (e as Error).message });
-          continue;
-        }
-      }
-      if (hit.messages > limit) return { stage: s, messages: hit.messages };
-    }
-    return undefined;
-  }
 
   async function handle(event: APIGatewayProxyEventV2): Promise<V.IngestAnswer> {
     const method = event.requestContext?.http?.method ?? 'GET';
@@ -301,10 +265,10 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     if (V.isAnswer(checked)) return { answer: checked, enqueued: false };
 
     const url = await queues.queueUrl(stream.stage);
-    const waiting = await backlogged(stream.stage);
-    if (waiting !== undefined) {
-      const st = plan.stages[waiting.stage];
-      return { answer: V.saturatedAnswer(request.stream, retryAfterMs, `is held back: stage ${st.id} "${st.name}" has ${waiting.messages} messages waiting (bound ${config.maxBacklogMessages ?? 10_000})`), enqueued: false };
+    const held = await backPressure.heldBack(stream.stage);
+    if (held !== undefined) {
+      const st = plan.stages[held.stage];
+      return { answer: V.saturatedAnswer(request.stream, retryAfterMs, `is held back: stage ${st.id} "${st.name}" ${held.reason}`), enqueued: false };
     }
 
     const byPartition = new Map<number, number[]>();
