@@ -27,6 +27,8 @@ import { deployment, job } from './job.ts';
 const sqs = new SQSClient(handlerClientConfig());
 const accounting = new AwsAccounting();
 const client = new DynamoDBClient(handlerClientConfig());
+// Only the age bound calls it (queue ages are CloudWatch metrics).
+const cloudwatch = new CloudWatchClient(handlerClientConfig());
 const tableName = deployment.table;
 
 function wakeUp(stateMachineArn: string): CoordinatorWakeUp {
@@ -50,7 +52,7 @@ export const handler = createIngestHandler({
   idempotency: new DynamoDbIdempotencyStore({ client, tableName, job: job.name, accounting }),
   wakeUp: deployment.stateMachineArn ? wakeUp(deployment.stateMachineArn) : undefined,
   maxBacklogMessages: deployment.ingestMaxQueuedMessages,
-  ...(deployment.ingestMaxQueueAgeMs === undefined ? {} : { maxQueueAgeMs: deployment.ingestMaxQueueAgeMs, queueAge: new CloudWatchQueueAge(new CloudWatchClient(handlerClientConfig()), { accounting }) }),
+  ...(deployment.ingestMaxQueueAgeMs === undefined ? {} : { maxQueueAgeMs: deployment.ingestMaxQueueAgeMs, queueAge: new CloudWatchQueueAge(cloudwatch, { accounting }) }),
   logger: new Logger({ serviceName: `sluice-${job.name}-ingest` }),
   metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: job.name }),
 });
