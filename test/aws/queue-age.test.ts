@@ -8,7 +8,8 @@ import { CloudWatchClient, GetMetricDataCommand, type GetMetricDataCommandInput 
 import { mockClient } from 'aws-sdk-client-mock';
 import { describe, expect, it } from 'vitest';
 import { AwsAccounting } from '../../lib/aws/cost/accounting.ts';
-import { CloudWatchQueueAge, queueNameOf } from '../../lib/aws/ingest/queue-age.ts';
+import { CloudWatchQueueAge } from '../../lib/aws/ingest/queue-age.ts';
+import { queueNameOf } from '../../lib/aws/naming.ts';
 
 describe('CloudWatchQueueAge', () => {
   it('asks every queue in one call and answers the newest point of each', async () => {

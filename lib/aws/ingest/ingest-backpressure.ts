@@ -13,7 +13,8 @@ import type { Clock } from '../../api/types.ts';
 import type { PhysicalPlan } from '../../graph/compile.ts';
 import type { AwsAccounting } from '../cost/accounting.ts';
 import { type QueueResolver, queueBacklog } from '../sqs/sqs-queues.ts';
-import { type QueueAgeSource, queueNameOf } from './queue-age.ts';
+import { queueNameOf } from '../naming.ts';
+import type { QueueAgeSource } from './queue-age.ts';
 
 export const DEFAULT_MAX_BACKLOG_MESSAGES = 10_000;
 
@@ -38,7 +39,8 @@ export interface HeldBack {
 
 export class IngestBackPressure {
   private readonly depth = new Map<number, { at: number; messages: number }>();
-  private ages?: { at: number; seconds: ReadonlyMap<string, number> };
+  /** Seconds by stage, as last read. */
+  private ages?: { at: number; seconds: ReadonlyMap<number, number> };
   private readonly fedBy = new Map<number, number[]>();
   private readonly maxMessages: number;
 
@@ -78,10 +80,9 @@ export class IngestBackPressure {
       if (messages !== undefined && messages > this.maxMessages) return { stage: s, reason: `has ${messages} messages waiting (bound ${this.maxMessages})` };
     }
     if (this.o.maxQueueAgeMs === undefined || !this.o.queueAge) return undefined;
-    const names = await Promise.all(stages.map(async (s) => queueNameOf(await this.queues.queueUrl(s))));
     const ages = await this.agesOf();
-    for (const [i, s] of stages.entries()) {
-      const seconds = ages.get(names[i]);
+    for (const s of stages) {
+      const seconds = ages.get(s);
       if (seconds !== undefined && seconds * 1000 > this.o.maxQueueAgeMs) {
         // CloudWatch lags: an emptied queue may still show its old age, so a queue with nothing waiting holds nothing back.
         if (((await this.messages(s)) ?? 0) > 0) return { stage: s, reason: `has had a message waiting ${Math.round(seconds)} s (bound ${Math.round(this.o.maxQueueAgeMs / 1000)} s)` };
@@ -105,13 +106,14 @@ export class IngestBackPressure {
   }
 
   /** Every queue of the job in one call, cached (streams share stages); a failed read counts as no ages until the next. */
-  private async agesOf(): Promise<ReadonlyMap<string, number>> {
+  private async agesOf(): Promise<ReadonlyMap<number, number>> {
     const now = this.clock.now();
     if (this.ages && now - this.ages.at < (this.o.queueAgeCacheMs ?? 60_000)) return this.ages.seconds;
-    let seconds: ReadonlyMap<string, number> = new Map();
+    const seconds = new Map<number, number>();
     try {
-      const all = await Promise.all(this.plan.stages.map(async (st) => queueNameOf(await this.queues.queueUrl(st.id))));
-      seconds = await this.o.queueAge!.oldestAgeSeconds(all);
+      const names = await Promise.all(this.plan.stages.map(async (st) => queueNameOf(await this.queues.queueUrl(st.id))));
+      const byName = await this.o.queueAge!.oldestAgeSeconds(names);
+      this.plan.stages.forEach((st, i) => byName.has(names[i]) && seconds.set(st.id, byName.get(names[i])!));
     } catch (e) {
       this.o.logger?.warn('cannot read the queue ages', { error: (e as Error).message });
     }

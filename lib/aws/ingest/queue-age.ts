@@ -12,11 +12,6 @@ export interface QueueAgeSource {
   oldestAgeSeconds(queueNames: readonly string[]): Promise<ReadonlyMap<string, number>>;
 }
 
-/** The name in an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>). */
-export function queueNameOf(url: string): string {
-  return url.slice(url.lastIndexOf('/') + 1);
-}
-
 /** Points older than this say nothing about the queue now. */
 const LOOKBACK_MS = 5 * 60_000;
 const PERIOD_S = 60;
