@@ -206,8 +206,8 @@ export class FilePointerStore implements PointerStore {
   /**
    * Under `<name>.json.lock`, created exclusively: the lock file is written with the new
    * value (and its holder's pid), so that when the stored version is the expected one,
-   * one rename publishes the value and releases the lock together (one file created per
-   * write, not a lock file and a temporary file); otherwise the lock file is removed.
+   * one rename publishes the value and releases the lock together; otherwise the lock file
+   * is removed.
    */
   async compareAndSet<T>(name: string, expectedVersion: number, value: T): Promise<boolean> {
     const path = this.file(name);
@@ -227,41 +227,35 @@ export class FilePointerStore implements PointerStore {
     return true;
   }
 
-  /** Create the lock file with `body` (fsynced when durable), waiting briefly for a live holder; a dead holder's lock is taken over. */
+  /**
+   * Create the lock file with `body` (fsynced when durable), waiting briefly for a live
+   * holder; a dead holder's lock is taken over. The body is written to a temporary file
+   * first and linked in (exclusive, like the blobs'), so a lock file never exists without
+   * its holder: a process killed between creating a lock and writing it would otherwise
+   * leave an empty lock that no one can attribute, and the directory locked for good.
+   */
   private lock(path: string, body: string): void {
-    for (let attempt = 0; ; attempt++) {
-      let fd: number | undefined;
-      try {
-        fd = openSync(path, 'wx');
-      } catch (e) {
-        // The directory is made on the first write, and again if it disappears.
-        if (code(e) === 'ENOENT') {
-          mkdirSync(this.dir, { recursive: true });
-          continue;
-        }
-        if (code(e) !== 'EEXIST') throw e;
-      }
-      if (fd !== undefined) {
+    const tmp = writeTemp(path, body, this.durable);
+    try {
+      for (let attempt = 0; ; attempt++) {
         try {
-          writeSync(fd, body);
-          if (this.durable) fsyncSync(fd);
+          linkSync(tmp, path);
+          return;
         } catch (e) {
-          closeSync(fd);
-          unlinkSync(path);
-          throw e;
+          if (code(e) !== 'EEXIST') throw e;
         }
-        closeSync(fd);
-        return;
+        let holder = NaN;
+        try {
+          holder = Number(HOLDER.exec(readFileSync(path, 'utf8'))?.[1] ?? NaN);
+        } catch {
+          // Released between our attempts.
+        }
+        if (Number.isInteger(holder) && holder !== process.pid && !pidAlive(holder)) rmSync(path, { force: true });
+        else if (attempt >= 200) throw new PointerLockedError(path, Number.isInteger(holder) ? `process ${holder}` : 'an unknown process');
+        else sleepSync(5);
       }
-      let holder = NaN;
-      try {
-        holder = Number(HOLDER.exec(readFileSync(path, 'utf8'))?.[1] ?? NaN);
-      } catch {
-        // Released between our attempts.
-      }
-      if (Number.isInteger(holder) && holder !== process.pid && !pidAlive(holder)) rmSync(path, { force: true });
-      else if (attempt >= 200) throw new PointerLockedError(path, Number.isInteger(holder) ? `process ${holder}` : 'an unknown process');
-      else sleepSync(5);
+    } finally {
+      unlinkSync(tmp);
     }
   }
 }

@@ -1,6 +1,7 @@
 /**
  * The local pointer store (FilePointerStore): compare-and-set on a file, fenced by an
- * exclusively created lock file that carries the new value and is renamed into place.
+ * exclusively created lock file (staged, then linked in) that carries the new value and is
+ * renamed into place.
  * Two stores on one directory stand for two coordinator processes. And the blob store's
  * directories: made ahead by makeDirs, or by the first put (and again when they went).
  */
@@ -73,6 +74,16 @@ describe('FilePointerStore', () => {
     expect(await s.compareAndSet('p', 2, 'c')).toBe(true);
     expect(await s.read('p')).toEqual({ version: 3, value: 'c' });
     expect(readdirSync(root)).toEqual(['p.json']);
+  });
+
+  it('a lock appears only with its holder: a writer killed before linking it leaves a temporary file that blocks nothing', async () => {
+    const s = new FilePointerStore(root, { durable: false });
+    await s.compareAndSet('p', 0, 'a');
+    // What a kill between writing the staged lock and linking it leaves behind.
+    writeFileSync(join(root, `.tmp-${deadPid()}-killed00`), `{"holder":${deadPid()},"version":2,"value":"x"}`);
+    expect(await s.compareAndSet('p', 1, 'b')).toBe(true);
+    expect(await s.read('p')).toEqual({ version: 2, value: 'b' });
+    expect(readdirSync(root).filter((f) => f.endsWith('.lock'))).toEqual([]);
   });
 
   it('a write that fails after taking the lock releases it', async () => {
