@@ -190,11 +190,11 @@ program
 addTargetOptions(
   program
     .command('status')
-    .description("what a job is doing: under `sluice dev`, its live numbers (records, rejections, dead letters, late drops, queues, watermarks, checkpoints; --json: the GET /stats body the dashboard draws); with --target local-aws|aws, its stage queues, dead-letter queues, checkpoints and coordinator; on aws also each stage's true rate from CloudWatch and the partitions and maximum concurrency advised")
+    .description("what a job is doing: under `sluice dev`, its live numbers (records, rejections, dead letters, late drops, queues, watermarks, checkpoints; --json: the GET /stats body the dashboard draws); with --target local-aws|aws, its stage queues, dead-letter queues, checkpoints and coordinator, and each stage's true rate and the partitions advised (aws: from CloudWatch, with the maximum concurrency; local-aws: from what the run recorded in its checkpoint directory)")
     .argument('<job>', 'job module (.ts, .mts, .js or .mjs)')
     .option('--checkpoint-dir <dir>', "the dev process's (or local-aws run's) checkpoint directory (default .sluice/<job>/)")
     .option('--param <key=value>', 'job parameter, repeatable', collect, [])
-    .option('--target-rate <records/s>', 'embedded and aws: the partitions each stage needs at this source rate, from its true rate (default: the current input rate)')
+    .option('--target-rate <records/s>', 'the partitions each stage needs at this source rate, from its true rate (default: the current input rate)')
     .option('--window <minutes>', "aws: the minutes of CloudWatch metrics the stages' rates are measured over (default 15)")
     .option('--apply', 'aws: carry out the advice: rescale each stage after the sources whose partitions differ (one savepoint and restart each), raise maximum concurrencies that fall short')
     .option(...JSON_FLAG),

@@ -15,6 +15,7 @@ import { type AwsTargetFlags, type Resolved, withTarget } from './checkpoints-aw
 import { AwsFunctionConfigPort } from '../aws/restore/deployed-parallelism.ts';
 import { ConfigError } from '../errors.ts';
 import { fmt } from './options.ts';
+import { readLocalAwsLoads } from '../testing/local-aws/stage-loads.ts';
 
 export interface AwsStageScaling extends StageAdvice {
   readonly stage: number;
@@ -93,16 +94,40 @@ export async function readAwsScaling(r: Resolved, spanMs: number, now: number, t
   return awsScaling(r.plan, measured, consumers, targetRate);
 }
 
-export function printAwsScaling(s: AwsScaling, jobPath: string, log: (line: string) => void): void {
+/**
+ * The advice from what a local-AWS run recorded in its checkpoint directory (the running
+ * run's loads so far, else the last run's); null when it recorded none, or recorded them
+ * at partitions other than the run's now (a rescale since).
+ */
+export function readLocalAwsScaling(r: Resolved, targetRate?: number): AwsScaling | null {
+  if (!r.local) return null;
+  const loads = readLocalAwsLoads(r.local.dir, r.local.identity.runId);
+  if (!loads || loads.loads.some((l, i) => l.partitions !== r.plan.stages[i]?.parallelism)) return null;
+  const consumers = r.plan.stages.map(() => (loads.maxConcurrency === null ? [] : [{ functionName: `${r.plan.job.name}-stage`, maxConcurrency: loads.maxConcurrency }]));
+  return awsScaling(r.plan, loads, consumers, targetRate);
+}
+
+/** Where the loads came from: a deployment's CloudWatch metrics, or a local-AWS run's own tallies (its checkpoint directory's file). */
+export type ScalingSource = { readonly target: 'aws' } | { readonly target: 'local-aws'; readonly checkpointDir: string; readonly running: boolean };
+
+export function printAwsScaling(s: AwsScaling, jobPath: string, log: (line: string) => void, source: ScalingSource = { target: 'aws' }): void {
   const span = fmt.span(s.spanMs);
-  log(`  scaling at ${fmt.int(s.targetRate)} source records/s (${s.targetRate === s.sourceRate ? `what arrived over the last ${span}; --target-rate for another` : `--target-rate; ${fmt.int(s.sourceRate)}/s arrived over the last ${span}`}), from each stage's true rate (records per second of Lambda duration), each partition planned ${Math.round(TARGET_UTILIZATION * 100)} % busy:`);
+  const over = source.target === 'aws' ? `the last ${span}` : `the run's ${span}${source.running ? ' so far' : ', until it stopped'}`;
+  const busy = source.target === 'aws' ? 'Lambda duration' : "the handlers' emulated duration";
+  log(`  scaling at ${fmt.int(s.targetRate)} source records/s (${s.targetRate === s.sourceRate ? `what arrived over ${over}; --target-rate for another` : `--target-rate; ${fmt.int(s.sourceRate)}/s arrived over ${over}`}), from each stage's true rate (records per second of ${busy}), each partition planned ${Math.round(TARGET_UTILIZATION * 100)} % busy:`);
   for (const a of s.stages) {
-    const rate = a.truePerPartition === null ? `no batches in the last ${span}` : `${fmt.int(a.truePerPartition)} records/s per partition`;
-    const now = `${a.partitions} partition${a.partitions === 1 ? '' : 's'}, maximum concurrency ${a.maxConcurrency ?? 'not set'}`;
+    const rate = a.truePerPartition === null ? `no batches in ${over}` : `${fmt.int(a.truePerPartition)} records/s per partition`;
+    const partitions = `${a.partitions} partition${a.partitions === 1 ? '' : 's'}`;
+    const now = source.target === 'aws' ? `${partitions}, maximum concurrency ${a.maxConcurrency ?? 'not set'}` : partitions;
     let advice = '';
     if (a.advisedPartitions !== null && s.targetRate > 0) {
-      const as = a.advisedPartitions === a.partitions ? 'as now' : a.rescalable ? `sluice rescale ${jobPath} --stage ${a.stage} --partitions ${a.advisedPartitions} --max-concurrency ${a.advisedMaxConcurrency} --target aws` : 'a source stage keeps its partitions';
-      advice = `; needs ${fmt.int(a.requiredRate)}/s: ${a.advisedPartitions} partition${a.advisedPartitions === 1 ? '' : 's'}, maximum concurrency ${a.advisedMaxConcurrency} (${as})`;
+      const rescale =
+        source.target === 'aws'
+          ? `sluice rescale ${jobPath} --stage ${a.stage} --partitions ${a.advisedPartitions} --max-concurrency ${a.advisedMaxConcurrency} --target aws`
+          : `${source.running ? 'stop the run, then ' : ''}sluice rescale ${jobPath} --stage ${a.stage} --partitions ${a.advisedPartitions} --target local-aws --checkpoint-dir ${source.checkpointDir}`;
+      const as = a.advisedPartitions === a.partitions ? 'as now' : a.rescalable ? rescale : 'a source stage keeps its partitions';
+      const needs = `${a.advisedPartitions} partition${a.advisedPartitions === 1 ? '' : 's'}${source.target === 'aws' ? `, maximum concurrency ${a.advisedMaxConcurrency}` : ''}`;
+      advice = `; needs ${fmt.int(a.requiredRate)}/s: ${needs} (${as})`;
     }
     log(`  stage ${a.stage} ${a.name.padEnd(24)} ${rate} (now ${now})${advice}`);
   }

@@ -3,8 +3,9 @@
  * from where the deployment keeps it: each stage queue's depth (visible and in flight) and
  * its dead-letter queue's, the last completed checkpoint, a pending savepoint request, and
  * whether a coordinator execution holds the lease. The numbers are SQS's approximate
- * counts (GetQueueAttributes), the same ones the deployment's dashboard graphs. On aws,
- * also the scaling advice from the stages' CloudWatch metrics (status-aws-scaling.ts).
+ * counts (GetQueueAttributes), the same ones the deployment's dashboard graphs. Then
+ * the scaling advice (status-aws-scaling.ts): on aws from the stages' CloudWatch
+ * metrics, on local-aws from the loads the run keeps in its checkpoint directory.
  */
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { LEASE_NAME, type Lease } from '../aws/checkpoint/checkpoint-task.ts';
@@ -12,7 +13,7 @@ import { listAwsCheckpoints } from '../aws/restore/savepoints.ts';
 import { NamedQueues } from '../aws/sqs/sqs-queues.ts';
 import { type AwsTarget, type AwsTargetFlags, type Resolved, withTarget } from './checkpoints-aws.ts';
 import { fmt } from './options.ts';
-import { applyScalingSteps, type AwsScaling, printAwsScaling, readAwsScaling, type ScalingStep, scalingSteps } from './status-aws-scaling.ts';
+import { applyScalingSteps, type AwsScaling, printAwsScaling, readAwsScaling, readLocalAwsScaling, type ScalingStep, scalingSteps } from './status-aws-scaling.ts';
 import { ConfigError } from '../errors.ts';
 
 type Log = (line: string) => void;
@@ -45,14 +46,14 @@ export interface AwsStatus {
   pendingSavepoint: string | null;
   /** The coordinator execution holding the lease, while it holds it. */
   coordinator: { owner: string; until: number } | null;
-  /** aws: each stage's true rate over the metrics span and the partitions and maximum concurrency advised; null on local-aws (no CloudWatch there). */
+  /** Each stage's true rate and the partitions (and on aws the maximum concurrency) advised: on aws over the metrics span, on local-aws over the run (what it recorded in its checkpoint directory); null without loads. */
   scaling: AwsScaling | null;
   /** With --apply: the changes made. */
   applied?: ScalingStep[];
 }
 
 export interface AwsStatusFlags extends AwsTargetFlags {
-  /** aws: source records per second to advise for (default: what arrived over the span). */
+  /** Source records per second to advise for (default: what arrived over the span, or the local-AWS run). */
   readonly targetRate?: string;
   /** aws: minutes of metrics the rates are measured over (default 15). */
   readonly window?: string;
@@ -67,15 +68,20 @@ export async function awsStatusCommand(jobPath: string, flags: AwsStatusFlags, l
   if (targetRate !== undefined && !(Number.isFinite(targetRate) && targetRate > 0)) throw new ConfigError('--target-rate', 'a positive number of source records per second', JSON.stringify(flags.targetRate));
   const windowMin = Number(flags.window ?? DEFAULT_WINDOW_MIN);
   if (!(Number.isSafeInteger(windowMin) && windowMin >= 1 && windowMin <= 1440)) throw new ConfigError('--window', 'whole minutes from 1 to 1440', JSON.stringify(flags.window));
-  if (flags.target !== 'aws' && (flags.targetRate !== undefined || flags.window !== undefined || flags.apply)) {
-    throw new ConfigError(flags.targetRate !== undefined ? '--target-rate' : flags.window !== undefined ? '--window' : '--apply', 'with --target aws (a local-AWS run has no CloudWatch: the live table of sluice dev --target local-aws shows its advice)', `--target ${flags.target}`);
+  if (flags.target !== 'aws' && (flags.window !== undefined || flags.apply)) {
+    throw new ConfigError(
+      flags.window !== undefined ? '--window' : '--apply',
+      flags.window !== undefined ? 'with --target aws (a local-AWS run measures its whole run)' : 'with --target aws (stop the local-AWS run and run the sluice rescale the advice prints)',
+      `--target ${flags.target}`,
+    );
   }
   const status = await withTarget(jobPath, flags, async (r) => {
     const at = now();
     const s = await readAwsStatus(r, flags.target, at);
-    if (flags.target === 'aws') s.scaling = await readAwsScaling(r, windowMin * 60_000, at, targetRate);
+    s.scaling = flags.target === 'aws' ? await readAwsScaling(r, windowMin * 60_000, at, targetRate) : readLocalAwsScaling(r, targetRate);
     printAwsStatus(s, log);
-    if (s.scaling) printAwsScaling(s.scaling, jobPath, log);
+    if (s.scaling) printAwsScaling(s.scaling, jobPath, log, flags.target === 'aws' ? { target: 'aws' } : { target: 'local-aws', checkpointDir: r.local!.dir, running: r.running?.() !== undefined });
+    else if (flags.target === 'local-aws') log('  scaling: no loads recorded at these partitions yet (a run with --checkpoint-dir records them as it runs)');
     return s;
   });
   if (flags.apply && status.scaling) {

@@ -20,7 +20,8 @@ import type { DevSummary } from './dev-summary.ts';
 import { loadJob, parseParams } from './load-job.ts';
 import { withParallelismFlag } from './parallelism-flag.ts';
 import { fmt } from './options.ts';
-import { scalingAdvice, stageInputs } from '../runtime/scaling-advice.ts';
+import { scalingAdvice } from '../runtime/scaling-advice.ts';
+import { measureLocalAwsLoads } from '../testing/local-aws/stage-loads.ts';
 
 type Log = (line: string) => void;
 
@@ -176,12 +177,7 @@ export async function devLocalAwsCommand(jobPath: string, flags: { port: number;
 function table(rt: LocalAwsRuntime, elapsedMs: number): string[] {
   const r = rt.report();
   const rate = elapsedMs > 0 ? r.sourceRecords / (elapsedMs / 1000) : 0;
-  const inputs = stageInputs(rt.plan);
-  const advice = scalingAdvice(
-    r.stages.map((s) => ({ name: s.name, partitions: rt.plan.stages[s.stage].parallelism, recordsIn: s.recordsIn, recordsOut: s.recordsOut, busyMs: s.metrics.billedMs, ...inputs[s.stage] })),
-    rate,
-    rt.plan.job.maxParallelism,
-  );
+  const advice = scalingAdvice(measureLocalAwsLoads(rt.plan, r, elapsedMs).loads, rate, rt.plan.job.maxParallelism);
   const lines = [`-- ${new Date().toISOString().slice(11, 19)}  ingested ${fmt.int(r.sourceRecords)} records (${fmt.int(rate)}/s), rejected ${fmt.int(r.rejectedInputs.length)}; ${formatDollars(r.cost.dollars)} so far on AWS prices`];
   lines.push(`   ${'stage'.padEnd(24)} ${'invocations'.padStart(11)} ${'messages'.padStart(9)} ${'records'.padStart(9)} ${'failed'.padStart(7)} ${'running'.padStart(7)} ${'busy s'.padStart(8)} ${'partitions'.padStart(10)} ${'needs'.padStart(5)}`);
   for (const [i, s] of r.stages.entries()) {

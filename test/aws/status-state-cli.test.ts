@@ -2,7 +2,8 @@
  * `sluice status` and `sluice state get` with --target local-aws, as a user runs them, in
  * child processes against the test setup's DynamoDB Local and fauxqs (through the SDK's
  * endpoint variables): after a checkpointed local-AWS run, status shows every stage with
- * empty queues, no dead letters and the run's final checkpoint; state get reads a key's
+ * empty queues, no dead letters and the run's final checkpoint, and advises partitions from
+ * the loads the run recorded (the advice at a far rate names the rescale); state get reads a key's
  * state from that checkpoint's snapshots, equal to the sums of the input; a key without
  * state, an unknown operator and a directory without a run fail with exit 1 and say what
  * was expected.
@@ -48,6 +49,35 @@ describe('sluice status / state get --target local-aws', () => {
     expect(s.lastCheckpoint.epoch).toBeGreaterThan(0);
     expect(s.retainedCheckpoints).toBeGreaterThan(0);
     expect(r.stderr).toContain(`last checkpoint: epoch ${s.lastCheckpoint.epoch}`);
+  }, 120_000);
+
+  it('status advises partitions from the loads the run recorded in its checkpoint directory', async () => {
+    const r = await run(['status', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const { scaling } = JSON.parse(r.stdout);
+    expect(scaling.sourceRate).toBeGreaterThan(0);
+    expect(scaling.targetRate).toBe(scaling.sourceRate);
+    expect(scaling.spanMs).toBeGreaterThan(0);
+    // countsJob: the ingest stage, then the keyed process function; each took in every event.
+    expect(scaling.stages.map((a: { fedBySources: boolean }) => a.fedBySources)).toEqual([true, false]);
+    for (const a of scaling.stages) {
+      expect(a.recordsIn).toBeGreaterThanOrEqual(EVENTS);
+      expect(a.busyMs).toBeGreaterThan(0);
+      expect(a.truePerPartition).toBeCloseTo(a.recordsIn / (a.busyMs / 1000), 6);
+      expect(a.advisedPartitions).toBeGreaterThanOrEqual(1);
+    }
+    expect(r.stderr).toMatch(/scaling at [\d,]+ source records\/s \(what arrived over the run's .*, until it stopped/);
+
+    // At a rate no partition takes: the keyed stage needs every key group; the advice says how to get there.
+    const far = await run(['status', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--target-rate', '100000000', '--json']);
+    expect(far.code, far.stderr).toBe(0);
+    const keyed = JSON.parse(far.stdout).scaling.stages[1];
+    expect(keyed).toMatchObject({ partitions: 2, advisedPartitions: 8, rescalable: true });
+    expect(far.stderr).toContain(`sluice rescale ${job} --stage 1 --partitions 8 --target local-aws --checkpoint-dir ${ck}`);
+
+    const bad = await run(['status', job, '--target', 'local-aws', '--checkpoint-dir', ck, '--apply']);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain('--apply');
   }, 120_000);
 
   it("state get reads a key's state from the run's last checkpoint", async () => {

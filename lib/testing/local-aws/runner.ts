@@ -52,6 +52,7 @@ import { OPERATOR_METRICS } from '../../aws/handler-metrics.ts';
 import { type FeederContext, type FeedTarget, feedSource } from './feeder.ts';
 import { queueDepth } from './queues.ts';
 import { type StallWatch, watchRun } from './stall-watch.ts';
+import { LocalAwsLoadsFile, measureLocalAwsLoads } from './stage-loads.ts';
 
 export type { DeadLetterReport } from './dead-letters.ts';
 
@@ -144,6 +145,7 @@ export class LocalAwsRuntime {
   /** For the stall report: what the run is doing. */
   private phase = 'starting';
   private watch?: StallWatch;
+  private loadsFile?: LocalAwsLoadsFile;
   /** With options.checkpoints, once started. @internal */
   checkpointing?: LocalAwsCheckpointing;
   private readonly identity?: ReturnType<typeof LocalAwsCheckpointing.identity>;
@@ -239,6 +241,11 @@ export class LocalAwsRuntime {
     if (cp) await cp.beforeStart();
     await Promise.all(this.sources.map((s) => s.start()));
     this.phase = 'running';
+    if (o.checkpoints) {
+      const t0 = performance.now();
+      const maxConcurrency = o.maximumConcurrency ?? null;
+      this.loadsFile = new LocalAwsLoadsFile(o.checkpoints.dir, () => ({ ...measureLocalAwsLoads(this.plan, this.report(), performance.now() - t0), runId: this.runId, at: this.clock.now(), maxConcurrency }));
+    }
     if (o.log) this.watchStalls(o.log);
   }
 
@@ -384,6 +391,7 @@ export class LocalAwsRuntime {
     await Promise.allSettled(this.feeding);
     await this.checkpointing?.stop();
     await Promise.allSettled(this.sources.map((s) => s.stop()));
+    this.loadsFile?.close();
     for (const s of this.sinks.values()) await s.close?.();
   }
 
