@@ -2,7 +2,8 @@
  * The checkpoint driver over the pure coordinator, with in-memory storage: a coordinator
  * that dies between any two writes of a commit resumes without losing or repeating the
  * epoch; a second coordinator on the same chain is fenced off; a fresh chain numbers
- * epochs above the old ones; objects no retained checkpoint needs are deleted, the store
+ * epochs above the old ones, and the checkpoint a restore started from is kept until the
+ * new chain completes one, then collected; objects no retained checkpoint needs are deleted, the store
  * listed only when it may hold some; in one process a checkpoint is two pointer-store writes.
  */
 import { describe, expect, it } from 'vitest';
@@ -61,9 +62,9 @@ class World {
     };
   }
 
-  start(fresh?: { startAfterEpoch: number }, persistAcks?: boolean): Promise<CheckpointDriver> {
+  start(fresh?: { startAfterEpoch: number }, persistAcks?: boolean, pinned?: number): Promise<CheckpointDriver> {
     this.writes = 0;
-    return CheckpointDriver.start(SETUP, this.ports(), this.now, { fresh, persistAcks });
+    return CheckpointDriver.start(SETUP, this.ports(), this.now, { fresh, persistAcks, pinned });
   }
 
   /** Partitions answer the last injected barrier: snapshot objects, then acks. */
@@ -210,6 +211,28 @@ describe('checkpoint driver', () => {
     await w.epoch(d);
     expect(listed.length).toBeGreaterThan(0);
     expect(await w.blobs.list('j/manifests/')).toEqual(['j/manifests/000000000002.json']);
+  });
+
+  it('a restore pins the checkpoint it started from until its new chain completes one; then the old chain is garbage', async () => {
+    const w = new World();
+    const old = await w.start();
+    for (let i = 0; i < 3; i++) await w.epoch(old);
+    const restoredFrom = 'j/manifests/000000000003.json';
+    const oldSnapshots = await w.blobs.list('j/snapshots/');
+    expect(oldSnapshots.length).toBe(6);
+    // A restore from epoch 3 starts a fresh chain: a crash before its first checkpoint restores epoch 3 again.
+    const d = await w.start({ startAfterEpoch: 3 }, undefined, 3);
+    expect(await w.blobs.list('j/manifests/')).toEqual([restoredFrom]);
+    expect(await w.blobs.list('j/snapshots/')).toEqual(oldSnapshots);
+    // Its first checkpoint (full snapshots, base 0) needs nothing of the old chain: all of it goes.
+    await w.epoch(d);
+    expect(w.injected.at(-1)).toMatchObject({ epoch: 4, baseEpoch: 0 });
+    expect(await w.blobs.list('j/manifests/')).toEqual(['j/manifests/000000000004.json']);
+    expect(await w.blobs.list('j/checkpoints/')).toEqual([statsKey('j', 4)]);
+    expect((await w.blobs.list('j/snapshots/')).sort()).toEqual(['j/snapshots/0-0/4', 'j/snapshots/1-0/4']);
+    // And it stays so: the next epochs build on epoch 4's chain only.
+    await w.epoch(d);
+    expect((await w.blobs.list('j/snapshots/')).filter((k) => oldSnapshots.includes(k))).toEqual([]);
   });
 
   it('lists the store after an abort: snapshots of partitions that never acked are garbage', async () => {
