@@ -174,8 +174,8 @@ function sleepSync(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
-/** The holder's pid at the head of a lock file: the new pointer value, JSON with `holder` first (or a bare pid, as earlier versions wrote). */
-const HOLDER = /^(?:\{"holder":)?(\d+)(?:[,}]|$)/;
+/** The holder's pid at the head of a lock file: the new pointer value, JSON with `holder` first. */
+const HOLDER = /^\{"holder":(\d+)[,}]/;
 
 export class FilePointerStore implements PointerStore {
   private readonly durable: boolean;
