@@ -19,6 +19,7 @@ import { SluiceJobPropsError } from './errors.ts';
 import { ENTRIES, type SluiceFunction, sluiceFunction } from './function.ts';
 import { HANDLER_ENV } from './handler-environment.ts';
 import { suppressQueueAgeFinding } from './nag.ts';
+import { shedsByQueueAge } from '../lib/aws/ingest/ingest-shedding.ts';
 import { grantSend } from './permissions.ts';
 import type { ResolvedProps } from './props.ts';
 
@@ -80,8 +81,8 @@ export function createIngestion(scope: Construct, p: ResolvedProps, sourceQueues
   });
   // Send to the source stages; GetQueueAttributes reads the backlog for 429 back-pressure.
   grantSend(fn.fn, sourceQueues, { readAttributes: true, key: p.encryptionKey });
-  // The age bound reads ApproximateAgeOfOldestMessage from CloudWatch (GetMetricData has no resource-level permission).
-  if (p.ingestion.maxQueueAge) {
+  // The age bound and shedding by lag read ApproximateAgeOfOldestMessage from CloudWatch (GetMetricData has no resource-level permission).
+  if (p.ingestion.maxQueueAge || shedsByQueueAge(p.plan)) {
     fn.fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['cloudwatch:GetMetricData'], resources: ['*'] }));
     suppressQueueAgeFinding(fn);
   }

@@ -34,11 +34,11 @@ export function suppressFunctionFindings(functions: readonly SluiceFunction[]): 
   }
 }
 
-/** The ingest function's age bound reads queue ages with cloudwatch:GetMetricData, which IAM supports on Resource "*" only. */
+/** The ingest function's age bound (and shedding by lag) reads queue ages with cloudwatch:GetMetricData, which IAM supports on Resource "*" only. */
 export function suppressQueueAgeFinding(f: SluiceFunction): void {
   NagSuppressions.addResourceSuppressions(
     f.role,
-    [{ id: 'AwsSolutions-IAM5', reason: 'The ingestion back-pressure age bound reads ApproximateAgeOfOldestMessage with cloudwatch:GetMetricData, which supports only Resource "*".', appliesTo: ['Resource::*'] }],
+    [{ id: 'AwsSolutions-IAM5', reason: 'The ingestion back-pressure age bound and load shedding by lag read ApproximateAgeOfOldestMessage with cloudwatch:GetMetricData, which supports only Resource "*".', appliesTo: ['Resource::*'] }],
     true,
   );
 }

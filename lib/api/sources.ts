@@ -70,7 +70,9 @@ export interface SourceOptions<T> {
    * keeps those whose priority is at least that. Each shed event is counted per source
    * and reason and named in its request's answer (index and reason); none is enqueued.
    * Set the bounds below the endpoint's 429 bounds (`sluice dev --max-queued`,
-   * `--max-lag`), or those refuse first. Default: nothing is ever shed.
+   * `--max-lag`), or those refuse first. On AWS the ingest function estimates the queued
+   * records from the source stage queue's waiting messages and reads the lag as the age
+   * of its oldest message (CloudWatch, a minute or two late). Default: nothing is ever shed.
    */
   readonly shed?: LoadShedding<T>;
 }

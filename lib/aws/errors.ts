@@ -217,3 +217,16 @@ export function mapDynamoDbError(err: unknown, ctx: { operation: string; table: 
   if (name === 'ResourceNotFoundException') return new DynamoDbRequestError(operation, table, name, `${message} (does the table exist? createStateTable() makes it)`, false, { cause: err });
   return new DynamoDbRequestError(operation, table, name, message, e.$retryable !== undefined, { cause: err });
 }
+
+/**
+ * The claim of an Idempotency-Key changed before its attempt could record what load
+ * shedding drops from it (another request with the key took it over): nothing was sent;
+ * a retry decides again.
+ */
+export class ShedNotRecordedError extends SluiceError {
+  readonly code = 'SHED_NOT_RECORDED';
+  readonly retryable = true;
+  constructor(readonly key: string) {
+    super(`the claim of Idempotency-Key "${key}" changed before its load-shedding decision was recorded; nothing was enqueued; retry`);
+  }
+}

@@ -47,6 +47,8 @@ export const INGEST_METRICS = {
   requests: 'requests',
   eventsAccepted: 'eventsAccepted',
   eventsRejected: 'eventsRejected',
+  /** Events the stream's opt-in load shedding dropped (SourceOptions.shed). */
+  eventsShed: 'eventsShed',
   wakeUpFailures: 'wakeUpFailures',
 } as const;
 

@@ -19,7 +19,7 @@ export interface DevSummary {
   deadLetterFile: string | null;
   /** Records windows and joins dropped as late, per operator; null where the runtime does not count them (local-aws: the handlers' lateDropped metric). */
   lateDropped: Record<string, number> | null;
-  /** Events load shedding dropped, per ingestion stream and reason; null where the runtime does not shed (local-aws). */
+  /** Events load shedding dropped, per ingestion stream and reason (on local-aws, from the ingest function's answers). */
   shed: Record<string, Record<string, number>> | null;
   /** The epoch of the checkpoint taken at the stop; null when none was taken or checkpoints are off. */
   finalCheckpoint: number | null;

@@ -21,6 +21,7 @@ import { loadJob, parseParams } from './load-job.ts';
 import { withParallelismFlag } from './parallelism-flag.ts';
 import { fmt } from './options.ts';
 import { scalingAdvice } from '../runtime/scaling-advice.ts';
+import { shedTotal } from './dead-letter-report.ts';
 import { measureLocalAwsLoads } from '../testing/local-aws/stage-loads.ts';
 
 type Log = (line: string) => void;
@@ -99,6 +100,8 @@ export async function devLocalAwsCommand(jobPath: string, flags: { port: number;
   let runtime: LocalAwsRuntime | undefined;
   let server: Awaited<ReturnType<typeof startFunctionUrl>> | undefined;
   let summary: DevSummary | undefined;
+  /** Events the ingest function's load shedding dropped, per stream and reason (from its answers). */
+  const shed: Record<string, Record<string, number>> = {};
   try {
     runtime = new LocalAwsRuntime(job, { env, log: debugLog(log) });
     await runtime.start();
@@ -109,7 +112,7 @@ export async function devLocalAwsCommand(jobPath: string, flags: { port: number;
       host: flags.host,
       onRequest: (result, ms, event) => {
         rt.accounting.record('httpapi', 'Request', { requests: 1 });
-        let body: { accepted?: number; rejected?: { index: number; error: string }[] } = {};
+        let body: { accepted?: number; rejected?: { index: number; error: string }[]; shed?: { index: number; reason: string }[]; replay?: boolean } = {};
         try {
           body = JSON.parse(String(result.body));
         } catch {
@@ -118,6 +121,8 @@ export async function devLocalAwsCommand(jobPath: string, flags: { port: number;
         const stream = decodeURIComponent(event.rawPath.split('/')[2] ?? '');
         for (const r of body.rejected ?? []) rt.rejectedInputs.push({ source: stream, position: `request ${event.requestContext.requestId}, event ${r.index}`, error: r.error });
         rt.countIngested(result.statusCode === 202 ? Number(body.accepted ?? 0) : 0, ms);
+        // What the stream's load shedding dropped, once per request (a replay repeats its first answer).
+        if (result.statusCode === 202 && !body.replay) for (const e of body.shed ?? []) ((shed[stream] ??= {})[e.reason] = (shed[stream]?.[e.reason] ?? 0) + 1);
       },
     });
     const streams = [...job.graph.sources()].filter((n) => n.spec.kind === 'source' && n.spec.source.binding.kind === 'ingest').map((n) => n.name);
@@ -147,7 +152,8 @@ export async function devLocalAwsCommand(jobPath: string, flags: { port: number;
       await runtime.stop();
       const dead = await runtime.deadLetters().catch(() => []);
       const r = runtime.report();
-      log(`stopped: ${fmt.int(r.sourceRecords)} records ingested, ${fmt.int(r.rejectedInputs.length)} rejected, ${fmt.int(dead.length)} dead letters`);
+      const shedCount = shedTotal(shed);
+      log(`stopped: ${fmt.int(r.sourceRecords)} records ingested, ${fmt.int(r.rejectedInputs.length)} rejected, ${shedCount ? `${fmt.int(shedCount)} shed (load shedding), ` : ''}${fmt.int(dead.length)} dead letters`);
       log(costLine(r.cost, r.lambda, r.sourceRecords));
       summary = {
         job: job.name,
@@ -157,8 +163,8 @@ export async function devLocalAwsCommand(jobPath: string, flags: { port: number;
         rejected: { invalid: r.rejectedInputs.length, overBounds: 0, requestsRefused: 0 },
         deadLetters: dead.length,
         deadLetterFile: null,
-      lateDropped: null,
-      shed: null,
+        lateDropped: null,
+        shed,
         finalCheckpoint: null,
         failed: false,
       };

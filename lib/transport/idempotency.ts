@@ -14,7 +14,7 @@
  * Pure: the memory (DynamoDB, the embedded input log) belongs to the callers.
  */
 import { createHash } from 'node:crypto';
-import type { IngestAnswer } from './ingest-validation.ts';
+import type { IngestAnswer, ShedEvent } from './ingest-validation.ts';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 export const REPLAYED_HEADER = 'Idempotent-Replayed';
@@ -35,13 +35,14 @@ export interface RememberedAnswer {
 }
 
 export type Remembered =
-  /** No answer yet: in flight, or its outcome unknown. */
-  | { readonly state: 'pending'; readonly fingerprint: string; readonly startedAt: number; readonly expiresAt: number; readonly stream?: string }
+  /** No answer yet: in flight, or its outcome unknown. `shed`: the indexes load shedding dropped from the attempt, which a resend drops again. */
+  | { readonly state: 'pending'; readonly fingerprint: string; readonly startedAt: number; readonly expiresAt: number; readonly stream?: string; readonly shed?: readonly ShedEvent[] }
   | { readonly state: 'done'; readonly fingerprint: string; readonly startedAt: number; readonly expiresAt: number; readonly stream?: string; readonly answer: RememberedAnswer };
 
 export type Decision =
   | { readonly kind: 'new' }
-  | { readonly kind: 'resend'; readonly startedAt: number }
+  /** `shed`: what the first attempt shed (a resend sends exactly the events it sent). */
+  | { readonly kind: 'resend'; readonly startedAt: number; readonly shed?: readonly ShedEvent[] }
   | { readonly kind: 'replay'; readonly answer: IngestAnswer }
   | { readonly kind: 'conflict'; readonly answer: IngestAnswer }
   | { readonly kind: 'unresolved'; readonly answer: IngestAnswer };
@@ -65,7 +66,7 @@ export function decide(key: string, remembered: Remembered | undefined, fingerpr
   }
   if (remembered.state === 'done') return { kind: 'replay', answer: replayAnswer(remembered.answer) };
   const within = options.resendWithinMs;
-  if (within === undefined || now - remembered.startedAt < within) return { kind: 'resend', startedAt: remembered.startedAt };
+  if (within === undefined || now - remembered.startedAt < within) return { kind: 'resend', startedAt: remembered.startedAt, ...(remembered.shed ? { shed: remembered.shed } : {}) };
   return { kind: 'unresolved', answer: unresolvedAnswer(key, remembered.startedAt, options.dedupName ?? 'the queue\'s deduplication window') };
 }
 

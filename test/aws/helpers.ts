@@ -1,16 +1,18 @@
 /**
  * Shared by the AWS adapter tests: SDK clients for the local servers (endpoints from
- * the global setup), unique resource names, and a deterministic stand-in for Lambda's
+ * the global setup), unique resource names, ingest requests and an SQS client that
+ * records (and can lose the answers of) what it sends, and a deterministic stand-in for Lambda's
  * SQS event source that can simulate a crashed invocation (the handler's answer is
  * lost, its container gone, the batch visible again).
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { ChangeMessageVisibilityBatchCommand, DeleteMessageBatchCommand, type Message, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
-import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import type { APIGatewayProxyEventV2, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { inject } from 'vitest';
 import { sqsRecord } from '../../lib/testing/local-aws/lambda-event.ts';
 import type { StageQueues } from '../../lib/aws/sqs/sqs-queues.ts';
+import { decodeBody } from '../../lib/aws/sqs/sqs-codec.ts';
 
 /**
  * The global setup's servers as the SDK's own endpoint variables and credentials, for a
@@ -45,6 +47,45 @@ export function localClients(options: { sqsMaxAttempts?: number } = {}) {
 }
 
 export type Clients = ReturnType<typeof localClients>;
+
+/** A data entry of a SendMessageBatch call. */
+export interface SentEntry {
+  group: string;
+  dedup: string;
+  body: string;
+}
+
+/** An SQS client that records every data entry sent (idle probes aside) and can lose SendMessageBatch answers (after SQS took the batch). */
+export function recordingSqs() {
+  const { sqs } = localClients({ sqsMaxAttempts: 1 });
+  const sent: SentEntry[] = [];
+  const state = { lose: false };
+  sqs.middlewareStack.add(
+    (next) => async (args) => {
+      const entries = (args as { input: { Entries?: { MessageGroupId: string; MessageDeduplicationId: string; MessageBody: string }[] } }).input.Entries;
+      for (const e of entries ?? []) if (!(decodeBody(e.MessageBody) as { probe?: boolean }).probe) sent.push({ group: e.MessageGroupId, dedup: e.MessageDeduplicationId, body: e.MessageBody });
+      const out = await next(args);
+      if (state.lose && entries) throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+      return out;
+    },
+    { step: 'initialize', name: 'recordEntries' },
+  );
+  return { sqs, sent, state };
+}
+
+/** An HTTP API v2 request that POSTs `body` (JSON) to a stream of the ingest function. */
+export function httpEvent(stream: string, body: string, key?: string): APIGatewayProxyEventV2 {
+  return {
+    version: '2.0',
+    routeKey: '$default',
+    rawPath: `/streams/${stream}/events`,
+    rawQueryString: '',
+    headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { 'idempotency-key': key }) },
+    requestContext: { http: { method: 'POST', path: `/streams/${stream}/events`, protocol: 'HTTP/1.1', sourceIp: '127.0.0.1', userAgent: 'test' }, requestId: unique('req'), stage: '$default' } as never,
+    body,
+    isBase64Encoded: false,
+  };
+}
 
 /** Receive up to `max` messages with every attribute (one per message group per call on fauxqs). */
 export async function receive(sqs: SQSClient, url: string, max = 10): Promise<Message[]> {

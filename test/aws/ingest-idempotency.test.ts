@@ -6,7 +6,6 @@
  * deduplication needs to drop it.
  */
 import { GetItemCommand } from '@aws-sdk/client-dynamodb';
-import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Sinks } from '../../lib/api/sinks.ts';
@@ -21,7 +20,7 @@ import { decodeBody } from '../../lib/aws/sqs/sqs-codec.ts';
 import { createStageQueues, StaticQueues, type StageQueues } from '../../lib/aws/sqs/sqs-queues.ts';
 import { compile } from '../../lib/graph/compile.ts';
 import { bodyFingerprint } from '../../lib/transport/idempotency.ts';
-import { drainQueue, localClients, unique } from './helpers.ts';
+import { drainQueue, httpEvent, localClients, recordingSqs, unique } from './helpers.ts';
 
 const clients = localClients();
 const clock = new ManualClock(Date.now());
@@ -43,45 +42,8 @@ beforeAll(async () => {
 });
 afterAll(() => Object.values(clients).forEach((c) => c.destroy()));
 
-interface Sent {
-  group: string;
-  dedup: string;
-  body: string;
-}
-
-/** An SQS client that records every data entry sent and can lose SendMessageBatch answers (after SQS took the batch). */
-function recordingSqs() {
-  const { sqs } = localClients({ sqsMaxAttempts: 1 });
-  const sent: Sent[] = [];
-  const state = { lose: false };
-  sqs.middlewareStack.add(
-    (next) => async (args) => {
-      const entries = (args as { input: { Entries?: { MessageGroupId: string; MessageDeduplicationId: string; MessageBody: string }[] } }).input.Entries;
-      for (const e of entries ?? []) if (!(decodeBody(e.MessageBody) as { probe?: boolean }).probe) sent.push({ group: e.MessageGroupId, dedup: e.MessageDeduplicationId, body: e.MessageBody });
-      const out = await next(args);
-      if (state.lose && entries) throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
-      return out;
-    },
-    { step: 'initialize', name: 'recordEntries' },
-  );
-  return { sqs, sent, state };
-}
-
 function handler(extra: Partial<IngestHandlerConfig> = {}) {
   return createIngestHandler({ job, sqs: clients.sqs, queues: new StaticQueues(queues), clock, idempotency: store, maxSendAttempts: 1, ...extra });
-}
-
-function httpEvent(stream: string, body: string, key?: string): APIGatewayProxyEventV2 {
-  return {
-    version: '2.0',
-    routeKey: '$default',
-    rawPath: `/streams/${stream}/events`,
-    rawQueryString: '',
-    headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { 'idempotency-key': key }) },
-    requestContext: { http: { method: 'POST', path: `/streams/${stream}/events`, protocol: 'HTTP/1.1', sourceIp: '127.0.0.1', userAgent: 'test' }, requestId: unique('req'), stage: '$default' } as never,
-    body,
-    isBase64Encoded: false,
-  };
 }
 
 async function post(h: ReturnType<typeof handler>, body: string, key?: string, stream = 'orders') {

@@ -94,7 +94,7 @@ describe('options', () => {
     expect(() => jobStack({ parallelism: { operators: { nope: 2 } } })).toThrow(/operator "nope": expected a parallelism for an operator of job "nexmark-q5"/);
   });
 
-  it('gives the ingest function its back-pressure bounds; only an age bound lets it read CloudWatch', () => {
+  it('gives the ingest function its back-pressure bounds; only an age bound (or shedding by lag) lets it read CloudWatch', () => {
     const ingest = (t: ReturnType<typeof jobStack>) => Object.entries(t.resources).find(([, r]) => r.Type === 'AWS::Lambda::Function' && String(r.Properties?.Description).endsWith('ingestion endpoint'))!;
     const plain = jobStack({}, { nag: true });
     const [, plainFn] = ingest(plain);
@@ -111,6 +111,16 @@ describe('options', () => {
     // Granted to the ingest function alone, and suppressed for it with its reason.
     expect(allStatements(bounded.resources).filter((s) => actions(s.statement).includes('cloudwatch:GetMetricData'))).toHaveLength(1);
     expect(nagFindings(bounded.stack).errors).toEqual([]);
+  });
+
+  it('lets the ingest function read queue ages when a stream sheds by lag', () => {
+    const shedding = new Job('shed-by-lag');
+    shedding.ingest<{ id: string }>('events', { shed: { whenLagMs: 120_000, drop: 'newest' } }).sinkTo(Sinks.stdout(), 'out');
+    const t = jobStack({ job: shedding }, { nag: true });
+    const [, fn] = Object.entries(t.resources).find(([, r]) => r.Type === 'AWS::Lambda::Function' && String(r.Properties?.Description).endsWith('ingestion endpoint'))!;
+    const reads = roleStatements(t.resources, fn.Properties!.Role['Fn::GetAtt'][0] as string).filter((s) => actions(s).includes('cloudwatch:GetMetricData'));
+    expect(reads).toEqual([expect.objectContaining({ Effect: 'Allow', Action: 'cloudwatch:GetMetricData', Resource: '*' })]);
+    expect(nagFindings(t.stack).errors).toEqual([]);
   });
 
   it('prefixes queue names and tells the handlers the prefix', () => {

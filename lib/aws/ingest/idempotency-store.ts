@@ -13,10 +13,11 @@ import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import { DeleteCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { unmarshall } from '@aws-sdk/util-dynamodb';
 import { DEFAULT_RETENTION_MS, type Remembered, type RememberedAnswer } from '../../transport/idempotency.ts';
+import type { ShedEvent } from '../../transport/ingest-validation.ts';
 import { AwsAccounting } from '../cost/accounting.ts';
 import { itemBytes } from '../dynamodb/dynamodb-layout.ts';
 import { DynamoDbTable, type Item, kb } from '../dynamodb/dynamodb-table.ts';
-import { mapDynamoDbError } from '../errors.ts';
+import { mapDynamoDbError, ShedNotRecordedError } from '../errors.ts';
 
 export const KEY_SK = 'k';
 /** Largest answer remembered whole (an item holds 400 KB); a larger one is kept without its rejection list. */
@@ -29,8 +30,10 @@ export function keyPk(job: string, key: string): string {
 
 /** What the handler needs of a key store: the DynamoDB one below, or a test's. */
 export interface IdempotencyStore {
-  /** Claim `key` for a request: undefined when this call claimed it, else what is remembered (with the stream it was for). */
-  claim(key: string, fingerprint: string, stream: string, now: number): Promise<(Remembered & { stream: string }) | undefined>;
+  /** Claim `key` for a request: undefined when this call claimed it, else what is remembered (with the stream it was for). `shed`: what its attempt shed (a keyless request's claim, made after the attempt). */
+  claim(key: string, fingerprint: string, stream: string, now: number, shed?: readonly ShedEvent[]): Promise<(Remembered & { stream: string }) | undefined>;
+  /** Before the attempt that claimed `key` at `startedAt` sends: the events load shedding drops from it, so that a resend drops the same ones. */
+  recordShed(key: string, fingerprint: string, startedAt: number, shed: readonly ShedEvent[]): Promise<void>;
   /** The request's final answer, after its events were enqueued. */
   complete(key: string, fingerprint: string, answer: RememberedAnswer): Promise<void>;
   /** Forget a claim made at `startedAt` whose attempt enqueued nothing (only that claim: a later one stays). */
@@ -55,9 +58,9 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     this.retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
   }
 
-  async claim(key: string, fingerprint: string, stream: string, now: number): Promise<(Remembered & { stream: string }) | undefined> {
+  async claim(key: string, fingerprint: string, stream: string, now: number, shed?: readonly ShedEvent[]): Promise<(Remembered & { stream: string }) | undefined> {
     const pk = keyPk(this.options.job, key);
-    const item = { pk, sk: KEY_SK, key, fp: fingerprint, stream, state: 'pending', started: now, expires: Math.ceil((now + this.retentionMs) / 1000) };
+    const item = { pk, sk: KEY_SK, key, fp: fingerprint, stream, state: 'pending', started: now, expires: Math.ceil((now + this.retentionMs) / 1000), ...(shed?.length ? { shed: JSON.stringify(shed) } : {}) };
     try {
       await this.db.send(
         'PutItem',
@@ -82,7 +85,7 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
       const returned = (e as { Item?: Record<string, AttributeValue> }).Item;
       const old = (returned ? (unmarshall(returned) as Item) : undefined) ?? (await this.db.get(pk, KEY_SK));
       // Gone between the two calls (expired and deleted): claim again.
-      if (!old) return this.claim(key, fingerprint, stream, now);
+      if (!old) return this.claim(key, fingerprint, stream, now, shed);
       return rememberedOf(old);
     }
   }
@@ -116,6 +119,31 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
     }
   }
 
+  async recordShed(key: string, fingerprint: string, startedAt: number, shed: readonly ShedEvent[]): Promise<void> {
+    const text = JSON.stringify(shed);
+    try {
+      await this.db.send(
+        'UpdateItem',
+        'write',
+        new UpdateCommand({
+          TableName: this.db.name,
+          Key: { pk: keyPk(this.options.job, key), sk: KEY_SK },
+          UpdateExpression: 'SET #shed = :shed',
+          ConditionExpression: '#fp = :fp AND #state = :pending AND #started = :started',
+          ExpressionAttributeNames: { '#shed': 'shed', '#fp': 'fp', '#state': 'state', '#started': 'started' },
+          ExpressionAttributeValues: { ':shed': text, ':fp': fingerprint, ':pending': 'pending', ':started': startedAt },
+          ReturnConsumedCapacity: 'TOTAL',
+        }),
+        1,
+        kb(text.length + 200),
+      );
+    } catch (e) {
+      // Not this attempt's claim any more: sending now could differ from what a resend sends.
+      if (conditionFailed(e)) throw new ShedNotRecordedError(key);
+      throw mapDynamoDbError(e, { operation: 'UpdateItem', table: this.db.name, write: true });
+    }
+  }
+
   async release(key: string, fingerprint: string, startedAt: number): Promise<void> {
     try {
       await this.db.send(
@@ -146,5 +174,5 @@ function conditionFailed(e: unknown): boolean {
 function rememberedOf(item: Item): Remembered & { stream: string } {
   const base = { fingerprint: String(item.fp), stream: String(item.stream), startedAt: Number(item.started), expiresAt: Number(item.expires) * 1000 };
   if (item.state === 'done' && typeof item.answer === 'string') return { ...base, state: 'done', answer: JSON.parse(item.answer) as RememberedAnswer };
-  return { ...base, state: 'pending' };
+  return { ...base, state: 'pending', ...(typeof item.shed === 'string' ? { shed: JSON.parse(item.shed) as ShedEvent[] } : {}) };
 }

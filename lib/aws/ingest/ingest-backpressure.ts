@@ -76,7 +76,7 @@ export class IngestBackPressure {
   async heldBack(stage: number): Promise<HeldBack | undefined> {
     const stages = this.downstreamOf(stage);
     for (const s of stages) {
-      const messages = await this.messages(s);
+      const messages = await this.waitingMessages(s);
       if (messages !== undefined && messages > this.maxMessages) return { stage: s, reason: `has ${messages} messages waiting (bound ${this.maxMessages})` };
     }
     if (this.o.maxQueueAgeMs === undefined || !this.o.queueAge) return undefined;
@@ -85,13 +85,14 @@ export class IngestBackPressure {
       const seconds = ages.get(s);
       if (seconds !== undefined && seconds * 1000 > this.o.maxQueueAgeMs) {
         // CloudWatch lags: an emptied queue may still show its old age, so a queue with nothing waiting holds nothing back.
-        if (((await this.messages(s)) ?? 0) > 0) return { stage: s, reason: `has had a message waiting ${Math.round(seconds)} s (bound ${Math.round(this.o.maxQueueAgeMs / 1000)} s)` };
+        if (((await this.waitingMessages(s)) ?? 0) > 0) return { stage: s, reason: `has had a message waiting ${Math.round(seconds)} s (bound ${Math.round(this.o.maxQueueAgeMs / 1000)} s)` };
       }
     }
     return undefined;
   }
 
-  private async messages(stage: number): Promise<number | undefined> {
+  /** Messages waiting in the stage's queue (cached for backlogCacheMs); undefined when unreadable. */
+  async waitingMessages(stage: number): Promise<number | undefined> {
     let hit = this.depth.get(stage);
     if (!hit || this.clock.now() - hit.at >= (this.o.backlogCacheMs ?? 1000)) {
       try {
@@ -103,6 +104,13 @@ export class IngestBackPressure {
       }
     }
     return hit.messages;
+  }
+
+  /** How long the oldest message of the stage's queue has waited, ms (cached for queueAgeCacheMs); undefined without an age source or a reading. */
+  async oldestAgeMs(stage: number): Promise<number | undefined> {
+    if (!this.o.queueAge) return undefined;
+    const seconds = (await this.agesOf()).get(stage);
+    return seconds === undefined ? undefined : seconds * 1000;
   }
 
   /** Every queue of the job in one call, cached (streams share stages); a failed read counts as no ages until the next. */

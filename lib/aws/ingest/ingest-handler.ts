@@ -5,6 +5,8 @@
  * - an event with a character SQS cannot carry (controls other than tab/LF/CR, lone
  *   surrogates, U+FFFE/U+FFFF) is rejected with its path; so is an event larger than
  *   one message even compressed;
+ * - opt-in load shedding (SourceOptions.shed, ingest-shedding.ts): the events it drops are
+ *   named in the 202 (`shed`), never enqueued; a resend drops the same ones;
  * - 429 + Retry-After when the source stage's queue, or the queue of any stage it feeds,
  *   holds more than maxBacklogMessages or (with maxQueueAgeMs) has had a message waiting
  *   longer (ingest-backpressure.ts); or when SQS throttled every message. Nothing is
@@ -53,6 +55,7 @@ import { type OutgoingMessage, SqsTransport } from '../sqs/sqs-transport.ts';
 import { probeMessage } from '../checkpoint/idle-probes.ts';
 import type { IdempotencyStore } from './idempotency-store.ts';
 import { type BackPressureOptions, IngestBackPressure } from './ingest-backpressure.ts';
+import { IngestShedding } from './ingest-shedding.ts';
 import { keyOfPartition, outcomeUnknown, partitionOf, RESEND_WITHIN_MS } from './ingest-keys.ts';
 
 export { RESEND_WITHIN_MS } from './ingest-keys.ts';
@@ -86,7 +89,8 @@ export interface IngestHandlerConfig extends BackPressureOptions {
   /**
    * Where Idempotency-Keys are claimed and their answers kept (DynamoDbIdempotencyStore).
    * Without one, a key still names the dedup ids and the partition, but a reused key is not
-   * checked (no 409) and a replay is not told apart.
+   * checked (no 409), a replay is not told apart, and a resend under load shedding may
+   * shed other events than its first attempt did (so duplicate some).
    */
   readonly idempotency?: IdempotencyStore;
   /** The round-robin's start per stream, from [0, 1) (default Math.random). */
@@ -116,6 +120,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
   const retryAfterMs = config.retryAfterMs ?? 1000;
   const compress = config.compress ?? true;
   const backPressure = new IngestBackPressure(plan, config.sqs, queues, clock, { ...config, accounting });
+  const shedding = new IngestShedding(backPressure);
   /** Per stream and partition: when this container last sent it data or a probe. */
   const lastSent = new Map<string, number[]>();
   const maxP = plan.job.maxParallelism;
@@ -206,7 +211,10 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
       return decision.answer;
     }
     // A resend: the first attempt's arrival time, so its messages (timestamps, packing, dedup ids) come out the same.
-    if (decision.kind === 'resend') arrival = request.arrival = decision.startedAt;
+    if (decision.kind === 'resend') {
+      arrival = request.arrival = decision.startedAt;
+      request.shed = decision.shed ?? [];
+    } else request.recordShed = (shed) => store.recordShed(key, fingerprint, arrival, shed);
     let result: Enqueued;
     try {
       result = await enqueue(request);
@@ -230,7 +238,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     const result = await enqueue(request);
     if (store && result.answer.body.error === 'outcome_unknown') {
       try {
-        await store.claim(request.key, request.fingerprint, request.stream, request.arrival);
+        await store.claim(request.key, request.fingerprint, request.stream, request.arrival, result.shed);
       } catch (e) {
         config.logger?.warn('cannot record the minted Idempotency-Key; a resend is still deduplicated by SQS', { error: (e as Error).message });
       }
@@ -264,15 +272,24 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     });
     if (V.isAnswer(checked)) return { answer: checked, enqueued: false };
 
+    // Opt-in load shedding (below the 429 bounds), or what the first attempt of a resend shed.
+    const shed = request.shed ?? (await shedOf(request, checked.valid));
+    const dropped = new Set(shed.map((e) => e.index));
+    const kept = dropped.size ? checked.valid.filter((v) => !dropped.has(v.index)) : checked.valid;
+    if (shed.length) config.metrics?.addMetric(INGEST_METRICS.eventsShed, MetricUnit.Count, shed.length);
+    if (kept.length === 0 && shed.length) return { answer: V.acceptedAnswer(0, request.events.length, checked.rejected, shed), enqueued: false, shed };
+
     const url = await queues.queueUrl(stream.stage);
     const held = await backPressure.heldBack(stream.stage);
     if (held !== undefined) {
       const st = plan.stages[held.stage];
       return { answer: V.saturatedAnswer(request.stream, retryAfterMs, `is held back: stage ${st.id} "${st.name}" ${held.reason}`), enqueued: false };
     }
+    // Kept with the key's claim before anything is sent: a resend drops the same events.
+    if (shed.length && !request.shed) await request.recordShed?.(shed);
 
     const byPartition = new Map<number, number[]>();
-    for (const { index, event: ev } of checked.valid) {
+    for (const { index, event: ev } of kept) {
       const k = config.partitionKey?.(request.stream, ev);
       const p = k === undefined ? request.partition : partitionOf(k, stream.partitions, maxP);
       const list = byPartition.get(p);
@@ -295,6 +312,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     const probes = idleProbes(request.stream, stream, byPartition.keys(), arrival, request.key);
     request.sending = true;
     const sent = await transport.send(url, [...messages, ...probes.map((p) => p.message)], true);
+    shedding.sent(stream.stage, kept.length, messages.length);
     const outcomes = sent.slice(0, messages.length);
     probes.forEach((p, i) => {
       if (sent[messages.length + i].ok) p.sent();
@@ -326,7 +344,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     }
     config.metrics?.addMetric(INGEST_METRICS.eventsRejected, MetricUnit.Count, rejected.length);
     const enqueued = accepted > 0 || unsure.length > 0;
-    if (unsure.length) return { answer: outcomeUnknown(request.key, unsure, accepted, rejected, retryAfterMs), enqueued };
+    if (unsure.length) return { answer: outcomeUnknown(request.key, unsure, accepted, rejected, retryAfterMs), enqueued, shed };
     if (accepted === 0) {
       if (throttled === messages.length) return { answer: V.saturatedAnswer(request.stream, retryAfterMs, 'is throttled by SQS'), enqueued };
       if (rejected.some((r) => r.retryable)) {
@@ -334,7 +352,13 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
       }
       return { answer: V.allRejectedAnswer(request.events.length, rejected), enqueued };
     }
-    return { answer: V.acceptedAnswer(accepted, request.events.length, rejected), enqueued };
+    return { answer: V.acceptedAnswer(accepted, request.events.length, rejected, shed), enqueued, shed };
+  }
+
+  /** The stream's shedding decision for these valid events, as indexes into the request. */
+  async function shedOf(request: Request, valid: readonly { index: number; event: unknown }[]): Promise<V.ShedEvent[]> {
+    const d = await shedding.decide(request.stream, request.def.def, request.def.stage, valid.map((v) => v.event));
+    return d ? d.shed.map((i) => ({ index: valid[i].index, reason: d.reason })) : [];
   }
 
   return async (event, context) => {
@@ -381,10 +405,16 @@ interface Request {
   partition: number;
   /** Set once the send began: from then on, its outcome may be anything. */
   sending: boolean;
+  /** A resend: what its first attempt shed (load shedding decides nothing anew). */
+  shed?: readonly V.ShedEvent[];
+  /** A keyed request's own claim: keep what it sheds with it before sending. */
+  recordShed?: (shed: readonly V.ShedEvent[]) => Promise<void>;
 }
 
 interface Enqueued {
   readonly answer: V.IngestAnswer;
   /** Whether any event went to SQS, or may have. */
   readonly enqueued: boolean;
+  /** What load shedding dropped from the request. */
+  readonly shed?: readonly V.ShedEvent[];
 }
