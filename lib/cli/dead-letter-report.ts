@@ -66,3 +66,12 @@ export function shedTotal(shed: Readonly<Record<string, Readonly<Record<string, 
   for (const byReason of Object.values(shed)) for (const c of Object.values(byReason)) n += c;
   return n;
 }
+
+/** Add an ingestion answer's shed events to `into` (per stream and reason): a 202 that is not a replay (a replay repeats its first answer). */
+export function countShedAnswer(into: Record<string, Record<string, number>>, stream: string, status: number | undefined, body: { shed?: readonly { reason: string }[]; replay?: boolean }): void {
+  if (status !== 202 || body.replay) return;
+  for (const e of body.shed ?? []) {
+    const byReason = (into[stream] ??= {});
+    byReason[e.reason] = (byReason[e.reason] ?? 0) + 1;
+  }
+}

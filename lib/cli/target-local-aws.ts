@@ -21,7 +21,7 @@ import { loadJob, parseParams } from './load-job.ts';
 import { withParallelismFlag } from './parallelism-flag.ts';
 import { fmt } from './options.ts';
 import { scalingAdvice } from '../runtime/scaling-advice.ts';
-import { shedTotal } from './dead-letter-report.ts';
+import { countShedAnswer, shedTotal } from './dead-letter-report.ts';
 import { measureLocalAwsLoads } from '../testing/local-aws/stage-loads.ts';
 
 type Log = (line: string) => void;
@@ -121,8 +121,7 @@ export async function devLocalAwsCommand(jobPath: string, flags: { port: number;
         const stream = decodeURIComponent(event.rawPath.split('/')[2] ?? '');
         for (const r of body.rejected ?? []) rt.rejectedInputs.push({ source: stream, position: `request ${event.requestContext.requestId}, event ${r.index}`, error: r.error });
         rt.countIngested(result.statusCode === 202 ? Number(body.accepted ?? 0) : 0, ms);
-        // What the stream's load shedding dropped, once per request (a replay repeats its first answer).
-        if (result.statusCode === 202 && !body.replay) for (const e of body.shed ?? []) ((shed[stream] ??= {})[e.reason] = (shed[stream]?.[e.reason] ?? 0) + 1);
+        countShedAnswer(shed, stream, result.statusCode, body);
       },
     });
     const streams = [...job.graph.sources()].filter((n) => n.spec.kind === 'source' && n.spec.source.binding.kind === 'ingest').map((n) => n.name);

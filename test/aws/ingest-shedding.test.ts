@@ -7,7 +7,8 @@
  * policy that drops everything answers 202 with nothing enqueued; `whenLagMs` follows the
  * oldest message's age (from the QueueAgeSource port: no local server has CloudWatch)
  * while something waits; and a resend of a request whose answer was lost sends exactly
- * what the first attempt sent, whatever the pressure is by then.
+ * what the first attempt sent, whatever the pressure is by then; a replay of its answer
+ * adds nothing to what `sluice dev --target local-aws` counts.
  */
 import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import { Metrics } from '@aws-lambda-powertools/metrics';
@@ -21,6 +22,7 @@ import { INGEST_METRICS } from '../../lib/aws/handler-metrics.ts';
 import { DynamoDbIdempotencyStore } from '../../lib/aws/ingest/idempotency-store.ts';
 import { createIngestHandler, type IngestHandlerConfig, ingestStreams } from '../../lib/aws/ingest/ingest-handler.ts';
 import { shedsByQueueAge } from '../../lib/aws/ingest/ingest-shedding.ts';
+import { countShedAnswer, shedTotal } from '../../lib/cli/dead-letter-report.ts';
 import type { QueueAgeSource } from '../../lib/aws/ingest/queue-age.ts';
 import { queueNameOf } from '../../lib/aws/naming.ts';
 import { decodeBody } from '../../lib/aws/sqs/sqs-codec.ts';
@@ -58,7 +60,7 @@ const orders = (from: number, n: number, weight = (i: number) => i % 10) => Arra
 
 async function post(h: ReturnType<typeof createIngestHandler>, events: readonly Order[], key?: string) {
   const res = await h(httpEvent('orders', JSON.stringify(events), key));
-  return { status: res.statusCode!, body: JSON.parse(res.body!) as { accepted?: number; shed?: { index: number; reason: string }[]; error?: string } };
+  return { status: res.statusCode!, body: JSON.parse(res.body!) as { accepted?: number; shed?: { index: number; reason: string }[]; error?: string; replay?: boolean } };
 }
 
 /** Order ids in the queue (drained; wait()'s messages aside). */
@@ -150,6 +152,23 @@ describe('load shedding in the ingest function', () => {
     expect(again.body.shed).toEqual([0, 2, 4].map((index) => ({ index, reason: 'sample' })));
     expect(sent).toEqual(first);
     sqs.destroy();
+  });
+
+  it("sluice dev --target local-aws counts each request's shed events once from the answers: a replay repeats them and adds none", async () => {
+    const { url, handler } = await shedJob({ whenQueued: 1, drop: { keep: 0.5 } });
+    await wait(url);
+    const h = handler();
+    const key = unique('k');
+    const counted: Record<string, Record<string, number>> = {};
+    for (let i = 0; i < 2; i++) {
+      const r = await post(h, orders(0, 4), key);
+      expect(r.body.replay).toBe(i === 1 ? true : undefined);
+      countShedAnswer(counted, 'orders', r.status, r.body);
+    }
+    countShedAnswer(counted, 'orders', 429, { shed: [{ reason: 'sample' }] });
+    expect(counted).toEqual({ orders: { sample: 2 } });
+    expect(shedTotal(counted)).toBe(2);
+    await drainQueue(clients.sqs, url);
   });
 
   it('a keyless request whose answer was lost keeps its decision with the key it is told to resend with', async () => {
