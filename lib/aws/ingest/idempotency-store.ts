@@ -97,30 +97,26 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
       const count = Array.isArray(rejected) ? rejected.length : 0;
       text = JSON.stringify({ ...answer, body: { ...rest, rejectedCount: count, note: `the list of ${count} rejected events was too long to remember; the first answer had it` } });
     }
-    try {
-      await this.db.send(
-        'UpdateItem',
-        'write',
-        new UpdateCommand({
-          TableName: this.db.name,
-          Key: { pk: keyPk(this.options.job, key), sk: KEY_SK },
-          UpdateExpression: 'SET #state = :done, #answer = :answer',
-          // Only this request's claim (another body may have claimed an expired key since).
-          ConditionExpression: '#fp = :fp',
-          ExpressionAttributeNames: { '#state': 'state', '#answer': 'answer', '#fp': 'fp' },
-          ExpressionAttributeValues: { ':done': 'done', ':answer': text, ':fp': fingerprint },
-          ReturnConsumedCapacity: 'TOTAL',
-        }),
-        1,
-        kb(text.length + 200),
-      );
-    } catch (e) {
-      if (!conditionFailed(e)) throw mapDynamoDbError(e, { operation: 'UpdateItem', table: this.db.name, write: true });
-    }
+    // Only this request's claim (another body may have claimed an expired key since).
+    await this.updateClaim(key, { state: 'done', answer: text }, { fingerprint });
   }
 
   async recordShed(key: string, fingerprint: string, startedAt: number, shed: readonly ShedEvent[]): Promise<void> {
-    const text = JSON.stringify(shed);
+    // Not this attempt's claim any more: sending now could differ from what a resend sends.
+    if (!(await this.updateClaim(key, { shed: JSON.stringify(shed) }, { fingerprint, startedAt }))) throw new ShedNotRecordedError(key);
+  }
+
+  /** SET `values` on the key's item if it is the claim of `fingerprint` (and, with `startedAt`, still the pending one made then); false if not. */
+  private async updateClaim(key: string, values: Readonly<Record<string, string>>, claim: { fingerprint: string; startedAt?: number }): Promise<boolean> {
+    const names: Record<string, string> = { '#fp': 'fp' };
+    const vals: Record<string, unknown> = { ':fp': claim.fingerprint };
+    const sets = Object.entries(values).map(([k, v]) => ((names[`#${k}`] = k), (vals[`:${k}`] = v), `#${k} = :${k}`));
+    let condition = '#fp = :fp';
+    if (claim.startedAt !== undefined) {
+      Object.assign(names, { '#state': 'state', '#started': 'started' });
+      Object.assign(vals, { ':pending': 'pending', ':started': claim.startedAt });
+      condition += ' AND #state = :pending AND #started = :started';
+    }
     try {
       await this.db.send(
         'UpdateItem',
@@ -128,19 +124,19 @@ export class DynamoDbIdempotencyStore implements IdempotencyStore {
         new UpdateCommand({
           TableName: this.db.name,
           Key: { pk: keyPk(this.options.job, key), sk: KEY_SK },
-          UpdateExpression: 'SET #shed = :shed',
-          ConditionExpression: '#fp = :fp AND #state = :pending AND #started = :started',
-          ExpressionAttributeNames: { '#shed': 'shed', '#fp': 'fp', '#state': 'state', '#started': 'started' },
-          ExpressionAttributeValues: { ':shed': text, ':fp': fingerprint, ':pending': 'pending', ':started': startedAt },
+          UpdateExpression: `SET ${sets.join(', ')}`,
+          ConditionExpression: condition,
+          ExpressionAttributeNames: names,
+          ExpressionAttributeValues: vals,
           ReturnConsumedCapacity: 'TOTAL',
         }),
         1,
-        kb(text.length + 200),
+        kb(Object.values(values).reduce((n, v) => n + v.length, 200)),
       );
+      return true;
     } catch (e) {
-      // Not this attempt's claim any more: sending now could differ from what a resend sends.
-      if (conditionFailed(e)) throw new ShedNotRecordedError(key);
-      throw mapDynamoDbError(e, { operation: 'UpdateItem', table: this.db.name, write: true });
+      if (!conditionFailed(e)) throw mapDynamoDbError(e, { operation: 'UpdateItem', table: this.db.name, write: true });
+      return false;
     }
   }
 
