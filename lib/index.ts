@@ -78,6 +78,7 @@ export {
   type SignableRequest,
 } from './transport/ingest-client.ts';
 export type { RememberedAnswer } from './transport/idempotency.ts';
+export type { ShedEvent } from './transport/ingest-validation.ts';
 export * from './errors.ts';
 /** zod, the schema library of `job.ingest(name, { schema })`: the same copy Sluice validates with. */
 export { z } from 'zod';

@@ -11,6 +11,7 @@ export type { BackPressureOptions } from './ingest/ingest-backpressure.ts';
 export { CloudWatchQueueAge, type QueueAgeSource } from './ingest/queue-age.ts';
 export { DynamoDbIdempotencyStore, type DynamoDbIdempotencyStoreOptions, type IdempotencyStore } from './ingest/idempotency-store.ts';
 export type { RememberedAnswer } from '../transport/idempotency.ts';
+export type { ShedEvent } from '../transport/ingest-validation.ts';
 export { createCheckpointHandler, type CheckpointHandler, type CheckpointHandlerConfig } from './checkpoint/checkpoint-handler.ts';
 export type { Carry, Next } from './checkpoint/checkpoint-task.ts';
 export type { QueueResolver } from './sqs/sqs-queues.ts';
