@@ -140,7 +140,7 @@ export function createMonitoring(scope: Construct, p: ResolvedProps, stages: rea
     graph('Ingest duration p99', [ingest.metricDuration({ period: MINUTE, statistic: 'p99' })], 8),
   );
   const sourceStages = [...new Set([...ingestStreams(p.plan).values()].map((s) => s.stage))];
-  dashboard.addWidgets(graph('Events accepted, rejected (by source stage)', sourceStages.flatMap((s) => [ofStage(INGEST_METRICS.eventsAccepted, s), ofStage(INGEST_METRICS.eventsRejected, s)]), 24));
+  dashboard.addWidgets(graph('Events accepted, rejected, shed (by source stage)', sourceStages.flatMap((s) => [ofStage(INGEST_METRICS.eventsAccepted, s), ofStage(INGEST_METRICS.eventsRejected, s), ofStage(INGEST_METRICS.eventsShed, s)]), 24));
   const M = OPERATOR_METRICS;
   for (const { stage, queue, deadLetterQueue, operator } of stages) {
     const fn = operator.fn;

@@ -23,7 +23,7 @@ import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 /** The Powertools Metrics namespace of every handler (functions/*.ts). */
 export const METRICS_NAMESPACE = 'Sluice';
 
-export const METRIC_DIMENSIONS = { service: 'service', stage: 'stage', partition: 'partition' } as const;
+export const METRIC_DIMENSIONS = { service: 'service', stage: 'stage', partition: 'partition', stream: 'stream', reason: 'reason' } as const;
 
 /** The operator function's metrics, all Count but lag. */
 export const OPERATOR_METRICS = {
@@ -87,6 +87,23 @@ export function countIncident(metrics: HandlerMetrics | undefined, name: string,
   const perPartition = metrics.singleMetric();
   perPartition.addDimensions({ [METRIC_DIMENSIONS.stage]: String(stage), [METRIC_DIMENSIONS.partition]: partition });
   perPartition.addMetric(name, MetricUnit.Count, 1);
+}
+
+/**
+ * Count what load shedding dropped from one request: eventsShed in the invocation's
+ * metrics (service, stage), and at once per stream and reason (service, stage, stream,
+ * reason), as `sluice dev --metrics` counts it.
+ */
+export function countShed(metrics: HandlerMetrics | undefined, stage: number, stream: string, shed: readonly { readonly reason: string }[]): void {
+  if (!metrics || shed.length === 0) return;
+  metrics.addMetric(INGEST_METRICS.eventsShed, MetricUnit.Count, shed.length);
+  const byReason = new Map<string, number>();
+  for (const e of shed) byReason.set(e.reason, (byReason.get(e.reason) ?? 0) + 1);
+  for (const [reason, n] of byReason) {
+    const one = metrics.singleMetric();
+    one.addDimensions({ [METRIC_DIMENSIONS.stage]: String(stage), [METRIC_DIMENSIONS.stream]: stream, [METRIC_DIMENSIONS.reason]: reason });
+    one.addMetric(INGEST_METRICS.eventsShed, MetricUnit.Count, n);
+  }
 }
 
 /** The age of a group's oldest message when the handler takes it (SQS's SentTimestamp). */

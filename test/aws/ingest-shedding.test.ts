@@ -3,7 +3,8 @@
  * fauxqs (the stage queues) and DynamoDB Local (the Idempotency-Keys): under its bounds a
  * stream sheds nothing; over `whenQueued` (the waiting messages times the events per
  * message this container packed) it drops what its policy says, names each dropped event
- * in the 202 and counts them in the eventsShed metric, and enqueues only the rest; a
+ * in the 202 and counts them in the eventsShed metric (per stage, and per stream and
+ * reason), and enqueues only the rest; a
  * policy that drops everything answers 202 with nothing enqueued; `whenLagMs` follows the
  * oldest message's age (from the QueueAgeSource port: no local server has CloudWatch)
  * while something waits; and a resend of a request whose answer was lost sends exactly
@@ -84,6 +85,12 @@ describe('load shedding in the ingest function', () => {
     const metrics = new Metrics({ namespace: 'test', serviceName: 'shed' });
     const added = vi.spyOn(metrics, 'addMetric');
     vi.spyOn(metrics, 'publishStoredMetrics').mockImplementation(() => metrics);
+    const single: { dimensions: Record<string, string>; metric: unknown[] }[] = [];
+    vi.spyOn(metrics, 'singleMetric').mockImplementation(() => {
+      const one = { dimensions: {} as Record<string, string>, metric: [] as unknown[] };
+      single.push(one);
+      return { addDimensions: (d: Record<string, string>) => Object.assign(one.dimensions, d), addMetric: (...a: unknown[]) => one.metric.push(...a) } as never;
+    });
     const h = handler({ metrics });
     const calm = await post(h, orders(0, 4));
     expect(calm).toMatchObject({ status: 202, body: { accepted: 4 } });
@@ -96,6 +103,8 @@ describe('load shedding in the ingest function', () => {
     expect(busy.body.shed).toEqual([0, 2, 4, 6, 8].map((index) => ({ index, reason: 'sample' })));
     expect(await enqueued(url)).toEqual([0, 1, 2, 3, 11, 13, 15, 17, 19]);
     expect(added.mock.calls.filter(([name]) => name === INGEST_METRICS.eventsShed)).toEqual([[INGEST_METRICS.eventsShed, 'Count', 5]]);
+    // And at once per stream and reason, as sluice dev --metrics counts them.
+    expect(single).toEqual([{ dimensions: { stage: '0', stream: 'orders', reason: 'sample' }, metric: [INGEST_METRICS.eventsShed, 'Count', 5] }]);
   });
 
   it('estimates queued records by the events per message it packed: one waiting message of 200 events passes whenQueued 100, one of unknown size does not', async () => {

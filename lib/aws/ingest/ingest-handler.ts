@@ -48,7 +48,7 @@ import { toIngestRecord } from '../../transport/sources.ts';
 import * as I from '../../transport/idempotency.ts';
 import * as V from '../../transport/ingest-validation.ts';
 import { AwsAccounting } from '../cost/accounting.ts';
-import { INGEST_METRICS, stageDimension } from '../handler-metrics.ts';
+import { countShed, INGEST_METRICS, stageDimension } from '../handler-metrics.ts';
 import * as C from '../sqs/sqs-codec.ts';
 import { NamedQueues, type QueueResolver } from '../sqs/sqs-queues.ts';
 import { type OutgoingMessage, SqsTransport } from '../sqs/sqs-transport.ts';
@@ -276,7 +276,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     const shed = request.shed ?? (await shedOf(request, checked.valid));
     const dropped = new Set(shed.map((e) => e.index));
     const kept = dropped.size ? checked.valid.filter((v) => !dropped.has(v.index)) : checked.valid;
-    if (shed.length) config.metrics?.addMetric(INGEST_METRICS.eventsShed, MetricUnit.Count, shed.length);
+    countShed(config.metrics, stream.stage, request.stream, shed);
     if (kept.length === 0 && shed.length) return { answer: V.acceptedAnswer(0, request.events.length, checked.rejected, shed), enqueued: false, shed };
 
     const url = await queues.queueUrl(stream.stage);
