@@ -276,8 +276,12 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     const shed = request.shed ?? (await shedOf(request, checked.valid));
     const dropped = new Set(shed.map((e) => e.index));
     const kept = dropped.size ? checked.valid.filter((v) => !dropped.has(v.index)) : checked.valid;
-    countShed(config.metrics, stream.stage, request.stream, shed);
-    if (kept.length === 0 && shed.length) return { answer: V.acceptedAnswer(0, request.events.length, checked.rejected, shed), enqueued: false, shed };
+    // Counted once per request that is answered with them (a resend's were counted by its first attempt; a 429 sheds nothing).
+    const count = () => !request.shed && countShed(config.metrics, stream.stage, request.stream, shed);
+    if (kept.length === 0 && shed.length) {
+      count();
+      return { answer: V.acceptedAnswer(0, request.events.length, checked.rejected, shed), enqueued: false, shed };
+    }
 
     const url = await queues.queueUrl(stream.stage);
     const held = await backPressure.heldBack(stream.stage);
@@ -287,6 +291,7 @@ export function createIngestHandler(config: IngestHandlerConfig): IngestHandler 
     }
     // Kept with the key's claim before anything is sent: a resend drops the same events.
     if (shed.length && !request.shed) await request.recordShed?.(shed);
+    count();
 
     const byPartition = new Map<number, number[]>();
     for (const { index, event: ev } of kept) {
